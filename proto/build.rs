@@ -1,0 +1,21 @@
+//! Generates the kubelet.v1 and CRI runtime.v1 code with a vendored protoc, so that no
+//! system protoc is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let config = |protoc: &std::path::Path| {
+        let mut config = prost_build::Config::new();
+        config.protoc_executable(protoc);
+        config
+    };
+    tonic_prost_build::configure().compile_with_config(
+        config(&protoc),
+        &["proto/kubelet/v1/kubelet.proto"],
+        &["proto"],
+    )?;
+    // The node agent is a CRI client only.
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_with_config(config(&protoc), &["proto/cri/api.proto"], &["proto"])?;
+    Ok(())
+}

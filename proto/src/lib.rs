@@ -1,0 +1,18 @@
+//! The node agent's wire schema: `kubelet.v1` (our services), `runtime.v1` (CRI), and the
+//! conversions between wire bytes and k8s-openapi types.
+
+pub mod kubelet {
+    pub mod v1 {
+        tonic::include_proto!("kubelet.v1");
+    }
+}
+
+/// The Container Runtime Interface, generated from kubernetes/cri-api's `api.proto`.
+pub mod cri {
+    #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
+    tonic::include_proto!("runtime.v1");
+}
+
+pub mod k8s;
+
+pub use kubelet::v1 as api;

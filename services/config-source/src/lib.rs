@@ -1,0 +1,53 @@
+//! config-source: the desired set of pods on this node, merged from every pod source,
+//! served as a snapshot followed by ordered deltas.
+
+mod file;
+pub mod manifest;
+mod server;
+pub mod store;
+pub mod validation;
+
+use nodeagent_config::{Config, Service};
+use nodeagent_proto::api::config_source_server::ConfigSourceServer;
+use nodeagent_transport::{Server, Shutdown};
+use std::sync::{Arc, Mutex};
+
+/// Runs config-source until `shutdown`.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let mut sources = Vec::new();
+    if config.kubelet.static_pod_path.is_some() {
+        sources.push("file");
+    }
+    if config.kubelet.static_pod_url.is_some() {
+        tracing::warn!("staticPodURL is not implemented yet; ignoring it");
+    }
+    if config.kubeconfig.is_some() {
+        tracing::warn!("the API server source is not implemented yet; running standalone");
+    }
+    let store = Arc::new(Mutex::new(store::PodStore::new(sources)));
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(path) = config.kubelet.static_pod_path.clone() {
+        tracing::info!(path = %path.display(), "watching static pod path");
+        let source = file::FileSource::new(
+            path,
+            config.node_name.clone(),
+            config.kubelet.file_check_frequency,
+            store.clone(),
+        );
+        tasks.spawn(source.run(shutdown.clone()));
+    }
+    let service = server::ConfigSourceService {
+        store,
+        shutdown: shutdown.clone(),
+    };
+    let server = Server::new(
+        config.endpoint(Service::ConfigSource).clone(),
+        tonic::service::Routes::new(ConfigSourceServer::new(service)),
+        &[<ConfigSourceServer<server::ConfigSourceService> as tonic::server::NamedService>::NAME],
+    );
+    let served = server.serve(shutdown.clone()).await;
+    shutdown.wait().await;
+    while tasks.join_next().await.is_some() {}
+    served?;
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! The merged desired state: each source delivers its complete set of pods (SET
+//! semantics, as upstream `PodConfig` in `PodConfigNotificationIncremental` mode), and the
+//! store turns the difference into ADD / UPDATE / REMOVE deltas with revisions.
+
+use k8s_openapi::api::core::v1::Pod;
+use nodeagent_proto::api::{PodConfigUpdate, SourcePod, pod_config_update::Op};
+use nodeagent_proto::k8s::{self, labels};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use tokio::sync::broadcast;
+
+pub struct PodStore {
+    /// source -> uid -> pod.
+    sources: BTreeMap<String, BTreeMap<String, Pod>>,
+    /// Sources configured on this node; "all sources ready" waits for each.
+    configured: BTreeSet<String>,
+    seen: BTreeSet<String>,
+    /// uid -> when first seen (the config.seen annotation), stable across re-reads.
+    first_seen: HashMap<String, String>,
+    revision: u64,
+    tx: broadcast::Sender<PodConfigUpdate>,
+}
+
+impl PodStore {
+    pub fn new(configured: impl IntoIterator<Item = &'static str>) -> Self {
+        let (tx, _) = broadcast::channel(1024);
+        Self {
+            sources: BTreeMap::new(),
+            configured: configured.into_iter().map(String::from).collect(),
+            seen: BTreeSet::new(),
+            first_seen: HashMap::new(),
+            revision: 0,
+            tx,
+        }
+    }
+
+    pub fn all_sources_ready(&self) -> bool {
+        self.configured.iter().all(|s| self.seen.contains(s))
+    }
+
+    /// The full desired set, and a receiver for every delta after it.
+    pub fn subscribe(&self) -> (PodConfigUpdate, broadcast::Receiver<PodConfigUpdate>) {
+        let pods = self
+            .sources
+            .iter()
+            .flat_map(|(source, pods)| pods.values().map(move |p| source_pod(source, p)))
+            .collect();
+        (self.message(Op::Snapshot, pods), self.tx.subscribe())
+    }
+
+    fn message(&self, op: Op, pods: Vec<SourcePod>) -> PodConfigUpdate {
+        PodConfigUpdate {
+            op: op as i32,
+            revision: self.revision,
+            pods,
+            sources_seen: self.seen.iter().cloned().collect(),
+            all_sources_ready: self.all_sources_ready(),
+            trace: nodeagent_telemetry::current_trace_context(),
+        }
+    }
+
+    /// Replaces one source's pods; sends the deltas. Returns the names refused because
+    /// another source (or an earlier entry) already has a pod of that name.
+    pub fn set_source(&mut self, source: &str, pods: Vec<Pod>) -> Vec<String> {
+        let mut refused = Vec::new();
+        let taken: BTreeSet<String> = self
+            .sources
+            .iter()
+            .filter(|(s, _)| s.as_str() != source)
+            .flat_map(|(_, pods)| pods.values().map(full_name))
+            .collect();
+        let mut next = BTreeMap::new();
+        let mut names = BTreeSet::new();
+        for mut pod in pods {
+            let name = full_name(&pod);
+            if taken.contains(&name) || !names.insert(name.clone()) {
+                refused.push(name);
+                continue;
+            }
+            let uid = k8s::pod_uid(&pod).to_string();
+            let seen = self
+                .first_seen
+                .entry(uid.clone())
+                .or_insert_with(now_rfc3339)
+                .clone();
+            pod.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(labels::CONFIG_SEEN.into(), seen);
+            next.insert(uid, pod);
+        }
+        let prev = self.sources.remove(source).unwrap_or_default();
+        let added: Vec<SourcePod> = next
+            .iter()
+            .filter(|(uid, _)| !prev.contains_key(*uid))
+            .map(|(_, p)| source_pod(source, p))
+            .collect();
+        let updated: Vec<SourcePod> = next
+            .iter()
+            .filter(|(uid, p)| prev.get(*uid).is_some_and(|old| old != *p))
+            .map(|(_, p)| source_pod(source, p))
+            .collect();
+        let removed: Vec<SourcePod> = prev
+            .iter()
+            .filter(|(uid, _)| !next.contains_key(*uid))
+            .map(|(_, p)| source_pod(source, p))
+            .collect();
+        for p in &removed {
+            self.first_seen.remove(&p.uid);
+        }
+        self.sources.insert(source.to_string(), next);
+        let first_list = self.seen.insert(source.to_string());
+        for (op, pods) in [
+            (Op::Remove, removed),
+            (Op::Add, added),
+            (Op::Update, updated),
+        ] {
+            if !pods.is_empty() {
+                self.revision += 1;
+                let _ = self.tx.send(self.message(op, pods));
+            }
+        }
+        if first_list && self.all_sources_ready() {
+            // Tell watchers that every source has now delivered its first list.
+            self.revision += 1;
+            let _ = self.tx.send(self.message(Op::Reconcile, Vec::new()));
+        }
+        refused
+    }
+}
+
+fn full_name(pod: &Pod) -> String {
+    format!("{}/{}", k8s::pod_namespace(pod), k8s::pod_name(pod))
+}
+
+fn source_pod(source: &str, pod: &Pod) -> SourcePod {
+    SourcePod {
+        source: source.to_string(),
+        pod_json: k8s::encode_pod(pod),
+        uid: k8s::pod_uid(pod).to_string(),
+    }
+}
+
+fn now_rfc3339() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or_default();
+    k8s_openapi::jiff::Timestamp::from_nanosecond(nanos)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str, image: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "c", "image": image}]}
+        }))
+        .unwrap()
+    }
+
+    fn ops(rx: &mut broadcast::Receiver<PodConfigUpdate>) -> Vec<(Op, Vec<String>)> {
+        let mut out = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            out.push((m.op(), m.pods.iter().map(|p| p.uid.clone()).collect()));
+        }
+        out
+    }
+
+    #[test]
+    fn set_semantics_produce_deltas() {
+        let mut store = PodStore::new(["file"]);
+        let (snap, mut rx) = store.subscribe();
+        assert_eq!(snap.op(), Op::Snapshot);
+        assert!(!snap.all_sources_ready);
+
+        store.set_source("file", vec![pod("a", "1", "x:1"), pod("b", "2", "x:1")]);
+        assert_eq!(
+            ops(&mut rx),
+            vec![
+                (Op::Add, vec!["1".into(), "2".into()]),
+                (Op::Reconcile, vec![])
+            ]
+        );
+        assert!(store.all_sources_ready());
+
+        store.set_source("file", vec![pod("a", "1", "x:2"), pod("c", "3", "x:1")]);
+        assert_eq!(
+            ops(&mut rx),
+            vec![
+                (Op::Remove, vec!["2".into()]),
+                (Op::Add, vec!["3".into()]),
+                (Op::Update, vec!["1".into()])
+            ]
+        );
+        // The same set again changes nothing.
+        store.set_source("file", vec![pod("a", "1", "x:2"), pod("c", "3", "x:1")]);
+        assert!(ops(&mut rx).is_empty());
+
+        let (snap, _) = store.subscribe();
+        assert_eq!(snap.pods.len(), 2);
+        assert!(snap.all_sources_ready);
+    }
+
+    #[test]
+    fn a_duplicate_name_is_refused_not_duplicated() {
+        let mut store = PodStore::new(["file", "http"]);
+        store.set_source("file", vec![pod("a", "1", "x:1")]);
+        let refused = store.set_source("http", vec![pod("a", "9", "x:1"), pod("b", "2", "x:1")]);
+        assert_eq!(refused, vec!["default/a".to_string()]);
+        assert_eq!(store.subscribe().0.pods.len(), 2);
+    }
+}

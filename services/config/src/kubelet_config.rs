@@ -1,0 +1,155 @@
+//! `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`): the fields the node agent
+//! honours, with upstream names and defaults. Fields we do not implement are accepted and
+//! reported once at start-up, so that a user's existing file loads.
+
+use crate::duration::serde_go;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub const KIND: &str = "KubeletConfiguration";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletConfiguration {
+    pub api_version: String,
+    pub kind: String,
+    /// Directory (or single file) of static pod manifests.
+    pub static_pod_path: Option<PathBuf>,
+    #[serde(with = "serde_go")]
+    pub sync_frequency: Duration,
+    #[serde(with = "serde_go")]
+    pub file_check_frequency: Duration,
+    #[serde(with = "serde_go")]
+    pub http_check_frequency: Duration,
+    #[serde(rename = "staticPodURL")]
+    pub static_pod_url: Option<String>,
+    #[serde(rename = "staticPodURLHeader")]
+    pub static_pod_url_header: BTreeMap<String, Vec<String>>,
+    pub address: String,
+    pub port: u16,
+    /// 0 disables the read-only port (the upstream default).
+    pub read_only_port: u16,
+    /// 0 disables the healthz endpoint.
+    pub healthz_port: u16,
+    pub healthz_bind_address: String,
+    pub container_runtime_endpoint: String,
+    pub image_service_endpoint: String,
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: bool,
+    pub cgroup_driver: String,
+    pub cgroup_root: String,
+    pub pod_logs_dir: PathBuf,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    pub resolv_conf: PathBuf,
+    pub max_pods: u32,
+    #[serde(with = "serde_go")]
+    pub runtime_request_timeout: Duration,
+    #[serde(with = "serde_go")]
+    pub node_status_update_frequency: Duration,
+    pub pod_pids_limit: i64,
+    pub enable_server: bool,
+    pub serialize_image_pulls: bool,
+}
+
+impl Default for KubeletConfiguration {
+    fn default() -> Self {
+        Self {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            static_pod_path: None,
+            sync_frequency: Duration::from_secs(60),
+            file_check_frequency: Duration::from_secs(20),
+            http_check_frequency: Duration::from_secs(20),
+            static_pod_url: None,
+            static_pod_url_header: BTreeMap::new(),
+            address: "0.0.0.0".into(),
+            port: 10250,
+            read_only_port: 0,
+            healthz_port: 10248,
+            healthz_bind_address: "127.0.0.1".into(),
+            container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            image_service_endpoint: String::new(),
+            cgroups_per_qos: true,
+            cgroup_driver: "cgroupfs".into(),
+            cgroup_root: "/".into(),
+            pod_logs_dir: "/var/log/pods".into(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: "/etc/resolv.conf".into(),
+            max_pods: 110,
+            runtime_request_timeout: Duration::from_secs(120),
+            node_status_update_frequency: Duration::from_secs(10),
+            pod_pids_limit: -1,
+            enable_server: true,
+            serialize_image_pulls: true,
+        }
+    }
+}
+
+/// Every top-level field name this struct knows, as written in the file.
+pub(crate) fn known_fields() -> Vec<String> {
+    match serde_json::to_value(KubeletConfiguration::default()) {
+        Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl KubeletConfiguration {
+    /// Checks what upstream's validation checks for the fields we honour.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut errs = Vec::new();
+        if self.api_version != API_VERSION {
+            errs.push(format!(
+                "apiVersion: unsupported value {:?}, want {API_VERSION:?}",
+                self.api_version
+            ));
+        }
+        if self.kind != KIND {
+            errs.push(format!(
+                "kind: unsupported value {:?}, want {KIND:?}",
+                self.kind
+            ));
+        }
+        for (name, d) in [
+            ("syncFrequency", self.sync_frequency),
+            ("fileCheckFrequency", self.file_check_frequency),
+            ("httpCheckFrequency", self.http_check_frequency),
+            ("runtimeRequestTimeout", self.runtime_request_timeout),
+            (
+                "nodeStatusUpdateFrequency",
+                self.node_status_update_frequency,
+            ),
+        ] {
+            if d.is_zero() {
+                errs.push(format!(
+                    "invalid configuration: {name} ({d:?}) must be greater than zero"
+                ));
+            }
+        }
+        if !matches!(self.cgroup_driver.as_str(), "cgroupfs" | "systemd") {
+            errs.push(format!(
+                "invalid configuration: cgroupDriver ({:?}) must be \"cgroupfs\" or \"systemd\"",
+                self.cgroup_driver
+            ));
+        }
+        if self.cgroup_driver == "systemd" {
+            errs.push("invalid configuration: cgroupDriver \"systemd\" is not supported by this node agent yet; use \"cgroupfs\"".into());
+        }
+        if self.container_runtime_endpoint.is_empty() {
+            errs.push("invalid configuration: containerRuntimeEndpoint must be set".into());
+        }
+        if self.max_pods == 0 {
+            errs.push("invalid configuration: maxPods (0) must be greater than zero".into());
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! http-server: the kubelet's HTTP endpoints. `/healthz` on healthzBindAddress:healthzPort
+//! aggregates every service's gRPC health and pleg's relist health; the read-only port
+//! (readOnlyPort, off by default as upstream) serves `/pods` and `/healthz`.
+
+mod health;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use nodeagent_config::{Config, Service};
+use nodeagent_proto::api::ListPodsRequest;
+use nodeagent_proto::api::pod_sync_client::PodSyncClient;
+use nodeagent_transport::{Channel, Server, Shutdown};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use health::{HealthReport, check_all};
+
+pub struct AppState {
+    pub peers: BTreeMap<Service, Channel>,
+    pub pod_sync: PodSyncClient<Channel>,
+}
+
+/// Runs the http-server until `shutdown`.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let peers: BTreeMap<Service, Channel> = Service::ALL
+        .into_iter()
+        .filter(|s| *s != Service::HttpServer)
+        .map(|s| (s, nodeagent_transport::connect(config.endpoint(s))))
+        .collect();
+    let state = Arc::new(AppState {
+        pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()),
+        peers,
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    if config.kubelet.healthz_port > 0 {
+        let addr = format!(
+            "{}:{}",
+            config.kubelet.healthz_bind_address, config.kubelet.healthz_port
+        );
+        let app = Router::new()
+            .route("/healthz", get(healthz))
+            .with_state(state.clone());
+        tasks.spawn(serve_http(addr, app, shutdown.clone()));
+    }
+    if config.kubelet.read_only_port > 0 {
+        let addr = format!(
+            "{}:{}",
+            config.kubelet.address, config.kubelet.read_only_port
+        );
+        let app = Router::new()
+            .route("/healthz", get(healthz))
+            .route("/pods", get(pods))
+            .route("/pods/", get(pods))
+            .with_state(state.clone());
+        tasks.spawn(serve_http(addr, app, shutdown.clone()));
+    }
+    // Bind failures surface here before we report ready.
+    tokio::task::yield_now().await;
+    let grpc = Server::new(
+        config.endpoint(Service::HttpServer).clone(),
+        tonic::service::Routes::default(),
+        &[],
+    );
+    let served = grpc.serve(shutdown.clone()).await;
+    shutdown.wait().await;
+    while let Some(r) = tasks.join_next().await {
+        if let Ok(Err(e)) = r {
+            tracing::error!(error = %e, "HTTP listener failed");
+        }
+    }
+    served?;
+    Ok(())
+}
+
+async fn serve_http(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    tracing::info!(%addr, "serving HTTP");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .await?;
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct HealthzQuery {
+    verbose: Option<String>,
+}
+
+async fn healthz(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Query(q): axum::extract::Query<HealthzQuery>,
+) -> Response {
+    let report = check_all(&state.peers).await;
+    let body = report.render(q.verbose.is_some());
+    let code = if report.healthy() {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    (code, body).into_response()
+}
+
+async fn pods(State(state): State<Arc<AppState>>) -> Response {
+    let mut client = state.pod_sync.clone();
+    match client.list_pods(ListPodsRequest {}).await {
+        Ok(resp) => {
+            let items: Vec<serde_json::Value> = resp
+                .into_inner()
+                .pods_json
+                .iter()
+                .filter_map(|b| serde_json::from_slice(b).ok())
+                .map(|mut p: serde_json::Value| {
+                    p["apiVersion"] = "v1".into();
+                    p["kind"] = "Pod".into();
+                    p
+                })
+                .collect();
+            let list = serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                list.to_string(),
+            )
+                .into_response()
+        }
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("pod-sync is not available: {}\n", e.message()),
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,38 @@
+//! pleg: relists the container runtime every period, turns the differences into pod
+//! lifecycle events, and keeps a timestamped status cache that pod-sync reads.
+
+mod relist;
+mod server;
+
+pub use relist::{RelistCache, diff_events};
+
+use nodeagent_config::{Config, Service};
+use nodeagent_cri::Cri;
+use nodeagent_proto::api::pleg_server::PlegServer;
+use nodeagent_transport::{Server, Shutdown};
+use std::sync::{Arc, Mutex};
+
+/// Runs pleg until `shutdown`.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let cri = Cri::connect(
+        &config.runtime_endpoint,
+        config.kubelet.runtime_request_timeout,
+    );
+    let cache = Arc::new(Mutex::new(RelistCache::default()));
+    let (events, _) = tokio::sync::broadcast::channel(4096);
+    let relister = relist::Relister::new(cri.clone(), cache.clone(), events.clone());
+    let relist_task = tokio::spawn(relister.run(config.pleg_relist_period, shutdown.clone()));
+
+    let service = server::PlegService::new(cri, cache, events, shutdown.clone());
+    let routes = tonic::service::Routes::new(PlegServer::new(service));
+    let server = Server::new(
+        config.endpoint(Service::Pleg).clone(),
+        routes,
+        &[<PlegServer<server::PlegService> as tonic::server::NamedService>::NAME],
+    );
+    let served = server.serve(shutdown.clone()).await;
+    shutdown.wait().await;
+    let _ = relist_task.await;
+    served?;
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! The relist loop: list every sandbox and container (cheap), diff against the previous
+//! relist, and read full status only for the pods that changed (expensive).
+
+use nodeagent_cri::{Cri, Status, api};
+use nodeagent_proto::api::{
+    PlegWatchResponse, PodLifecycleEvent, RuntimeContainer, RuntimePodStatus, RuntimeSandbox,
+    pleg_watch_response::Kind, pod_lifecycle_event::Type,
+};
+use nodeagent_proto::k8s::labels;
+use nodeagent_transport::Shutdown;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::broadcast;
+use tracing::Instrument;
+
+/// What the last relist saw, and the status cache.
+#[derive(Default)]
+pub struct RelistCache {
+    /// container id -> (pod uid, CRI state) as of the last relist.
+    containers: HashMap<String, (String, i32)>,
+    /// sandbox id -> (pod uid, CRI state).
+    sandboxes: HashMap<String, (String, i32)>,
+    pub pods: BTreeMap<String, RuntimePodStatus>,
+    pub revision: u64,
+    pub last_relist: Option<SystemTime>,
+    pub last_relist_duration: Duration,
+    pub last_error: Option<String>,
+}
+
+impl RelistCache {
+    pub fn snapshot(&self) -> PlegWatchResponse {
+        PlegWatchResponse {
+            kind: Some(Kind::Snapshot(nodeagent_proto::api::PlegSnapshot {
+                revision: self.revision,
+                pods: self.pods.values().cloned().collect(),
+            })),
+        }
+    }
+}
+
+/// The events that turn `old` (id -> (uid, state)) into `new`.
+pub fn diff_events(
+    old: &HashMap<String, (String, i32)>,
+    new: &HashMap<String, (String, i32)>,
+) -> Vec<(String, Type, String)> {
+    let mut events = Vec::new();
+    for (id, (uid, state)) in new {
+        let before = old.get(id).map(|(_, s)| *s);
+        let ty = match (before, *state) {
+            (Some(b), s) if b == s => continue,
+            (_, s) if s == api::ContainerState::ContainerRunning as i32 => Type::ContainerStarted,
+            (_, s) if s == api::ContainerState::ContainerExited as i32 => Type::ContainerDied,
+            _ => Type::ContainerChanged,
+        };
+        events.push((uid.clone(), ty, id.clone()));
+    }
+    for (id, (uid, _)) in old {
+        if !new.contains_key(id) {
+            events.push((uid.clone(), Type::ContainerRemoved, id.clone()));
+        }
+    }
+    events.sort();
+    events
+}
+
+pub(crate) struct Relister {
+    cri: Cri,
+    cache: Arc<Mutex<RelistCache>>,
+    events: broadcast::Sender<PlegWatchResponse>,
+}
+
+impl Relister {
+    pub fn new(
+        cri: Cri,
+        cache: Arc<Mutex<RelistCache>>,
+        events: broadcast::Sender<PlegWatchResponse>,
+    ) -> Self {
+        Self { cri, cache, events }
+    }
+
+    pub async fn run(self, period: Duration, shutdown: Shutdown) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = tick.tick() => {}
+            }
+            let started = Instant::now();
+            let result = self
+                .relist()
+                .instrument(tracing::debug_span!("relist"))
+                .await;
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.last_relist_duration = started.elapsed();
+            match result {
+                Ok(()) => {
+                    cache.last_relist = Some(SystemTime::now());
+                    cache.last_error = None;
+                }
+                Err(e) => {
+                    if cache.last_error.as_deref() != Some(e.message()) {
+                        tracing::warn!(error = %e.message(), "relist failed");
+                    }
+                    cache.last_error = Some(e.message().to_string());
+                }
+            }
+        }
+    }
+
+    async fn relist(&self) -> Result<(), Status> {
+        let sandboxes = self.cri.list_sandboxes(None).await?;
+        let containers = self.cri.list_containers(None).await?;
+        let uid_of = |l: &HashMap<String, String>| l.get(labels::POD_UID).cloned();
+        let new_containers: HashMap<String, (String, i32)> = containers
+            .iter()
+            .filter_map(|c| Some((c.id.clone(), (uid_of(&c.labels)?, c.state))))
+            .collect();
+        let new_sandboxes: HashMap<String, (String, i32)> = sandboxes
+            .iter()
+            .filter_map(|s| Some((s.id.clone(), (uid_of(&s.labels)?, s.state))))
+            .collect();
+
+        let (container_events, mut changed_pods) = {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let events = diff_events(&cache.containers, &new_containers);
+            let mut changed: HashSet<String> =
+                events.iter().map(|(uid, _, _)| uid.clone()).collect();
+            for (uid, _, _) in diff_events(&cache.sandboxes, &new_sandboxes) {
+                changed.insert(uid);
+            }
+            (events, changed)
+        };
+        // Pods that exist but were never inspected (first relist) are "changed" too.
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            for (uid, _) in new_sandboxes.values().chain(new_containers.values()) {
+                if !cache.pods.contains_key(uid) {
+                    changed_pods.insert(uid.clone());
+                }
+            }
+        }
+
+        let mut fresh = HashMap::new();
+        for uid in &changed_pods {
+            let sbs: Vec<_> = sandboxes
+                .iter()
+                .filter(|s| uid_of(&s.labels).as_ref() == Some(uid))
+                .cloned()
+                .collect();
+            let cs: Vec<_> = containers
+                .iter()
+                .filter(|c| uid_of(&c.labels).as_ref() == Some(uid))
+                .cloned()
+                .collect();
+            if sbs.is_empty() && cs.is_empty() {
+                continue; // gone entirely
+            }
+            match inspect_pod(&self.cri, uid, &sbs, &cs).await {
+                Ok(status) => {
+                    fresh.insert(uid.clone(), status);
+                }
+                // It changed again under us; the next relist catches it.
+                Err(e) => {
+                    tracing::debug!(pod.uid = %uid, error = %e.message(), "status read failed")
+                }
+            }
+        }
+
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.containers = new_containers;
+        cache.sandboxes = new_sandboxes;
+        let live: HashSet<&String> = cache
+            .containers
+            .values()
+            .chain(cache.sandboxes.values())
+            .map(|(u, _)| u)
+            .collect();
+        let gone: Vec<String> = cache
+            .pods
+            .keys()
+            .filter(|u| !live.contains(u))
+            .cloned()
+            .collect();
+        for uid in &gone {
+            cache.pods.remove(uid);
+        }
+        for (uid, status) in fresh {
+            cache.pods.insert(uid, status);
+        }
+        let mut pod_events: Vec<(String, Type, String)> = container_events;
+        for uid in changed_pods.iter().chain(gone.iter()) {
+            if !pod_events.iter().any(|(u, _, _)| u == uid) {
+                pod_events.push((uid.clone(), Type::PodSync, String::new()));
+            }
+        }
+        for (uid, ty, container_id) in pod_events {
+            cache.revision += 1;
+            let event = PodLifecycleEvent {
+                revision: cache.revision,
+                status: cache.pods.get(&uid).cloned().or_else(|| {
+                    Some(RuntimePodStatus {
+                        uid: uid.clone(),
+                        ..Default::default()
+                    })
+                }),
+                pod_uid: uid,
+                r#type: ty as i32,
+                container_id,
+                trace: None,
+            };
+            tracing::debug!(pod.uid = %event.pod_uid, event = ?ty, container.id = %event.container_id, "lifecycle event");
+            let _ = self.events.send(PlegWatchResponse {
+                kind: Some(Kind::Event(event)),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Reads the full status of one pod's sandboxes and containers.
+pub(crate) async fn inspect_pod(
+    cri: &Cri,
+    uid: &str,
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+) -> Result<RuntimePodStatus, Status> {
+    let mut status = RuntimePodStatus {
+        uid: uid.to_string(),
+        timestamp_unix_nanos: now_nanos(),
+        ..Default::default()
+    };
+    for sb in sandboxes {
+        let meta = sb.metadata.clone().unwrap_or_default();
+        if status.name.is_empty() {
+            status.name = meta.name.clone();
+            status.namespace = meta.namespace.clone();
+        }
+        let mut out = RuntimeSandbox {
+            id: sb.id.clone(),
+            state: sb.state,
+            attempt: meta.attempt,
+            created_at_unix_nanos: sb.created_at,
+            ..Default::default()
+        };
+        if sb.state == api::PodSandboxState::SandboxReady as i32 {
+            if let Ok(s) = cri.sandbox_status(&sb.id).await {
+                if let Some(net) = s.network {
+                    out.ip = net.ip;
+                    out.additional_ips = net.additional_ips.into_iter().map(|i| i.ip).collect();
+                }
+            }
+        }
+        status.sandboxes.push(out);
+    }
+    for c in containers {
+        let meta = c.metadata.clone().unwrap_or_default();
+        let mut out = RuntimeContainer {
+            id: c.id.clone(),
+            name: meta.name,
+            state: c.state,
+            attempt: meta.attempt,
+            image: c
+                .image
+                .as_ref()
+                .map(|i| i.image.clone())
+                .unwrap_or_default(),
+            image_ref: c.image_ref.clone(),
+            created_at_unix_nanos: c.created_at,
+            spec_hash: c
+                .annotations
+                .get(labels::CONTAINER_HASH)
+                .cloned()
+                .unwrap_or_default(),
+            sandbox_id: c.pod_sandbox_id.clone(),
+            ..Default::default()
+        };
+        if status.name.is_empty() {
+            status.name = c.labels.get(labels::POD_NAME).cloned().unwrap_or_default();
+            status.namespace = c
+                .labels
+                .get(labels::POD_NAMESPACE)
+                .cloned()
+                .unwrap_or_default();
+        }
+        match cri.container_status(&c.id).await {
+            Ok(resp) => {
+                if let Some(s) = resp.status {
+                    out.state = s.state;
+                    out.started_at_unix_nanos = s.started_at;
+                    out.finished_at_unix_nanos = s.finished_at;
+                    out.exit_code = s.exit_code;
+                    out.reason = s.reason;
+                    out.message = s.message;
+                    if !s.image_ref.is_empty() {
+                        out.image_ref = s.image_ref;
+                    }
+                }
+            }
+            Err(e) if nodeagent_cri::is_not_found(&e) => continue,
+            Err(e) => return Err(e),
+        }
+        status.containers.push(out);
+    }
+    Ok(status)
+}
+
+pub(crate) fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(items: &[(&str, &str, i32)]) -> HashMap<String, (String, i32)> {
+        items
+            .iter()
+            .map(|(id, uid, s)| (id.to_string(), (uid.to_string(), *s)))
+            .collect()
+    }
+
+    #[test]
+    fn diff_names_each_transition() {
+        let running = api::ContainerState::ContainerRunning as i32;
+        let exited = api::ContainerState::ContainerExited as i32;
+        let created = api::ContainerState::ContainerCreated as i32;
+        let old = m(&[
+            ("a", "p1", running),
+            ("b", "p1", running),
+            ("c", "p2", exited),
+        ]);
+        let new = m(&[
+            ("a", "p1", running),
+            ("b", "p1", exited),
+            ("d", "p2", created),
+        ]);
+        let events = diff_events(&old, &new);
+        assert_eq!(
+            events,
+            vec![
+                ("p1".into(), Type::ContainerDied, "b".into()),
+                ("p2".into(), Type::ContainerChanged, "d".into()),
+                ("p2".into(), Type::ContainerRemoved, "c".into()),
+            ]
+        );
+        assert!(diff_events(&new, &new).is_empty());
+    }
+}

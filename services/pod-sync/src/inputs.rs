@@ -1,0 +1,244 @@
+//! The streams pod-sync follows (config-source, pleg, probe) and its periodic ticks. Each
+//! stream's first message after a (re)connect is a snapshot that replaces what we held.
+
+use crate::PodSync;
+use nodeagent_proto::api::config_source_client::ConfigSourceClient;
+use nodeagent_proto::api::pod_config_update::Op;
+use nodeagent_proto::api::prober_client::ProberClient;
+use nodeagent_proto::api::{
+    PlegWatchResponse, PodConfigUpdate, ProbeResultUpdate, WatchConfigRequest, WatchPlegRequest,
+    WatchProbeResultsRequest, pleg_watch_response::Kind, probe_result::Kind as ProbeKind,
+    probe_result::Outcome,
+};
+use nodeagent_proto::k8s;
+use nodeagent_transport::{Channel, WatchEvent, watch_with_retry};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn follow_config_source(sync: Arc<PodSync>, channel: Channel) {
+    let client = ConfigSourceClient::new(channel);
+    let mut rx = watch_with_retry("config-source", sync.shutdown.clone(), move || {
+        let mut c = client.clone();
+        async move { Ok(c.watch(WatchConfigRequest {}).await?.into_inner()) }
+    });
+    while let Some(event) = rx.recv().await {
+        match event {
+            WatchEvent::Connected => tracing::info!("following config-source"),
+            WatchEvent::Disconnected(reason) => {
+                tracing::warn!(%reason, "config-source stream broken")
+            }
+            WatchEvent::Message(update) => apply_config(&sync, update),
+        }
+    }
+}
+
+fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
+    let op = update.op();
+    let mut touched = Vec::new();
+    {
+        let mut st = sync.lock();
+        st.sources_ready = update.all_sources_ready;
+        let mut pods = Vec::new();
+        for sp in &update.pods {
+            match k8s::decode_pod(&sp.pod_json) {
+                Ok(p) => pods.push(p),
+                Err(e) => {
+                    tracing::error!(source = %sp.source, pod.uid = %sp.uid, error = %e, "undecodable pod from config-source; ignored")
+                }
+            }
+        }
+        match op {
+            Op::Snapshot => {
+                let previous: Vec<String> = st.desired.keys().cloned().collect();
+                st.desired = pods
+                    .into_iter()
+                    .map(|p| (k8s::pod_uid(&p).to_string(), p))
+                    .collect();
+                st.config_synced = true;
+                tracing::info!(
+                    pods = st.desired.len(),
+                    revision = update.revision,
+                    sources_ready = update.all_sources_ready,
+                    "config snapshot"
+                );
+                touched.extend(previous);
+                touched.extend(st.all_uids());
+            }
+            Op::Add | Op::Update | Op::Reconcile => {
+                for p in pods {
+                    let uid = k8s::pod_uid(&p).to_string();
+                    tracing::info!(pod = %k8s::pod_full_name(&p), pod.uid = %uid, op = ?op, "desired pod");
+                    st.desired.insert(uid.clone(), p);
+                    touched.push(uid);
+                }
+                if op == Op::Reconcile {
+                    touched.extend(st.all_uids());
+                }
+            }
+            Op::Remove | Op::Delete => {
+                for p in pods {
+                    let uid = k8s::pod_uid(&p).to_string();
+                    tracing::info!(pod = %k8s::pod_full_name(&p), pod.uid = %uid, op = ?op, "pod no longer desired");
+                    st.desired.remove(&uid);
+                    st.terminating.insert(uid.clone(), p);
+                    touched.push(uid);
+                }
+            }
+            Op::Unspecified => {}
+        }
+        if let Some(trace) = &update.trace {
+            for uid in &touched {
+                st.pending_trace.insert(uid.clone(), trace.clone());
+            }
+        }
+    }
+    for uid in touched {
+        sync.trigger(&uid);
+    }
+}
+
+pub async fn follow_pleg(sync: Arc<PodSync>) {
+    let client = sync.pleg.clone();
+    let mut rx = watch_with_retry("pleg", sync.shutdown.clone(), move || {
+        let mut c = client.clone();
+        async move { Ok(c.watch(WatchPlegRequest {}).await?.into_inner()) }
+    });
+    while let Some(event) = rx.recv().await {
+        match event {
+            WatchEvent::Connected => tracing::info!("following pleg"),
+            WatchEvent::Disconnected(reason) => tracing::warn!(%reason, "pleg stream broken"),
+            WatchEvent::Message(PlegWatchResponse {
+                kind: Some(Kind::Snapshot(snap)),
+            }) => {
+                {
+                    let mut st = sync.lock();
+                    st.runtime = snap.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+                    st.pleg_synced = true;
+                    tracing::info!(
+                        pods = st.runtime.len(),
+                        revision = snap.revision,
+                        "runtime snapshot"
+                    );
+                }
+                sync.trigger_all();
+            }
+            WatchEvent::Message(PlegWatchResponse {
+                kind: Some(Kind::Event(ev)),
+            }) => {
+                {
+                    let mut st = sync.lock();
+                    match ev.status {
+                        Some(s) if !s.sandboxes.is_empty() || !s.containers.is_empty() => {
+                            st.runtime.insert(ev.pod_uid.clone(), s);
+                        }
+                        _ => {
+                            st.runtime.remove(&ev.pod_uid);
+                        }
+                    }
+                }
+                sync.trigger(&ev.pod_uid);
+            }
+            WatchEvent::Message(_) => {}
+        }
+    }
+}
+
+pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel) {
+    let client = ProberClient::new(channel);
+    let mut rx = watch_with_retry("probe", sync.shutdown.clone(), move || {
+        let mut c = client.clone();
+        async move { Ok(c.watch(WatchProbeResultsRequest {}).await?.into_inner()) }
+    });
+    while let Some(event) = rx.recv().await {
+        match event {
+            WatchEvent::Connected => tracing::info!("following probe"),
+            WatchEvent::Disconnected(reason) => tracing::debug!(%reason, "probe stream broken"),
+            WatchEvent::Message(update) => apply_probe(&sync, update),
+        }
+    }
+}
+
+fn apply_probe(sync: &Arc<PodSync>, update: ProbeResultUpdate) {
+    let mut touched = Vec::new();
+    {
+        let mut st = sync.lock();
+        if update.snapshot {
+            st.readiness.clear();
+            touched.extend(st.desired.keys().cloned());
+        }
+        for r in update.results {
+            if r.kind() == ProbeKind::Readiness {
+                st.readiness
+                    .insert(r.container_id.clone(), r.outcome() == Outcome::Success);
+                touched.push(r.pod_uid.clone());
+            }
+        }
+    }
+    touched.sort();
+    touched.dedup();
+    for uid in touched {
+        sync.trigger(&uid);
+    }
+}
+
+/// The periodic resync of every pod, and housekeeping: pods that no source wants and
+/// volumes that no pod owns are cleaned up (only once all sources are ready).
+pub async fn ticks(sync: Arc<PodSync>, resync: Duration, housekeeping: Duration) {
+    let mut resync_tick = tokio::time::interval(resync);
+    let mut housekeeping_tick = tokio::time::interval(housekeeping);
+    resync_tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = sync.shutdown.wait() => return,
+            _ = resync_tick.tick() => sync.trigger_all(),
+            _ = housekeeping_tick.tick() => housekeep(&sync).await,
+        }
+    }
+}
+
+async fn housekeep(sync: &Arc<PodSync>) {
+    let (orphans, ready) = {
+        let st = sync.lock();
+        let ready = st.config_synced && st.sources_ready && st.pleg_synced;
+        let orphans: Vec<String> = st
+            .runtime
+            .keys()
+            .filter(|u| !st.desired.contains_key(*u))
+            .cloned()
+            .collect();
+        (orphans, ready)
+    };
+    if !ready {
+        return;
+    }
+    for uid in orphans {
+        sync.trigger(&uid);
+    }
+    // Volumes left by a pod that is neither desired nor running (e.g. pod-sync died
+    // between stopping a pod and releasing its volumes).
+    let mut volume = sync.volume.clone();
+    let Ok(found) = volume
+        .list(nodeagent_proto::api::ListVolumesRequest {})
+        .await
+    else {
+        return;
+    };
+    let mut uids: Vec<String> = found
+        .into_inner()
+        .volumes
+        .into_iter()
+        .map(|v| v.pod_uid)
+        .collect();
+    uids.sort();
+    uids.dedup();
+    let stale: Vec<String> = {
+        let st = sync.lock();
+        uids.into_iter()
+            .filter(|u| !st.desired.contains_key(u) && !st.runtime.contains_key(u))
+            .collect()
+    };
+    for uid in stale {
+        tracing::info!(pod.uid = %uid, "cleaning up orphaned pod volumes");
+        sync.trigger(&uid);
+    }
+}

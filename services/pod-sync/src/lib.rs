@@ -1,0 +1,146 @@
+//! pod-sync: the sync loop. One worker per pod drives the runtime toward the desired pod
+//! (sandbox, images, containers, restarts, termination) and publishes the pod's status.
+//! Inputs: config-source (desired pods), pleg (runtime events and status), probe
+//! (readiness), and the periodic resync and housekeeping ticks.
+
+mod cgroups;
+mod expansion;
+mod inputs;
+mod kill;
+mod quantity;
+mod runtime_spec;
+mod server;
+mod state;
+mod status;
+mod sync;
+mod workers;
+
+pub use cgroups::{QosClass, qos_class};
+
+use nodeagent_config::{Config, Service};
+use nodeagent_cri::Cri;
+use nodeagent_proto::api::PodStatusUpdate;
+use nodeagent_proto::api::pleg_client::PlegClient;
+use nodeagent_proto::api::pod_sync_server::PodSyncServer;
+use nodeagent_proto::api::volume_client::VolumeClient;
+use nodeagent_transport::{Channel, Server, Shutdown};
+use runtime_spec::NodeContext;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, broadcast, mpsc};
+
+/// How many pod workers may talk to the runtime at once (the runtime dominates; ≈4 on
+/// two cores measured best).
+const PARALLEL_WORKERS: usize = 4;
+/// Upstream housekeeping period.
+const HOUSEKEEPING: Duration = Duration::from_secs(2);
+
+/// Everything a pod worker needs; shared by all of them.
+pub struct PodSync {
+    cri: Cri,
+    volume: VolumeClient<Channel>,
+    pleg: PlegClient<Channel>,
+    node: NodeContext,
+    state: Mutex<State>,
+    workers: Mutex<HashMap<String, mpsc::Sender<()>>>,
+    permits: Semaphore,
+    status_tx: broadcast::Sender<PodStatusUpdate>,
+    cgroup_fs: std::path::PathBuf,
+    shutdown: Shutdown,
+}
+
+use state::State;
+
+impl PodSync {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs pod-sync until `shutdown`.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let cri = Cri::connect(
+        &config.runtime_endpoint,
+        config.kubelet.runtime_request_timeout,
+    );
+    let host_ip = host_ip();
+    tracing::info!(%host_ip, "node address");
+    let (status_tx, _) = broadcast::channel(4096);
+    let sync = Arc::new(PodSync {
+        cri,
+        volume: VolumeClient::new(nodeagent_transport::connect(
+            config.endpoint(Service::Volume),
+        )),
+        pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg))),
+        node: NodeContext {
+            node_name: config.node_name.clone(),
+            pod_logs_dir: config.kubelet.pod_logs_dir.clone(),
+            cgroups_per_qos: config.kubelet.cgroups_per_qos,
+            cgroup_root: config.kubelet.cgroup_root.clone(),
+            cluster_dns: config.kubelet.cluster_dns.clone(),
+            cluster_domain: config.kubelet.cluster_domain.clone(),
+            resolv_conf: config.kubelet.resolv_conf.clone(),
+            host_ip,
+        },
+        state: Mutex::new(State::default()),
+        workers: Mutex::new(HashMap::new()),
+        permits: Semaphore::new(PARALLEL_WORKERS),
+        status_tx,
+        cgroup_fs: "/sys/fs/cgroup".into(),
+        shutdown: shutdown.clone(),
+    });
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(inputs::follow_config_source(
+        sync.clone(),
+        nodeagent_transport::connect(config.endpoint(Service::ConfigSource)),
+    ));
+    tasks.spawn(inputs::follow_pleg(sync.clone()));
+    tasks.spawn(inputs::follow_probe(
+        sync.clone(),
+        nodeagent_transport::connect(config.endpoint(Service::Probe)),
+    ));
+    tasks.spawn(inputs::ticks(
+        sync.clone(),
+        config.kubelet.sync_frequency,
+        HOUSEKEEPING,
+    ));
+
+    let service = server::PodSyncService { sync: sync.clone() };
+    let server = Server::new(
+        config.endpoint(Service::PodSync).clone(),
+        tonic::service::Routes::new(PodSyncServer::new(service)),
+        &[<PodSyncServer<server::PodSyncService> as tonic::server::NamedService>::NAME],
+    );
+    let served = server.serve(shutdown.clone()).await;
+    shutdown.wait().await;
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    served?;
+    Ok(())
+}
+
+/// The node's primary address: the first global IPv4 address on an interface that is not
+/// loopback or a container bridge.
+fn host_ip() -> String {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return String::new();
+    };
+    for a in addrs {
+        let name = a.interface_name.as_str();
+        if name == "lo"
+            || name.starts_with("docker")
+            || name.starts_with("veth")
+            || name.starts_with("nodeagent")
+            || name.starts_with("cni")
+            || name.starts_with("br-")
+        {
+            continue;
+        }
+        if let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return ip.ip().to_string();
+        }
+    }
+    String::new()
+}

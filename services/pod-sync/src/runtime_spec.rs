@@ -1,0 +1,505 @@
+//! Builds the CRI sandbox and container configs from a Pod, with the labels and
+//! annotations upstream puts on them so that a restarted pod-sync (or crictl) recognises
+//! every object.
+
+use crate::expansion::expand;
+use crate::quantity;
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use nodeagent_proto::cri::{
+    Capability, ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, KeyValue,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol,
+};
+use nodeagent_proto::k8s::{self, labels};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Node facts the specs need.
+#[derive(Debug, Clone)]
+pub struct NodeContext {
+    pub node_name: String,
+    pub pod_logs_dir: PathBuf,
+    pub cgroups_per_qos: bool,
+    pub cgroup_root: String,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    pub resolv_conf: PathBuf,
+    pub host_ip: String,
+}
+
+/// `/var/log/pods/<namespace>_<name>_<uid>`.
+pub fn pod_log_dir(logs_dir: &Path, pod: &Pod) -> PathBuf {
+    logs_dir.join(format!(
+        "{}_{}_{}",
+        k8s::pod_namespace(pod),
+        k8s::pod_name(pod),
+        k8s::pod_uid(pod)
+    ))
+}
+
+/// Hash of a container's spec; a running container whose hash differs is replaced.
+pub fn container_hash(c: &Container) -> String {
+    let digest = Sha256::digest(serde_json::to_vec(c).unwrap_or_default());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn pod_labels(pod: &Pod) -> HashMap<String, String> {
+    let mut l: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    l.insert(labels::POD_NAME.into(), k8s::pod_name(pod).into());
+    l.insert(labels::POD_NAMESPACE.into(), k8s::pod_namespace(pod).into());
+    l.insert(labels::POD_UID.into(), k8s::pod_uid(pod).into());
+    l
+}
+
+fn namespace_options(pod: &Pod) -> NamespaceOption {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mode = |host: Option<bool>, shared: NamespaceMode| {
+        if host.unwrap_or(false) {
+            NamespaceMode::Node as i32
+        } else {
+            shared as i32
+        }
+    };
+    let pid_shared = if spec.share_process_namespace.unwrap_or(false) {
+        NamespaceMode::Pod
+    } else {
+        NamespaceMode::Container
+    };
+    NamespaceOption {
+        network: mode(spec.host_network, NamespaceMode::Pod),
+        pid: mode(spec.host_pid, pid_shared),
+        ipc: mode(spec.host_ipc, NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> PodSandboxConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let host_network = spec.host_network.unwrap_or(false);
+    let hostname = if host_network {
+        String::new()
+    } else {
+        let mut h = spec
+            .hostname
+            .clone()
+            .unwrap_or_else(|| k8s::pod_name(pod).to_string());
+        h.truncate(63);
+        h.trim_end_matches(['-', '.']).to_string()
+    };
+    let port_mappings = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.unwrap_or(0) > 0)
+        .map(|p| PortMapping {
+            protocol: match p.protocol.as_deref() {
+                Some("UDP") => Protocol::Udp as i32,
+                Some("SCTP") => Protocol::Sctp as i32,
+                _ => Protocol::Tcp as i32,
+            },
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect();
+    let cgroup_parent =
+        crate::cgroups::pod_cgroup_parent(pod, node.cgroups_per_qos, &node.cgroup_root)
+            .unwrap_or_default();
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: k8s::pod_name(pod).into(),
+            uid: k8s::pod_uid(pod).into(),
+            namespace: k8s::pod_namespace(pod).into(),
+            attempt,
+        }),
+        hostname,
+        log_directory: pod_log_dir(&node.pod_logs_dir, pod)
+            .to_string_lossy()
+            .into_owned(),
+        dns_config: Some(dns_config(pod, node)),
+        port_mappings,
+        labels: pod_labels(pod),
+        annotations: pod
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent,
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged: spec.containers.iter().any(|c| {
+                    c.security_context
+                        .as_ref()
+                        .and_then(|s| s.privileged)
+                        .unwrap_or(false)
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// DNS as upstream `dns.GetPodDNS`: ClusterFirst (falls back to the host's resolv.conf
+/// when no clusterDNS is configured), Default, None, plus `dnsConfig`.
+fn dns_config(pod: &Pod, node: &NodeContext) -> DnsConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let host = read_resolv_conf(&node.resolv_conf);
+    let mut policy = spec
+        .dns_policy
+        .clone()
+        .unwrap_or_else(|| "ClusterFirst".into());
+    if policy == "ClusterFirstWithHostNet" {
+        policy = "ClusterFirst".into();
+    } else if policy == "ClusterFirst" && spec.host_network.unwrap_or(false) {
+        policy = "Default".into();
+    }
+    let mut cfg = match policy.as_str() {
+        "None" => DnsConfig::default(),
+        "ClusterFirst" if !node.cluster_dns.is_empty() => {
+            let ns = k8s::pod_namespace(pod);
+            let d = &node.cluster_domain;
+            let mut searches = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
+            searches.extend(host.searches.clone());
+            DnsConfig {
+                servers: node.cluster_dns.clone(),
+                searches,
+                options: vec!["ndots:5".into()],
+            }
+        }
+        _ => host,
+    };
+    if let Some(extra) = &spec.dns_config {
+        cfg.servers
+            .extend(extra.nameservers.clone().unwrap_or_default());
+        cfg.searches
+            .extend(extra.searches.clone().unwrap_or_default());
+        for o in extra.options.clone().unwrap_or_default() {
+            let opt = match o.value {
+                Some(v) => format!("{}:{v}", o.name.unwrap_or_default()),
+                None => o.name.unwrap_or_default(),
+            };
+            cfg.options
+                .retain(|x| x.split(':').next() != opt.split(':').next());
+            cfg.options.push(opt);
+        }
+    }
+    cfg
+}
+
+fn read_resolv_conf(path: &Path) -> DnsConfig {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut cfg = DnsConfig::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("nameserver") => cfg.servers.extend(words.next().map(String::from)),
+            Some("search") | Some("domain") => cfg.searches.extend(words.map(String::from)),
+            Some("options") => cfg.options.extend(words.map(String::from)),
+            _ => {}
+        }
+    }
+    cfg
+}
+
+/// The value a `fieldRef` names, for the fields upstream supports in env.
+fn field_ref(pod: &Pod, path: &str, node: &NodeContext, pod_ip: &str) -> Option<String> {
+    let meta = &pod.metadata;
+    let lookup = |map: &Option<BTreeMap<String, String>>, key: &str| {
+        map.as_ref().and_then(|m| m.get(key).cloned())
+    };
+    if let Some(key) = path
+        .strip_prefix("metadata.labels['")
+        .and_then(|k| k.strip_suffix("']"))
+    {
+        return lookup(&meta.labels, key);
+    }
+    if let Some(key) = path
+        .strip_prefix("metadata.annotations['")
+        .and_then(|k| k.strip_suffix("']"))
+    {
+        return lookup(&meta.annotations, key);
+    }
+    let spec = pod.spec.clone().unwrap_or_default();
+    Some(match path {
+        "metadata.name" => k8s::pod_name(pod).into(),
+        "metadata.namespace" => k8s::pod_namespace(pod).into(),
+        "metadata.uid" => k8s::pod_uid(pod).into(),
+        "spec.nodeName" => spec.node_name.unwrap_or_else(|| node.node_name.clone()),
+        "spec.serviceAccountName" => spec.service_account_name.unwrap_or_default(),
+        "status.hostIP" | "status.hostIPs" => node.host_ip.clone(),
+        "status.podIP" | "status.podIPs" => pod_ip.to_string(),
+        _ => return None,
+    })
+}
+
+fn resource_field_ref(c: &Container, resource: &str, divisor: Option<&str>) -> Option<String> {
+    let res = c.resources.clone().unwrap_or_default();
+    let (kind, name) = resource.split_once('.')?;
+    let map = if kind == "limits" {
+        res.limits
+    } else {
+        res.requests
+    };
+    let q = map.unwrap_or_default().get(name).map(|q| q.0.clone());
+    let is_cpu = name == "cpu";
+    // Without a limit upstream reports the node's allocatable; we report 0 (documented gap).
+    let q = q.unwrap_or_else(|| "0".into());
+    let value = if is_cpu {
+        let div = divisor
+            .and_then(quantity::cpu_millis)
+            .filter(|d| *d > 0)
+            .unwrap_or(1000);
+        let m = quantity::cpu_millis(&q)?;
+        (m + div - 1) / div
+    } else {
+        let div = divisor
+            .and_then(quantity::bytes)
+            .filter(|d| *d > 0)
+            .unwrap_or(1);
+        let b = quantity::bytes(&q)?;
+        (b + div - 1) / div
+    };
+    Some(value.to_string())
+}
+
+/// The container's environment, in order, with `$(VAR)` expanded against earlier entries.
+pub fn container_env(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+    pod_ip: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let mut vars: HashMap<String, String> = HashMap::new();
+    let mut out = Vec::new();
+    for EnvVar {
+        name,
+        value,
+        value_from,
+    } in c.env.clone().unwrap_or_default()
+    {
+        let v = match (value, value_from) {
+            (Some(v), _) => expand(&v, &vars),
+            (None, Some(from)) => {
+                if let Some(f) = from.field_ref {
+                    field_ref(pod, &f.field_path, node, pod_ip).ok_or_else(|| {
+                        format!("env {name:?}: unsupported fieldRef {:?}", f.field_path)
+                    })?
+                } else if let Some(r) = from.resource_field_ref {
+                    resource_field_ref(c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))
+                        .ok_or_else(|| {
+                            format!(
+                                "env {name:?}: unsupported resourceFieldRef {:?}",
+                                r.resource
+                            )
+                        })?
+                } else if from.config_map_key_ref.is_some() || from.secret_key_ref.is_some() {
+                    return Err(format!(
+                        "env {name:?}: configMapKeyRef and secretKeyRef need an API server connection, which this node does not have"
+                    ));
+                } else {
+                    String::new()
+                }
+            }
+            (None, None) => String::new(),
+        };
+        vars.insert(name.clone(), v.clone());
+        out.retain(|(n, _): &(String, String)| n != &name);
+        out.push((name, v));
+    }
+    Ok(out)
+}
+
+/// Everything `CreateContainer` needs besides the sandbox.
+pub struct ContainerInputs<'a> {
+    pub pod: &'a Pod,
+    pub container: &'a Container,
+    pub attempt: u32,
+    pub volumes: &'a HashMap<String, String>,
+    pub pod_ip: &'a str,
+    pub node: &'a NodeContext,
+}
+
+pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, String> {
+    let c = i.container;
+    let env = container_env(i.pod, c, i.node, i.pod_ip)?;
+    let vars: HashMap<String, String> = env.iter().cloned().collect();
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.clone().unwrap_or_default() {
+        let host = i.volumes.get(&m.name).ok_or_else(|| {
+            format!(
+                "volumeMount {:?}: the pod has no volume of that name",
+                m.name
+            )
+        })?;
+        let mut host_path = PathBuf::from(host);
+        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            if sub.starts_with('/') || sub.split('/').any(|p| p == "..") {
+                return Err(format!("volumeMount {:?}: invalid subPath {sub:?}", m.name));
+            }
+            host_path = host_path.join(sub);
+            std::fs::create_dir_all(&host_path).map_err(|e| format!("subPath {sub:?}: {e}"))?;
+        }
+        mounts.push(Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host_path.to_string_lossy().into_owned(),
+            readonly: m.read_only.unwrap_or(false),
+            propagation: match m.mount_propagation.as_deref() {
+                Some("HostToContainer") => 2,
+                Some("Bidirectional") => 1,
+                _ => 0,
+            },
+            ..Default::default()
+        });
+    }
+    let mut labels_map = HashMap::from([
+        (
+            labels::POD_NAME.to_string(),
+            k8s::pod_name(i.pod).to_string(),
+        ),
+        (
+            labels::POD_NAMESPACE.to_string(),
+            k8s::pod_namespace(i.pod).to_string(),
+        ),
+        (labels::POD_UID.to_string(), k8s::pod_uid(i.pod).to_string()),
+        (labels::CONTAINER_NAME.to_string(), c.name.clone()),
+    ]);
+    labels_map.insert(labels::KUBERNETES_MANAGED.into(), "nodeagent".into());
+    let spec = i.pod.spec.clone().unwrap_or_default();
+    let annotations = HashMap::from([
+        (labels::CONTAINER_HASH.to_string(), container_hash(c)),
+        (
+            labels::CONTAINER_RESTART_COUNT.to_string(),
+            i.attempt.to_string(),
+        ),
+        (
+            labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_string(),
+            c.termination_message_path.clone().unwrap_or_default(),
+        ),
+        (
+            labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+            c.termination_message_policy.clone().unwrap_or_default(),
+        ),
+        (
+            labels::POD_TERMINATION_GRACE_PERIOD.to_string(),
+            spec.termination_grace_period_seconds
+                .unwrap_or(30)
+                .to_string(),
+        ),
+    ]);
+    Ok(ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: c.name.clone(),
+            attempt: i.attempt,
+        }),
+        image: Some(ImageSpec {
+            image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: c
+            .command
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| expand(s, &vars))
+            .collect(),
+        args: c
+            .args
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| expand(s, &vars))
+            .collect(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: env
+            .into_iter()
+            .map(|(key, value)| KeyValue { key, value })
+            .collect(),
+        mounts,
+        labels: labels_map,
+        annotations,
+        log_path: format!("{}/{}.log", c.name, i.attempt),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(LinuxContainerConfig {
+            resources: Some(linux_resources(c)),
+            security_context: Some(security_context(i.pod, c)),
+        }),
+        ..Default::default()
+    })
+}
+
+/// CPU shares from the request, CFS quota from the limit, memory limit (upstream
+/// `generateLinuxContainerResources` with the cgroupfs driver).
+pub fn linux_resources(c: &Container) -> LinuxContainerResources {
+    let res = c.resources.clone().unwrap_or_default();
+    let limits = res.limits.unwrap_or_default();
+    let requests = res.requests.unwrap_or_default();
+    let cpu_limit = limits.get("cpu").and_then(|q| quantity::cpu_millis(&q.0));
+    let cpu_request = requests
+        .get("cpu")
+        .and_then(|q| quantity::cpu_millis(&q.0))
+        .or(cpu_limit);
+    let memory_limit = limits
+        .get("memory")
+        .and_then(|q| quantity::bytes(&q.0))
+        .unwrap_or(0);
+    const PERIOD: i64 = 100_000;
+    LinuxContainerResources {
+        cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2),
+        cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
+        cpu_quota: cpu_limit
+            .map(|m| (m * PERIOD / 1000).max(1000))
+            .unwrap_or(0),
+        memory_limit_in_bytes: memory_limit,
+        oom_score_adj: 0,
+        ..Default::default()
+    }
+}
+
+fn security_context(pod: &Pod, c: &Container) -> LinuxContainerSecurityContext {
+    let pod_sc = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.clone())
+        .unwrap_or_default();
+    let sc = c.security_context.clone().unwrap_or_default();
+    let caps = sc.capabilities.clone().unwrap_or_default();
+    LinuxContainerSecurityContext {
+        capabilities: Some(Capability {
+            add_capabilities: caps.add.unwrap_or_default(),
+            drop_capabilities: caps.drop.unwrap_or_default(),
+            ..Default::default()
+        }),
+        privileged: sc.privileged.unwrap_or(false),
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: sc
+            .run_as_user
+            .or(pod_sc.run_as_user)
+            .map(|value| nodeagent_proto::cri::Int64Value { value }),
+        run_as_group: sc
+            .run_as_group
+            .or(pod_sc.run_as_group)
+            .map(|value| nodeagent_proto::cri::Int64Value { value }),
+        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+        supplemental_groups: pod_sc.supplemental_groups.unwrap_or_default(),
+        no_new_privs: sc.allow_privilege_escalation == Some(false),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,128 @@
+use super::*;
+
+fn node() -> NodeContext {
+    NodeContext {
+        node_name: "n1".into(),
+        pod_logs_dir: "/var/log/pods".into(),
+        cgroups_per_qos: true,
+        cgroup_root: "/".into(),
+        cluster_dns: vec![],
+        cluster_domain: String::new(),
+        resolv_conf: "/nonexistent".into(),
+        host_ip: "192.0.2.1".into(),
+    }
+}
+
+fn pod() -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "labels": {"app": "web"}},
+        "spec": {"containers": [{
+            "name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", "echo $(GREETING) $(POD_NAME)"],
+            "env": [
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "GREETING", "value": "hi-$(POD_NAME)"},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}
+            ],
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "ports": [{"containerPort": 80, "hostPort": 8080}]
+        }]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn env_is_resolved_and_expanded_in_order() {
+    let p = pod();
+    let env = container_env(
+        &p,
+        &p.spec.as_ref().unwrap().containers[0],
+        &node(),
+        "10.0.0.1",
+    )
+    .unwrap();
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(get("POD_NAME"), "web");
+    assert_eq!(get("GREETING"), "hi-web");
+    assert_eq!(get("NODE"), "n1");
+    assert_eq!(get("APP"), "web");
+    assert_eq!(get("MEM"), "64");
+}
+
+#[test]
+fn container_config_carries_upstream_labels_and_resources() {
+    let p = pod();
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let volumes = HashMap::from([(
+        "data".to_string(),
+        "/var/lib/kubelet/pods/u1/volumes/x/data".to_string(),
+    )]);
+    let node = node();
+    let cfg = container_config(ContainerInputs {
+        pod: &p,
+        container: c,
+        attempt: 2,
+        volumes: &volumes,
+        pod_ip: "",
+        node: &node,
+    })
+    .unwrap();
+    assert_eq!(cfg.command, vec!["sh", "-c", "echo hi-web web"]);
+    assert_eq!(cfg.labels[labels::POD_UID], "u1");
+    assert_eq!(cfg.labels[labels::CONTAINER_NAME], "c");
+    assert_eq!(cfg.annotations[labels::CONTAINER_HASH], container_hash(c));
+    assert_eq!(cfg.log_path, "c/2.log");
+    assert_eq!(cfg.mounts[0].container_path, "/data");
+    let r = cfg.linux.unwrap().resources.unwrap();
+    assert_eq!(
+        (r.cpu_quota, r.cpu_period, r.cpu_shares),
+        (50_000, 100_000, 512)
+    );
+    assert_eq!(r.memory_limit_in_bytes, 64 << 20);
+}
+
+#[test]
+fn missing_volume_is_a_config_error() {
+    let p = pod();
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let node = node();
+    let err = container_config(ContainerInputs {
+        pod: &p,
+        container: c,
+        attempt: 0,
+        volumes: &HashMap::new(),
+        pod_ip: "",
+        node: &node,
+    })
+    .unwrap_err();
+    assert!(err.contains("no volume of that name"), "{err}");
+}
+
+#[test]
+fn sandbox_config_names_the_pod_and_its_ports() {
+    let p = pod();
+    let cfg = sandbox_config(&p, 1, &node());
+    let meta = cfg.metadata.unwrap();
+    assert_eq!(
+        (
+            meta.name.as_str(),
+            meta.namespace.as_str(),
+            meta.uid.as_str(),
+            meta.attempt
+        ),
+        ("web", "ns", "u1", 1)
+    );
+    assert_eq!(cfg.hostname, "web");
+    assert_eq!(cfg.log_directory, "/var/log/pods/ns_web_u1");
+    assert_eq!(cfg.port_mappings[0].host_port, 8080);
+    assert_eq!(cfg.labels["app"], "web");
+    assert_eq!(cfg.linux.unwrap().cgroup_parent, "/kubepods/podu1");
+}

@@ -1,0 +1,93 @@
+//! pod-sync's gRPC API and status publication (the status manager's local half).
+
+use crate::PodSync;
+use crate::status::{StatusInputs, compute};
+use nodeagent_proto::api::{
+    ListPodsRequest, ListPodsResponse, PodStatusUpdate, WatchPodStatusRequest,
+    pod_sync_server::PodSync as PodSyncApi,
+};
+use nodeagent_proto::k8s;
+use nodeagent_transport::{WatchStream, snapshot_then_deltas};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub struct PodSyncService {
+    pub sync: Arc<PodSync>,
+}
+
+impl PodSync {
+    /// Recomputes one pod's status and, when it changed, tells the watchers.
+    pub(crate) async fn publish_status(&self, uid: &str) {
+        let mut st = self.lock();
+        let Some(pod) = st.desired.get(uid).cloned() else {
+            return;
+        };
+        let empty = HashMap::new();
+        let waiting = st.waiting.get(uid).unwrap_or(&empty);
+        let previous = st.statuses.get(uid).and_then(|p| p.status.clone());
+        let status = compute(
+            &StatusInputs {
+                pod: &pod,
+                runtime: st.runtime.get(uid),
+                readiness: &st.readiness,
+                waiting,
+                host_ip: &self.node.host_ip,
+            },
+            previous.as_ref(),
+        );
+        if previous.as_ref() == Some(&status) {
+            return;
+        }
+        let mut with_status = pod;
+        with_status.status = Some(status);
+        st.status_revision += 1;
+        let update = PodStatusUpdate {
+            revision: st.status_revision,
+            snapshot: false,
+            pods_json: vec![k8s::encode_pod(&with_status)],
+            removed_uids: Vec::new(),
+            trace: nodeagent_telemetry::current_trace_context(),
+        };
+        st.statuses.insert(uid.to_string(), with_status);
+        let _ = self.status_tx.send(update);
+    }
+}
+
+#[tonic::async_trait]
+impl PodSyncApi for PodSyncService {
+    async fn list_pods(
+        &self,
+        _r: Request<ListPodsRequest>,
+    ) -> Result<Response<ListPodsResponse>, Status> {
+        let st = self.sync.lock();
+        Ok(Response::new(ListPodsResponse {
+            revision: st.status_revision,
+            pods_json: st.statuses.values().map(k8s::encode_pod).collect(),
+        }))
+    }
+
+    type WatchPodStatusStream = WatchStream<PodStatusUpdate>;
+
+    async fn watch_pod_status(
+        &self,
+        _r: Request<WatchPodStatusRequest>,
+    ) -> Result<Response<Self::WatchPodStatusStream>, Status> {
+        let (snapshot, rx) = {
+            let st = self.sync.lock();
+            let snapshot = PodStatusUpdate {
+                revision: st.status_revision,
+                snapshot: true,
+                pods_json: st.statuses.values().map(k8s::encode_pod).collect(),
+                removed_uids: Vec::new(),
+                trace: None,
+            };
+            (snapshot, self.sync.status_tx.subscribe())
+        };
+        Ok(Response::new(snapshot_then_deltas(
+            snapshot,
+            rx,
+            self.sync.shutdown.clone(),
+        )))
+    }
+}

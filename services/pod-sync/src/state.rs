@@ -1,0 +1,59 @@
+//! What pod-sync knows at any moment. None of it is a source of truth: the desired pods
+//! come from config-source's snapshot, the actual state from pleg's, and both are
+//! replaced wholesale when their streams reconnect.
+
+use crate::status::Waiting;
+use k8s_openapi::api::core::v1::Pod;
+use nodeagent_proto::api::RuntimePodStatus;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+#[derive(Default)]
+pub struct State {
+    /// uid -> desired pod.
+    pub desired: HashMap<String, Pod>,
+    /// uid -> pod that a source removed or deleted, kept until it is terminated (for its
+    /// name and grace period).
+    pub terminating: HashMap<String, Pod>,
+    /// A config-source snapshot has been received.
+    pub config_synced: bool,
+    /// Every configured source has delivered its first list: a runtime pod that no
+    /// source wants may now be removed.
+    pub sources_ready: bool,
+    /// uid -> the runtime's view, from pleg.
+    pub runtime: HashMap<String, RuntimePodStatus>,
+    /// A pleg snapshot has been received.
+    pub pleg_synced: bool,
+    /// container id -> ready (readiness probe result).
+    pub readiness: HashMap<String, bool>,
+    /// uid -> container name -> why it waits (image pull errors, back-off, ...).
+    pub waiting: HashMap<String, HashMap<String, Waiting>>,
+    /// uid -> when our last CRI action on the pod finished (unix nanos); we never act on
+    /// a runtime status older than that.
+    pub last_action: HashMap<String, i64>,
+    /// uid -> pod with its computed status, as served to node-status and http-server.
+    pub statuses: BTreeMap<String, Pod>,
+    /// uid -> trace context of the change that last touched the pod; the next sync of
+    /// the pod joins that trace.
+    pub pending_trace: HashMap<String, nodeagent_proto::api::TraceContext>,
+    pub status_revision: u64,
+}
+
+impl State {
+    /// Every pod uid anyone knows of.
+    pub fn all_uids(&self) -> HashSet<String> {
+        self.desired
+            .keys()
+            .chain(self.runtime.keys())
+            .chain(self.terminating.keys())
+            .chain(self.statuses.keys())
+            .chain(self.pending_trace.keys())
+            .cloned()
+            .collect()
+    }
+
+    /// A pod no source wants may be torn down only once we know the sources' full set.
+    pub fn may_remove(&self, uid: &str) -> bool {
+        !self.desired.contains_key(uid)
+            && (self.terminating.contains_key(uid) || (self.config_synced && self.sources_ready))
+    }
+}

@@ -1,0 +1,152 @@
+use super::*;
+use nodeagent_proto::api::RuntimeSandbox;
+
+fn pod(policy: &str, probe: bool) -> Pod {
+    let mut c = serde_json::json!({"name": "c", "image": "busybox:1.36"});
+    if probe {
+        c["readinessProbe"] = serde_json::json!({"exec": {"command": ["true"]}});
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {"restartPolicy": policy, "containers": [c]}
+    }))
+    .unwrap()
+}
+
+fn runtime(state: cri::ContainerState, exit: i32) -> RuntimePodStatus {
+    RuntimePodStatus {
+        uid: "u1".into(),
+        sandboxes: vec![RuntimeSandbox {
+            id: "s1".into(),
+            state: 0,
+            ip: "10.88.0.5".into(),
+            created_at_unix_nanos: 1_000_000_000,
+            ..Default::default()
+        }],
+        containers: vec![RuntimeContainer {
+            id: "c1".into(),
+            name: "c".into(),
+            state: state as i32,
+            exit_code: exit,
+            started_at_unix_nanos: 2_000_000_000,
+            finished_at_unix_nanos: if state == cri::ContainerState::ContainerExited {
+                3_000_000_000
+            } else {
+                0
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn compute_for(
+    pod: &Pod,
+    rt: Option<&RuntimePodStatus>,
+    readiness: &HashMap<String, bool>,
+) -> PodStatus {
+    compute(
+        &StatusInputs {
+            pod,
+            runtime: rt,
+            readiness,
+            waiting: &HashMap::new(),
+            host_ip: "192.0.2.1",
+        },
+        None,
+    )
+}
+
+fn cond(s: &PodStatus, t: &str) -> String {
+    s.conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == t)
+        .unwrap()
+        .status
+        .clone()
+}
+
+#[test]
+fn running_container_makes_a_ready_running_pod() {
+    let p = pod("Always", false);
+    let rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
+    assert_eq!(cond(&s, "Ready"), "True");
+    assert_eq!(cond(&s, "PodReadyToStartContainers"), "True");
+    let cs = &s.container_statuses.unwrap()[0];
+    assert_eq!(cs.container_id.as_deref(), Some("containerd://c1"));
+    assert!(cs.ready);
+    assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+}
+
+#[test]
+fn readiness_probe_gates_ready() {
+    let p = pod("Always", true);
+    let rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(cond(&s, "Ready"), "False");
+    let s = compute_for(&p, Some(&rt), &HashMap::from([("c1".to_string(), true)]));
+    assert_eq!(cond(&s, "Ready"), "True");
+}
+
+#[test]
+fn phases_follow_restart_policy() {
+    let exited0 = runtime(cri::ContainerState::ContainerExited, 0);
+    let exited1 = runtime(cri::ContainerState::ContainerExited, 1);
+    let phase = |policy: &str, rt: &RuntimePodStatus| {
+        compute_for(&pod(policy, false), Some(rt), &HashMap::new())
+            .phase
+            .unwrap()
+    };
+    assert_eq!(phase("Never", &exited0), "Succeeded");
+    assert_eq!(phase("Never", &exited1), "Failed");
+    assert_eq!(phase("OnFailure", &exited0), "Succeeded");
+    assert_eq!(phase("OnFailure", &exited1), "Running");
+    assert_eq!(phase("Always", &exited0), "Running");
+}
+
+#[test]
+fn nothing_yet_is_pending_and_creating() {
+    let s = compute_for(&pod("Always", false), None, &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let w = s.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
+}
+
+#[test]
+fn a_recorded_error_is_the_waiting_reason() {
+    let p = pod("Always", false);
+    let waiting = HashMap::from([(
+        "c".to_string(),
+        Waiting {
+            reason: "ErrImageNeverPull".into(),
+            message: "m".into(),
+        },
+    )]);
+    let s = compute(
+        &StatusInputs {
+            pod: &p,
+            runtime: None,
+            readiness: &HashMap::new(),
+            waiting: &waiting,
+            host_ip: "",
+        },
+        None,
+    );
+    let w = s.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("ErrImageNeverPull"));
+}

@@ -1,0 +1,567 @@
+//! Bringing one pod to its desired state: sandbox, volumes, images, init containers in
+//! order, then the app containers, with restart policy and back-off. Every step is
+//! idempotent and decided from the runtime's current view, so a restarted pod-sync adopts
+//! what runs instead of starting it again.
+
+use crate::PodSync;
+use crate::runtime_spec::{self, ContainerInputs};
+use crate::status::{Waiting, instances};
+use crate::workers::SyncOutcome;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use nodeagent_proto::api::{EnsurePodVolumesRequest, RuntimeContainer, RuntimePodStatus};
+use nodeagent_proto::cri::{
+    self, CreateContainerRequest, ImageSpec, ImageStatusRequest, PullImageRequest,
+    RemoveContainerRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
+    StopPodSandboxRequest,
+};
+use nodeagent_proto::k8s;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
+const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
+const CREATED: i32 = cri::ContainerState::ContainerCreated as i32;
+const READY: i32 = cri::PodSandboxState::SandboxReady as i32;
+
+/// Upstream crash-loop back-off: 10 s doubling to 5 min, forgotten after 10 min of running.
+const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+/// How long to wait before restarting a container that exited after `restarts` restarts.
+pub fn crash_backoff(restarts: u32, ran_for: Duration) -> Duration {
+    if restarts == 0 || ran_for >= BACKOFF_RESET {
+        return Duration::ZERO;
+    }
+    let factor = 1u32
+        .checked_shl(restarts.saturating_sub(1).min(16))
+        .unwrap_or(u32::MAX);
+    (BACKOFF_INITIAL * factor).min(BACKOFF_MAX)
+}
+
+/// Whether an exited container is restarted under the pod's restart policy.
+pub fn should_restart(policy: &str, exit_code: i32) -> bool {
+    match policy {
+        "Always" => true,
+        "OnFailure" => exit_code != 0,
+        _ => false,
+    }
+}
+
+impl PodSync {
+    pub(crate) async fn sync_pod(
+        self: &Arc<Self>,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> anyhow::Result<SyncOutcome> {
+        let outcome = self.sync_pod_inner(pod, rt).await;
+        self.publish_status(k8s::pod_uid(pod)).await;
+        outcome
+    }
+
+    async fn sync_pod_inner(
+        self: &Arc<Self>,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> anyhow::Result<SyncOutcome> {
+        let uid = k8s::pod_uid(pod).to_string();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+
+        // Volumes first: nothing starts without them. Idempotent, so done every sync.
+        let volumes = match self.ensure_volumes(pod).await {
+            Ok(v) => v,
+            Err(message) => {
+                tracing::warn!(%message, "volumes not ready");
+                self.set_waiting_all(pod, "CreateContainerConfigError", &message);
+                return Ok(SyncOutcome::RetryAfter(Duration::from_secs(5)));
+            }
+        };
+
+        let mut ready: Vec<_> = rt.sandboxes.iter().filter(|s| s.state == READY).collect();
+        ready.sort_by_key(|s| std::cmp::Reverse(s.created_at_unix_nanos));
+        for extra in ready.iter().skip(1) {
+            tracing::info!(sandbox.id = %extra.id, "stopping a surplus sandbox");
+            self.stop_sandbox(&extra.id).await;
+            self.acted(&uid);
+        }
+        let (sandbox_id, pod_ip, fresh_sandbox) = match ready.first() {
+            Some(s) => (s.id.clone(), s.ip.clone(), false),
+            None => {
+                let all_done = !rt.containers.is_empty()
+                    && spec.containers.iter().all(|c| {
+                        instances(Some(rt), &c.name).first().is_some_and(|i| {
+                            i.state == EXITED && !should_restart(&policy, i.exit_code)
+                        })
+                    });
+                if all_done {
+                    return Ok(SyncOutcome::Idle); // finished pod: nothing to run again
+                }
+                // Containers of a dead sandbox cannot be reused: stop them first.
+                for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
+                    self.stop_container(&c.id, 0).await;
+                }
+                let attempt = rt
+                    .sandboxes
+                    .iter()
+                    .map(|s| s.attempt + 1)
+                    .max()
+                    .unwrap_or(0);
+                let (id, ip) = self.run_sandbox(pod, attempt).await?;
+                (id, ip, true)
+            }
+        };
+        // Instances of a container in the sandbox in use (none in a sandbox just made).
+        let in_sandbox = |name: &str| -> Vec<&RuntimeContainer> {
+            instances(Some(rt), name)
+                .into_iter()
+                .filter(|c| !fresh_sandbox && c.sandbox_id == sandbox_id)
+                .collect()
+        };
+
+        let mut next_retry: Option<Duration> = None;
+        let mut merge_retry = |d: Duration| {
+            next_retry = Some(next_retry.map_or(d, |r: Duration| r.min(d)));
+        };
+
+        // Init containers, in order: each must succeed before the next starts.
+        for c in spec.init_containers.iter().flatten() {
+            let sidecar = c.restart_policy.as_deref() == Some("Always");
+            let latest = in_sandbox(&c.name).first().copied();
+            match latest {
+                Some(l) if l.state == EXITED && l.exit_code == 0 && !sidecar => continue,
+                Some(l) if l.state == RUNNING => {
+                    if sidecar {
+                        continue; // sidecars keep running alongside what follows
+                    }
+                    return Ok(SyncOutcome::Idle); // pleg tells us when it exits
+                }
+                Some(l) if l.state == EXITED => {
+                    let init_policy = if sidecar {
+                        "Always"
+                    } else if policy == "Never" {
+                        "Never"
+                    } else {
+                        "OnFailure"
+                    };
+                    if !should_restart(init_policy, l.exit_code) {
+                        return Ok(SyncOutcome::Idle); // pod failed
+                    }
+                    match self
+                        .restart_after_backoff(pod, c, l, &sandbox_id, &pod_ip, &volumes)
+                        .await?
+                    {
+                        Some(wait) => return Ok(SyncOutcome::RetryAfter(wait)),
+                        None if sidecar => continue,
+                        None => return Ok(SyncOutcome::Idle),
+                    }
+                }
+                _ => {
+                    let attempt = next_attempt(rt, &c.name);
+                    if let Some(wait) = self
+                        .start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
+                        .await?
+                    {
+                        return Ok(SyncOutcome::RetryAfter(wait));
+                    }
+                    if !sidecar {
+                        return Ok(SyncOutcome::Idle);
+                    }
+                }
+            }
+        }
+
+        // App containers.
+        for c in &spec.containers {
+            let latest = in_sandbox(&c.name).first().copied();
+            match latest {
+                Some(l) if l.state == RUNNING => {
+                    if !l.spec_hash.is_empty() && l.spec_hash != runtime_spec::container_hash(c) {
+                        tracing::info!(k8s.container.name = %c.name, "container spec changed; replacing it");
+                        self.stop_container(&l.id, grace_seconds(pod)).await;
+                        self.acted(&uid);
+                        merge_retry(Duration::ZERO);
+                    } else {
+                        self.clear_waiting(&uid, &c.name);
+                    }
+                }
+                Some(l) if l.state == CREATED => {
+                    // Created by a pod-sync that died before starting it.
+                    self.start_created(&uid, c, &l.id).await;
+                }
+                Some(l) if l.state == EXITED => {
+                    if !should_restart(&policy, l.exit_code) {
+                        self.clear_waiting(&uid, &c.name);
+                        continue;
+                    }
+                    if let Some(wait) = self
+                        .restart_after_backoff(pod, c, l, &sandbox_id, &pod_ip, &volumes)
+                        .await?
+                    {
+                        merge_retry(wait);
+                    }
+                }
+                _ => {
+                    let attempt = next_attempt(rt, &c.name);
+                    if let Some(wait) = self
+                        .start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
+                        .await?
+                    {
+                        merge_retry(wait);
+                    }
+                }
+            }
+        }
+        Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter))
+    }
+
+    /// Restarts an exited container once its crash-loop back-off has passed; returns how
+    /// long is left otherwise.
+    async fn restart_after_backoff(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        exited: &RuntimeContainer,
+        sandbox_id: &str,
+        pod_ip: &str,
+        volumes: &HashMap<String, String>,
+    ) -> anyhow::Result<Option<Duration>> {
+        let uid = k8s::pod_uid(pod);
+        let ran_for = Duration::from_nanos(
+            (exited.finished_at_unix_nanos - exited.started_at_unix_nanos).max(0) as u64,
+        );
+        let backoff = crash_backoff(exited.attempt, ran_for);
+        let since_exit = Duration::from_nanos(
+            (crate::workers::now_nanos() - exited.finished_at_unix_nanos).max(0) as u64,
+        );
+        if since_exit < backoff {
+            let left = backoff - since_exit;
+            self.set_waiting(
+                uid,
+                &c.name,
+                "CrashLoopBackOff",
+                &format!(
+                    "back-off {}s restarting failed container={} pod={}({uid})",
+                    backoff.as_secs(),
+                    c.name,
+                    k8s::pod_full_name(pod)
+                ),
+            );
+            return Ok(Some(left));
+        }
+        let started = self
+            .start_container(pod, c, exited.attempt + 1, sandbox_id, pod_ip, volumes)
+            .await?;
+        // Keep only the newest dead instance (it is the lastState); older ones go.
+        self.remove_dead_except(uid, &c.name, &exited.id).await;
+        Ok(started)
+    }
+
+    /// Pulls if needed, creates and starts one container. Returns a retry delay when it
+    /// could not (the reason is recorded as the container's waiting state).
+    async fn start_container(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        sandbox_id: &str,
+        pod_ip: &str,
+        volumes: &HashMap<String, String>,
+    ) -> anyhow::Result<Option<Duration>> {
+        let uid = k8s::pod_uid(pod).to_string();
+        if let Err((reason, message, retry)) = self.ensure_image(c).await {
+            tracing::warn!(k8s.container.name = %c.name, %reason, %message, "image not available");
+            self.set_waiting(&uid, &c.name, reason, &message);
+            return Ok(Some(retry));
+        }
+        let config = match runtime_spec::container_config(ContainerInputs {
+            pod,
+            container: c,
+            attempt,
+            volumes,
+            pod_ip,
+            node: &self.node,
+        }) {
+            Ok(cfg) => cfg,
+            Err(message) => {
+                self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
+        let sandbox_config = runtime_spec::sandbox_config(pod, 0, &self.node);
+        let mut runtime = self.cri.runtime.clone();
+        let created = runtime
+            .create_container(self.cri.request(CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            }))
+            .await;
+        self.acted(&uid);
+        let id = match created {
+            Ok(r) => r.into_inner().container_id,
+            Err(e) => {
+                tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "CreateContainer failed");
+                self.set_waiting(&uid, &c.name, "CreateContainerError", e.message());
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
+        self.start_created(&uid, c, &id).await;
+        Ok(None)
+    }
+
+    async fn start_created(&self, uid: &str, c: &Container, id: &str) {
+        let mut runtime = self.cri.runtime.clone();
+        let started = runtime
+            .start_container(self.cri.request(StartContainerRequest {
+                container_id: id.to_string(),
+            }))
+            .await;
+        self.acted(uid);
+        match started {
+            Ok(_) => {
+                tracing::info!(k8s.container.name = %c.name, container.id = %id, "container started");
+                self.clear_waiting(uid, &c.name);
+            }
+            Err(e) => {
+                tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "StartContainer failed");
+                self.set_waiting(uid, &c.name, "RunContainerError", e.message());
+            }
+        }
+    }
+
+    /// `imagePullPolicy`: Always pulls, IfNotPresent pulls when missing, Never never does.
+    async fn ensure_image(&self, c: &Container) -> Result<(), (&'static str, String, Duration)> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| "IfNotPresent".into());
+        let spec = ImageSpec {
+            image: image.clone(),
+            ..Default::default()
+        };
+        let mut images = self.cri.image.clone();
+        let present = images
+            .image_status(self.cri.request(ImageStatusRequest {
+                image: Some(spec.clone()),
+                verbose: false,
+            }))
+            .await
+            .map(|r| r.into_inner().image.is_some())
+            .map_err(|e| {
+                (
+                    "ErrImageInspect",
+                    e.message().to_string(),
+                    Duration::from_secs(10),
+                )
+            })?;
+        if present && policy != "Always" {
+            return Ok(());
+        }
+        if policy == "Never" {
+            return Err((
+                "ErrImageNeverPull",
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+                Duration::from_secs(30),
+            ));
+        }
+        tracing::info!(%image, "pulling image");
+        match images
+            .pull_image(self.cri.request(PullImageRequest {
+                image: Some(spec),
+                auth: None,
+                sandbox_config: None,
+            }))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(_) if present => Ok(()), // Always, but the registry is unreachable: use what we have
+            Err(e) => Err((
+                "ErrImagePull",
+                e.message().to_string(),
+                Duration::from_secs(10),
+            )),
+        }
+    }
+
+    async fn ensure_volumes(&self, pod: &Pod) -> Result<HashMap<String, String>, String> {
+        let mut volume = self.volume.clone();
+        volume
+            .ensure_pod_volumes(EnsurePodVolumesRequest {
+                pod_json: k8s::encode_pod(pod),
+                trace: nodeagent_telemetry::current_trace_context(),
+            })
+            .await
+            .map(|r| r.into_inner().host_paths.into_iter().collect())
+            .map_err(|e| format!("volumes: {}", e.message()))
+    }
+
+    async fn run_sandbox(&self, pod: &Pod, attempt: u32) -> anyhow::Result<(String, String)> {
+        let uid = k8s::pod_uid(pod).to_string();
+        let config = runtime_spec::sandbox_config(pod, attempt, &self.node);
+        std::fs::create_dir_all(&config.log_directory).map_err(|e| {
+            anyhow::anyhow!("create pod log directory {}: {e}", config.log_directory)
+        })?;
+        let mut runtime = self.cri.runtime.clone();
+        let resp = runtime
+            .run_pod_sandbox(self.cri.request(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            }))
+            .await;
+        self.acted(&uid);
+        let id = resp
+            .map_err(|e| anyhow::anyhow!("RunPodSandbox: {}", e.message()))?
+            .into_inner()
+            .pod_sandbox_id;
+        let ip = self
+            .cri
+            .sandbox_status(&id)
+            .await
+            .ok()
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default();
+        tracing::info!(sandbox.id = %id, pod.ip = %ip, attempt, "sandbox running");
+        Ok((id, ip))
+    }
+
+    pub(crate) async fn stop_container(&self, id: &str, grace_seconds: i64) {
+        let mut runtime = self.cri.runtime.clone();
+        let mut req = tonic::Request::new(StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: grace_seconds,
+        });
+        req.set_timeout(Duration::from_secs(grace_seconds.max(0) as u64 + 30));
+        if let Err(e) = runtime.stop_container(req).await {
+            if !nodeagent_cri::is_not_found(&e) {
+                tracing::warn!(container.id = %id, error = %e.message(), "StopContainer failed");
+            }
+        }
+    }
+
+    pub(crate) async fn stop_sandbox(&self, id: &str) {
+        let mut runtime = self.cri.runtime.clone();
+        if let Err(e) = runtime
+            .stop_pod_sandbox(self.cri.request(StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            }))
+            .await
+        {
+            if !nodeagent_cri::is_not_found(&e) {
+                tracing::warn!(sandbox.id = %id, error = %e.message(), "StopPodSandbox failed");
+            }
+        }
+    }
+
+    pub(crate) async fn remove_container(&self, id: &str) {
+        let mut runtime = self.cri.runtime.clone();
+        if let Err(e) = runtime
+            .remove_container(self.cri.request(RemoveContainerRequest {
+                container_id: id.to_string(),
+            }))
+            .await
+        {
+            if !nodeagent_cri::is_not_found(&e) {
+                tracing::warn!(container.id = %id, error = %e.message(), "RemoveContainer failed");
+            }
+        }
+    }
+
+    /// Dead containers of one name, except `keep`, are removed (upstream keeps one).
+    async fn remove_dead_except(&self, uid: &str, name: &str, keep: &str) {
+        let dead: Vec<String> = {
+            let st = self.lock();
+            st.runtime
+                .get(uid)
+                .map(|r| {
+                    r.containers
+                        .iter()
+                        .filter(|c| c.name == name && c.state == EXITED && c.id != keep)
+                        .map(|c| c.id.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for id in dead {
+            self.remove_container(&id).await;
+        }
+    }
+
+    fn set_waiting(&self, uid: &str, name: &str, reason: &str, message: &str) {
+        self.lock()
+            .waiting
+            .entry(uid.to_string())
+            .or_default()
+            .insert(
+                name.to_string(),
+                Waiting {
+                    reason: reason.to_string(),
+                    message: message.to_string(),
+                },
+            );
+    }
+
+    fn set_waiting_all(&self, pod: &Pod, reason: &str, message: &str) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            self.set_waiting(k8s::pod_uid(pod), &c.name, reason, message);
+        }
+    }
+
+    fn clear_waiting(&self, uid: &str, name: &str) {
+        if let Some(m) = self.lock().waiting.get_mut(uid) {
+            m.remove(name);
+        }
+    }
+}
+
+/// The next attempt number for a container: one past the newest instance of that name.
+fn next_attempt(rt: &RuntimePodStatus, name: &str) -> u32 {
+    instances(Some(rt), name)
+        .first()
+        .map(|c| c.attempt + 1)
+        .unwrap_or(0)
+}
+
+pub(crate) fn grace_seconds(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_five_minutes_and_resets() {
+        let short = Duration::from_secs(1);
+        assert_eq!(crash_backoff(0, short), Duration::ZERO);
+        assert_eq!(crash_backoff(1, short), Duration::from_secs(10));
+        assert_eq!(crash_backoff(2, short), Duration::from_secs(20));
+        assert_eq!(crash_backoff(3, short), Duration::from_secs(40));
+        assert_eq!(crash_backoff(10, short), Duration::from_secs(300));
+        assert_eq!(crash_backoff(99, short), Duration::from_secs(300));
+        assert_eq!(crash_backoff(5, Duration::from_secs(601)), Duration::ZERO);
+    }
+
+    #[test]
+    fn restart_policy() {
+        assert!(should_restart("Always", 0));
+        assert!(should_restart("OnFailure", 1));
+        assert!(!should_restart("OnFailure", 0));
+        assert!(!should_restart("Never", 1));
+    }
+}

@@ -1,0 +1,170 @@
+//! Pod workers: one task per pod UID, woken by triggers that coalesce (a burst of events
+//! is one sync), limited to a few concurrent syncs.
+
+use crate::PodSync;
+use nodeagent_proto::k8s;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+/// What one sync concluded.
+#[derive(Debug, PartialEq)]
+pub enum SyncOutcome {
+    /// Nothing more to do until the next event.
+    Idle,
+    /// Sync again after this long (back-off, waiting for a peer).
+    RetryAfter(Duration),
+    /// The pod is gone from the node; the worker may end.
+    Terminated,
+}
+
+impl PodSync {
+    /// Wakes the worker of `uid`, starting one if needed.
+    pub fn trigger(self: &Arc<Self>, uid: &str) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = workers.get(uid) {
+            if !tx.is_closed() {
+                let _ = tx.try_send(()); // full means a sync is already pending
+                return;
+            }
+        }
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(());
+        workers.insert(uid.to_string(), tx);
+        tokio::spawn(self.clone().worker(uid.to_string(), rx));
+    }
+
+    pub fn trigger_all(self: &Arc<Self>) {
+        let uids = self.lock().all_uids();
+        for uid in uids {
+            self.trigger(&uid);
+        }
+    }
+
+    fn trigger_later(self: &Arc<Self>, uid: &str, after: Duration) {
+        let this = self.clone();
+        let uid = uid.to_string();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = this.shutdown.wait() => {}
+                _ = tokio::time::sleep(after) => this.trigger(&uid),
+            }
+        });
+    }
+
+    async fn worker(self: Arc<Self>, uid: String, mut rx: mpsc::Receiver<()>) {
+        while rx.recv().await.is_some() {
+            if self.shutdown.is_triggered() {
+                return;
+            }
+            let (name, namespace, trace) = {
+                let mut st = self.lock();
+                let trace = st.pending_trace.remove(&uid);
+                let pod = st.desired.get(&uid).or_else(|| st.terminating.get(&uid));
+                let (name, namespace) = match pod {
+                    Some(p) => (
+                        k8s::pod_name(p).to_string(),
+                        k8s::pod_namespace(p).to_string(),
+                    ),
+                    None => st
+                        .runtime
+                        .get(&uid)
+                        .map(|r| (r.name.clone(), r.namespace.clone()))
+                        .unwrap_or_default(),
+                };
+                (name, namespace, trace)
+            };
+            let span = tracing::info_span!(
+                "sync_pod",
+                k8s.pod.uid = %uid,
+                k8s.pod.name = %name,
+                k8s.namespace.name = %namespace,
+            );
+            nodeagent_telemetry::set_parent_from(&span, trace.as_ref());
+            let outcome = {
+                let Ok(_permit) = self.permits.acquire().await else {
+                    return;
+                };
+                self.sync_once(&uid).instrument(span.clone()).await
+            };
+            match outcome {
+                Ok(SyncOutcome::Idle) => {}
+                Ok(SyncOutcome::RetryAfter(d)) => self.trigger_later(&uid, d),
+                Ok(SyncOutcome::Terminated) => {
+                    let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+                    // A trigger that arrived meanwhile means there is more to do.
+                    if rx.try_recv().is_err() && self.lock().may_remove(&uid) {
+                        workers.remove(&uid);
+                        return;
+                    }
+                    drop(workers);
+                    self.trigger(&uid);
+                }
+                Err(e) => {
+                    span.in_scope(|| tracing::warn!(error = %e, "sync failed; will retry"));
+                    self.trigger_later(&uid, Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// One pass for one pod: bring it up, or tear it down.
+    async fn sync_once(self: &Arc<Self>, uid: &str) -> anyhow::Result<SyncOutcome> {
+        let (desired, pleg_synced, may_remove, newer_than) = {
+            let st = self.lock();
+            (
+                st.desired.get(uid).cloned(),
+                st.pleg_synced,
+                st.may_remove(uid),
+                st.last_action.get(uid).copied().unwrap_or(0),
+            )
+        };
+        if !pleg_synced {
+            // Acting without knowing what runs could start a second copy of a pod.
+            return Ok(SyncOutcome::RetryAfter(Duration::from_millis(500)));
+        }
+        let runtime = self.runtime_status(uid, newer_than).await?;
+        match desired {
+            Some(pod) => self.sync_pod(&pod, &runtime).await,
+            None if may_remove => self.kill_pod(uid, &runtime).await,
+            None => Ok(SyncOutcome::Idle),
+        }
+    }
+
+    /// The runtime's view of the pod, no older than our last action on it.
+    async fn runtime_status(
+        &self,
+        uid: &str,
+        newer_than: i64,
+    ) -> anyhow::Result<nodeagent_proto::api::RuntimePodStatus> {
+        let mut pleg = self.pleg.clone();
+        let status = pleg
+            .get_pod_status(nodeagent_proto::api::GetPodStatusRequest {
+                pod_uid: uid.to_string(),
+                newer_than_unix_nanos: newer_than,
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("pleg GetPodStatus: {}", e.message()))?
+            .into_inner();
+        let mut st = self.lock();
+        if status.sandboxes.is_empty() && status.containers.is_empty() {
+            st.runtime.remove(uid);
+        } else {
+            st.runtime.insert(uid.to_string(), status.clone());
+        }
+        Ok(status)
+    }
+
+    /// Marks that we just changed the pod in the runtime.
+    pub(crate) fn acted(&self, uid: &str) {
+        self.lock().last_action.insert(uid.to_string(), now_nanos());
+    }
+}
+
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,294 @@
+//! The probe manager: which containers get which probe workers (from pod-sync's status
+//! stream), the workers themselves, and the results stream.
+
+use crate::check::{ProbeCheck, run_check};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use nodeagent_cri::Cri;
+use nodeagent_proto::api::pod_sync_client::PodSyncClient;
+use nodeagent_proto::api::prober_server::Prober;
+use nodeagent_proto::api::{
+    PodStatusUpdate, ProbeResult, ProbeResultUpdate, WatchPodStatusRequest,
+    WatchProbeResultsRequest, probe_result::Kind, probe_result::Outcome,
+};
+use nodeagent_proto::k8s;
+use nodeagent_transport::{
+    Channel, Shutdown, WatchEvent, WatchStream, snapshot_then_deltas, watch_with_retry,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+/// (pod uid, container name, probe kind).
+type WorkerKey = (String, String, i32);
+
+struct Worker {
+    container_id: String,
+    handle: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Inner {
+    pods: BTreeMap<String, Pod>,
+    workers: HashMap<WorkerKey, Worker>,
+    results: BTreeMap<WorkerKey, ProbeResult>,
+    revision: u64,
+}
+
+pub struct ProbeManager {
+    cri: Cri,
+    shutdown: Shutdown,
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<ProbeResultUpdate>,
+}
+
+impl ProbeManager {
+    pub fn new(cri: Cri, shutdown: Shutdown) -> Self {
+        let (tx, _) = broadcast::channel(1024);
+        Self {
+            cri,
+            shutdown,
+            inner: Mutex::new(Inner::default()),
+            tx,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn stop_all(&self) {
+        for (_, w) in self.lock().workers.drain() {
+            w.handle.abort();
+        }
+    }
+
+    pub async fn follow_pod_sync(self: Arc<Self>, channel: Channel) {
+        let client = PodSyncClient::new(channel);
+        let mut rx = watch_with_retry("pod-sync", self.shutdown.clone(), move || {
+            let mut c = client.clone();
+            async move {
+                Ok(c.watch_pod_status(WatchPodStatusRequest {})
+                    .await?
+                    .into_inner())
+            }
+        });
+        while let Some(event) = rx.recv().await {
+            match event {
+                WatchEvent::Connected => tracing::info!("following pod-sync"),
+                WatchEvent::Disconnected(reason) => {
+                    tracing::debug!(%reason, "pod-sync stream broken")
+                }
+                WatchEvent::Message(update) => self.apply(update),
+            }
+        }
+    }
+
+    fn apply(self: &Arc<Self>, update: PodStatusUpdate) {
+        {
+            let mut inner = self.lock();
+            if update.snapshot {
+                inner.pods.clear();
+            }
+            for bytes in &update.pods_json {
+                match k8s::decode_pod(bytes) {
+                    Ok(p) => {
+                        inner.pods.insert(k8s::pod_uid(&p).to_string(), p);
+                    }
+                    Err(e) => tracing::error!(error = %e, "undecodable pod from pod-sync"),
+                }
+            }
+            for uid in &update.removed_uids {
+                inner.pods.remove(uid);
+            }
+        }
+        self.reconcile_workers();
+    }
+
+    /// Starts a worker for every probe of every running container, stops the rest.
+    fn reconcile_workers(self: &Arc<Self>) {
+        let mut inner = self.lock();
+        let mut wanted: HashMap<WorkerKey, (String, ProbeCheck, Pod)> = HashMap::new();
+        for (uid, pod) in &inner.pods {
+            let spec = pod.spec.clone().unwrap_or_default();
+            let status = pod.status.clone().unwrap_or_default();
+            let pod_ip = status.pod_ip.clone().unwrap_or_default();
+            for cs in status.container_statuses.iter().flatten() {
+                let running = cs.state.as_ref().is_some_and(|s| s.running.is_some());
+                let Some(id) = cs
+                    .container_id
+                    .as_deref()
+                    .and_then(|i| i.split("://").nth(1))
+                else {
+                    continue;
+                };
+                let Some(c) = spec.containers.iter().find(|c| c.name == cs.name) else {
+                    continue;
+                };
+                if !running {
+                    continue;
+                }
+                for (kind, probe) in probes(c) {
+                    let check = ProbeCheck {
+                        probe,
+                        container_id: id.to_string(),
+                        pod_ip: pod_ip.clone(),
+                        named_ports: c
+                            .ports
+                            .iter()
+                            .flatten()
+                            .filter_map(|p| Some((p.name.clone()?, p.container_port)))
+                            .collect(),
+                    };
+                    wanted.insert(
+                        (uid.clone(), c.name.clone(), kind as i32),
+                        (id.to_string(), check, pod.clone()),
+                    );
+                }
+            }
+        }
+        let stale: Vec<WorkerKey> = inner
+            .workers
+            .iter()
+            .filter(|(k, w)| {
+                wanted
+                    .get(*k)
+                    .is_none_or(|(id, _, _)| *id != w.container_id)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            if let Some(w) = inner.workers.remove(&k) {
+                w.handle.abort();
+            }
+            inner.results.remove(&k);
+        }
+        for (key, (id, check, pod)) in wanted {
+            if inner.workers.contains_key(&key) {
+                continue;
+            }
+            let span = tracing::info_span!(
+                "probe_worker",
+                k8s.pod.uid = %key.0,
+                k8s.pod.name = %k8s::pod_name(&pod),
+                k8s.namespace.name = %k8s::pod_namespace(&pod),
+                k8s.container.name = %key.1,
+                probe = ?Kind::try_from(key.2).unwrap_or(Kind::Unspecified),
+            );
+            let handle = tokio::spawn(self.clone().worker(key.clone(), check).instrument(span));
+            inner.workers.insert(
+                key,
+                Worker {
+                    container_id: id,
+                    handle,
+                },
+            );
+        }
+    }
+
+    async fn worker(self: Arc<Self>, key: WorkerKey, check: ProbeCheck) {
+        let p = check.probe.clone();
+        let period = Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
+        let success_threshold = p.success_threshold.unwrap_or(1).max(1);
+        let failure_threshold = p.failure_threshold.unwrap_or(3).max(1);
+        tokio::time::sleep(Duration::from_secs(
+            p.initial_delay_seconds.unwrap_or(0).max(0) as u64,
+        ))
+        .await;
+        let (mut successes, mut failures) = (0, 0);
+        let mut current: Option<Outcome> = None;
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            let result = run_check(&self.cri, &check).await;
+            let outcome = match &result {
+                Ok(()) => {
+                    successes += 1;
+                    failures = 0;
+                    (successes >= success_threshold).then_some(Outcome::Success)
+                }
+                Err(reason) => {
+                    failures += 1;
+                    successes = 0;
+                    tracing::debug!(%reason, failures, "probe failed");
+                    (failures >= failure_threshold).then_some(Outcome::Failure)
+                }
+            };
+            if let Some(o) = outcome {
+                if current != Some(o) {
+                    current = Some(o);
+                    tracing::info!(outcome = ?o, message = %result.as_ref().err().cloned().unwrap_or_default(), "probe result changed");
+                    self.publish(
+                        &key,
+                        &check.container_id,
+                        o,
+                        result.err().unwrap_or_default(),
+                    );
+                }
+            }
+        }
+    }
+
+    fn publish(&self, key: &WorkerKey, container_id: &str, outcome: Outcome, message: String) {
+        let mut inner = self.lock();
+        if !inner.workers.contains_key(key) {
+            return;
+        }
+        let result = ProbeResult {
+            pod_uid: key.0.clone(),
+            container_name: key.1.clone(),
+            container_id: container_id.to_string(),
+            kind: key.2,
+            outcome: outcome as i32,
+            message,
+            trace: nodeagent_telemetry::current_trace_context(),
+        };
+        inner.results.insert(key.clone(), result.clone());
+        inner.revision += 1;
+        let _ = self.tx.send(ProbeResultUpdate {
+            revision: inner.revision,
+            snapshot: false,
+            results: vec![result],
+        });
+    }
+}
+
+fn probes(c: &Container) -> Vec<(Kind, Probe)> {
+    [
+        (Kind::Readiness, &c.readiness_probe),
+        (Kind::Liveness, &c.liveness_probe),
+        (Kind::Startup, &c.startup_probe),
+    ]
+    .into_iter()
+    .filter_map(|(k, p)| Some((k, p.clone()?)))
+    .collect()
+}
+
+pub struct ProberService(pub Arc<ProbeManager>);
+
+#[tonic::async_trait]
+impl Prober for ProberService {
+    type WatchStream = WatchStream<ProbeResultUpdate>;
+
+    async fn watch(
+        &self,
+        _r: tonic::Request<WatchProbeResultsRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        let (snapshot, rx) = {
+            let inner = self.0.lock();
+            let snapshot = ProbeResultUpdate {
+                revision: inner.revision,
+                snapshot: true,
+                results: inner.results.values().cloned().collect(),
+            };
+            (snapshot, self.0.tx.subscribe())
+        };
+        Ok(tonic::Response::new(snapshot_then_deltas(
+            snapshot,
+            rx,
+            self.0.shutdown.clone(),
+        )))
+    }
+}

@@ -1,0 +1,111 @@
+//! Tower layers that give every gRPC call a span named and attributed after the OTel RPC
+//! semantic conventions, and carry W3C trace context in the call's metadata.
+
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Splits "/kubelet.v1.Volume/EnsurePodVolumes" into ("kubelet.v1.Volume", "EnsurePodVolumes").
+fn rpc_parts(path: &str) -> (&str, &str) {
+    let path = path.trim_start_matches('/');
+    path.split_once('/').unwrap_or((path, ""))
+}
+
+fn rpc_span(kind: &'static str, path: &str) -> tracing::Span {
+    let (service, method) = rpc_parts(path);
+    tracing::info_span!(
+        "grpc",
+        otel.name = %format_args!("{service}/{method}"),
+        otel.kind = kind,
+        rpc.system = "grpc",
+        rpc.service = %service,
+        rpc.method = %method,
+    )
+}
+
+/// Server side: extracts the caller's context and runs the handler in a child span.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerTraceLayer;
+
+impl<S> Layer<S> for ServerTraceLayer {
+    type Service = ServerTrace<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ServerTrace { inner }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerTrace<S> {
+    inner: S,
+}
+
+impl<S, B> Service<http::Request<B>> for ServerTrace<S>
+where
+    S: Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Instrumented<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let span = rpc_span("server", req.uri().path());
+        let parent = nodeagent_telemetry::context_from_headers(req.headers());
+        let _ = span.set_parent(parent);
+        let _enter = span.enter();
+        let fut = self.inner.call(req);
+        drop(_enter);
+        fut.instrument(span)
+    }
+}
+
+/// Client side: a span per call, whose context rides in the request's metadata.
+#[derive(Clone, Debug)]
+pub struct ClientTrace<S> {
+    inner: S,
+}
+
+impl<S> ClientTrace<S> {
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
+}
+
+impl<S, B> Service<http::Request<B>> for ClientTrace<S>
+where
+    S: Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Instrumented<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let span = rpc_span("client", req.uri().path());
+        span.in_scope(|| nodeagent_telemetry::inject_headers(req.headers_mut()));
+        let fut = span.in_scope(|| self.inner.call(req));
+        fut.instrument(span)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rpc_parts;
+
+    #[test]
+    fn splits_grpc_paths() {
+        assert_eq!(
+            rpc_parts("/kubelet.v1.Volume/EnsurePodVolumes"),
+            ("kubelet.v1.Volume", "EnsurePodVolumes")
+        );
+        assert_eq!(rpc_parts("/odd"), ("odd", ""));
+    }
+}

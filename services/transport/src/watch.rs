@@ -1,0 +1,92 @@
+//! One helper for every long-lived watch stream: open it, forward its messages, and when
+//! it breaks (the peer restarted, or we did), back off and open it again. Consumers treat
+//! the first message after [`WatchEvent::Connected`] as a fresh snapshot.
+
+use crate::Shutdown;
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+#[derive(Debug)]
+pub enum WatchEvent<T> {
+    /// A new stream is open; its first message is a snapshot.
+    Connected,
+    Message(T),
+    /// The stream ended or failed; a new one will be opened.
+    Disconnected(String),
+}
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Keeps a watch open until `shutdown`. `open` starts one stream.
+pub fn watch_with_retry<T, F, Fut>(
+    what: &'static str,
+    shutdown: Shutdown,
+    mut open: F,
+) -> mpsc::Receiver<WatchEvent<T>>
+where
+    T: Send + 'static,
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<tonic::Streaming<T>, tonic::Status>> + Send,
+{
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let reason = tokio::select! {
+                _ = shutdown.wait() => return,
+                r = run_once(&mut open, &tx) => r,
+            };
+            let Some((connected, reason)) = reason else {
+                return;
+            }; // consumer gone
+            if connected {
+                backoff = MIN_BACKOFF;
+            }
+            if shutdown.is_triggered() {
+                return;
+            }
+            tracing::debug!(watch = what, %reason, ?backoff, "watch broken; reconnecting");
+            if tx.send(WatchEvent::Disconnected(reason)).await.is_err() {
+                return;
+            }
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            if backoff == MAX_BACKOFF {
+                tracing::warn!(
+                    watch = what,
+                    "peer still unreachable; retrying every {MAX_BACKOFF:?}"
+                );
+            }
+        }
+    });
+    rx
+}
+
+/// Runs one stream to its end: whether it had connected, and why it ended; `None` when
+/// the consumer has gone away.
+async fn run_once<T, F, Fut>(
+    open: &mut F,
+    tx: &mpsc::Sender<WatchEvent<T>>,
+) -> Option<(bool, String)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<tonic::Streaming<T>, tonic::Status>>,
+{
+    let mut stream = match open().await {
+        Ok(s) => s,
+        Err(status) => return Some((false, format!("open failed: {}", status.message()))),
+    };
+    tx.send(WatchEvent::Connected).await.ok()?;
+    loop {
+        match stream.message().await {
+            Ok(Some(m)) => tx.send(WatchEvent::Message(m)).await.ok()?,
+            Ok(None) => return Some((true, "stream ended".into())),
+            Err(status) => return Some((true, format!("stream failed: {}", status.message()))),
+        }
+    }
+}

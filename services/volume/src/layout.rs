@@ -1,0 +1,284 @@
+//! Where pod volumes live on disk and how each kind is set up and torn down.
+
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+
+/// Why a volume could not be set up or torn down.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// The pod uses a volume kind this node agent cannot provide yet.
+    #[error("volume {name:?}: {kind} volumes are not supported by this node agent yet")]
+    Unsupported { name: String, kind: &'static str },
+    /// The pod's spec is unusable.
+    #[error("invalid pod: {0}")]
+    InvalidPod(String),
+    /// A hostPath volume's path does not match its declared type.
+    #[error("volume {name:?}: hostPath {path:?}: {reason}")]
+    HostPath {
+        name: String,
+        path: String,
+        reason: String,
+    },
+    /// A filesystem operation failed.
+    #[error("{op} {path:?}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Something is still mounted under a directory we were asked to remove.
+    #[error("refusing to remove {0:?}: something is still mounted under it")]
+    StillMounted(PathBuf),
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
+    move |source| VolumeError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundVolume {
+    pub pod_uid: String,
+    pub plugin: String,
+    pub name: String,
+    pub host_path: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct PodVolumeLayout {
+    root: PathBuf,
+}
+
+impl PodVolumeLayout {
+    pub fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.root.join("pods").join(uid)
+    }
+
+    fn volume_dir(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
+        self.pod_dir(uid).join("volumes").join(plugin).join(name)
+    }
+
+    /// Idempotent: makes every volume of `pod` ready; returns name -> host path.
+    pub fn ensure(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if uid.is_empty() || uid.contains('/') || uid.contains("..") {
+            return Err(VolumeError::InvalidPod(format!("bad uid {uid:?}")));
+        }
+        let mut paths = BTreeMap::new();
+        let volumes = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.clone())
+            .unwrap_or_default();
+        for v in volumes {
+            let path = if let Some(empty) = &v.empty_dir {
+                if empty.medium.as_deref() == Some("Memory") {
+                    return Err(VolumeError::Unsupported {
+                        name: v.name,
+                        kind: "emptyDir medium Memory",
+                    });
+                }
+                let dir = self.volume_dir(uid, EMPTY_DIR, &v.name);
+                std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+                set_mode(&dir, 0o777)?;
+                dir
+            } else if let Some(host) = &v.host_path {
+                ensure_host_path(
+                    &v.name,
+                    &host.path,
+                    host.type_.as_deref().unwrap_or_default(),
+                )?
+            } else {
+                let kind = if v.config_map.is_some() {
+                    "configMap"
+                } else if v.secret.is_some() {
+                    "secret"
+                } else if v.projected.is_some() {
+                    "projected"
+                } else if v.persistent_volume_claim.is_some() {
+                    "persistentVolumeClaim"
+                } else {
+                    "this kind of"
+                };
+                return Err(VolumeError::Unsupported { name: v.name, kind });
+            };
+            paths.insert(v.name, path);
+        }
+        Ok(paths)
+    }
+
+    /// Idempotent: removes every volume of the pod and the pod's directory.
+    pub fn release(&self, uid: &str) -> Result<(), VolumeError> {
+        if uid.is_empty() || uid.contains('/') || uid.contains("..") {
+            return Err(VolumeError::InvalidPod(format!("bad uid {uid:?}")));
+        }
+        let dir = self.pod_dir(uid);
+        if !dir.exists() {
+            return Ok(());
+        }
+        // Never delete through a mount: that would delete the mounted filesystem's files.
+        if mounted_under(&dir).map_err(io("read mounts for", &dir))? {
+            return Err(VolumeError::StillMounted(dir));
+        }
+        std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
+    }
+
+    /// Every volume directory on disk.
+    pub fn list(&self) -> Result<Vec<FoundVolume>, VolumeError> {
+        let pods = self.root.join("pods");
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&pods) else {
+            return Ok(out);
+        };
+        for pod in entries.flatten() {
+            let uid = pod.file_name().to_string_lossy().to_string();
+            let Ok(plugins) = std::fs::read_dir(pod.path().join("volumes")) else {
+                continue;
+            };
+            for plugin in plugins.flatten() {
+                let Ok(vols) = std::fs::read_dir(plugin.path()) else {
+                    continue;
+                };
+                for v in vols.flatten() {
+                    out.push(FoundVolume {
+                        pod_uid: uid.clone(),
+                        plugin: plugin.file_name().to_string_lossy().to_string(),
+                        name: v.file_name().to_string_lossy().to_string(),
+                        host_path: v.path(),
+                    });
+                }
+            }
+            if out.iter().all(|f| f.pod_uid != uid) {
+                // A pod directory with no volumes left is still a pod's leftover.
+                out.push(FoundVolume {
+                    pod_uid: uid,
+                    plugin: String::new(),
+                    name: String::new(),
+                    host_path: pod.path(),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.pod_uid, &a.name).cmp(&(&b.pod_uid, &b.name)));
+        Ok(out)
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), VolumeError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
+}
+
+/// Checks (and for the *OrCreate types, creates) a hostPath as upstream does.
+fn ensure_host_path(name: &str, path: &str, kind: &str) -> Result<PathBuf, VolumeError> {
+    let p = PathBuf::from(path);
+    let err = |reason: &str| VolumeError::HostPath {
+        name: name.into(),
+        path: path.into(),
+        reason: reason.into(),
+    };
+    if !p.is_absolute() {
+        return Err(err("must be an absolute path"));
+    }
+    match kind {
+        "" => {}
+        "DirectoryOrCreate" => {
+            std::fs::create_dir_all(&p).map_err(io("create", &p))?;
+        }
+        "Directory" if !p.is_dir() => return Err(err("is not a directory")),
+        "FileOrCreate" if !p.exists() => {
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+            }
+            std::fs::File::create(&p).map_err(io("create", &p))?;
+        }
+        "File" if !p.is_file() => return Err(err("is not a file")),
+        "Socket" | "CharDevice" | "BlockDevice" if !p.exists() => {
+            return Err(err("does not exist"));
+        }
+        "Directory" | "File" | "FileOrCreate" | "Socket" | "CharDevice" | "BlockDevice" => {}
+        other => return Err(err(&format!("unknown hostPath type {other:?}"))),
+    }
+    Ok(p)
+}
+
+/// True if any mount point lies under `dir` (from /proc/self/mountinfo).
+fn mounted_under(dir: &Path) -> std::io::Result<bool> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let dir = dir.to_string_lossy();
+    let prefix = format!("{}/", dir.trim_end_matches('/'));
+    Ok(info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| m == dir || m.starts_with(&prefix)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, volumes: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": uid},
+            "spec": {"containers": [{"name": "c", "image": "i"}], "volumes": volumes}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn empty_dirs_are_created_listed_and_released() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = PodVolumeLayout::new(root.path().into());
+        let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+        let paths = layout.ensure(&p).unwrap();
+        let data = &paths["data"];
+        assert!(data.is_dir());
+        assert!(data.ends_with("pods/u1/volumes/kubernetes.io~empty-dir/data"));
+        std::fs::write(data.join("f"), "x").unwrap();
+        // Idempotent: the second call keeps the content.
+        assert_eq!(layout.ensure(&p).unwrap(), paths);
+        assert!(data.join("f").exists());
+        let found = layout.list().unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, "data");
+        layout.release("u1").unwrap();
+        assert!(!root.path().join("pods/u1").exists());
+        layout.release("u1").unwrap();
+        assert!(layout.list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn unsupported_and_invalid_volumes_say_why() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = PodVolumeLayout::new(root.path().into());
+        let p = pod(
+            "u2",
+            serde_json::json!([{"name": "cfg", "configMap": {"name": "x"}}]),
+        );
+        assert_eq!(
+            layout.ensure(&p).unwrap_err().to_string(),
+            "volume \"cfg\": configMap volumes are not supported by this node agent yet"
+        );
+        let p = pod(
+            "u3",
+            serde_json::json!([{"name": "h", "hostPath": {"path": "/nonexistent/x", "type": "Directory"}}]),
+        );
+        assert!(
+            layout
+                .ensure(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("is not a directory")
+        );
+        assert!(layout.release("../etc").is_err());
+    }
+}

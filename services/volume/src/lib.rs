@@ -1,0 +1,31 @@
+//! volume: sets up each pod's volumes under `<root-dir>/pods/<uid>/volumes/<plugin>/<name>`
+//! and tears them down. It keeps no state: what exists is read back from disk, so a
+//! restarted volume service knows every mount its predecessor made.
+
+mod layout;
+mod server;
+
+pub use layout::{PodVolumeLayout, VolumeError};
+
+use nodeagent_config::{Config, Service};
+use nodeagent_proto::api::volume_server::VolumeServer;
+use nodeagent_transport::{Server, Shutdown};
+
+/// Runs the volume service until `shutdown`.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let layout = PodVolumeLayout::new(config.root_dir.clone());
+    match layout.list() {
+        Ok(found) => {
+            tracing::info!(volumes = found.len(), root = %config.root_dir.display(), "pod volumes found on disk")
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read existing pod volumes"),
+    }
+    let service = server::VolumeService { layout };
+    let server = Server::new(
+        config.endpoint(Service::Volume).clone(),
+        tonic::service::Routes::new(VolumeServer::new(service)),
+        &[<VolumeServer<server::VolumeService> as tonic::server::NamedService>::NAME],
+    );
+    server.serve(shutdown).await?;
+    Ok(())
+}
