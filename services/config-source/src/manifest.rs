@@ -37,8 +37,8 @@ pub fn decode_pod(data: &[u8]) -> Result<Pod, String> {
         ));
     }
     let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8 text: {e}"))?;
-    let value: serde_json::Value =
-        serde_saphyr::from_str(text).map_err(|e| format!("invalid YAML or JSON: {e}"))?;
+    let value: serde_json::Value = serde_saphyr::from_str(text)
+        .map_err(|e| format!("invalid YAML or JSON: {}", first_line(&e)))?;
     let serde_json::Value::Object(map) = &value else {
         return Err("the document is not a mapping".into());
     };
@@ -53,6 +53,14 @@ pub fn decode_pod(data: &[u8]) -> Result<Pod, String> {
         ));
     }
     serde_json::from_value(value).map_err(|e| format!("not a valid v1 Pod: {e}"))
+}
+
+/// The parser's first line ("line 3 column 11: unclosed bracket") without its source
+/// snippet, so that one problem is one log line.
+fn first_line(e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    let line = text.lines().next().unwrap_or_default();
+    line.trim_start_matches("error: ").to_string()
 }
 
 /// Applies the static-pod defaults (upstream `config/common.go` `applyDefaults`) and the

@@ -74,17 +74,17 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
                     ));
                 }
             }
-            if let Some(policy) = c.image_pull_policy.as_deref() {
-                if !matches!(policy, "Always" | "IfNotPresent" | "Never") {
-                    errs.push(format!("{p}.imagePullPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""));
-                }
+            if let Some(policy) = c.image_pull_policy.as_deref()
+                && !matches!(policy, "Always" | "IfNotPresent" | "Never")
+            {
+                errs.push(format!("{p}.imagePullPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""));
             }
         }
     }
-    if let Some(policy) = spec.restart_policy.as_deref() {
-        if !matches!(policy, "Always" | "OnFailure" | "Never") {
-            errs.push(format!("spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""));
-        }
+    if let Some(policy) = spec.restart_policy.as_deref()
+        && !matches!(policy, "Always" | "OnFailure" | "Never")
+    {
+        errs.push(format!("spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""));
     }
     if errs.is_empty() {
         Ok(())

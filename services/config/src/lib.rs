@@ -221,13 +221,22 @@ fn read_file(path: &Path) -> Result<(KubeletConfiguration, Vec<String>), ConfigE
 /// Parses a KubeletConfiguration document (YAML or JSON). Returns it with the names of
 /// top-level fields that are accepted but not acted on.
 pub fn parse(text: &str) -> Result<(KubeletConfiguration, Vec<String>), String> {
-    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+        // The first line names the place; the rest is a source snippet.
+        let text = e.to_string();
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_string()
+    })?;
     let serde_json::Value::Object(map) = &value else {
         return Err("the document is not a mapping".into());
     };
     let known = kubelet_config::known_fields();
     let ignored = map.keys().filter(|k| !known.contains(k)).cloned().collect();
-    let config = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let config = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
     Ok((config, ignored))
 }
 

@@ -40,6 +40,8 @@ pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
     } else {
         Path::new("/")
     };
+    // fsblkcnt_t and c_ulong are u64 here but narrower on 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
     let root_fs_bytes = nix::sys::statvfs::statvfs(fs_path)
         .map(|s| s.blocks() as u64 * s.fragment_size() as u64)
         .unwrap_or(0);

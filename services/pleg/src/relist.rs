@@ -244,13 +244,12 @@ pub(crate) async fn inspect_pod(
             created_at_unix_nanos: sb.created_at,
             ..Default::default()
         };
-        if sb.state == api::PodSandboxState::SandboxReady as i32 {
-            if let Ok(s) = cri.sandbox_status(&sb.id).await {
-                if let Some(net) = s.network {
-                    out.ip = net.ip;
-                    out.additional_ips = net.additional_ips.into_iter().map(|i| i.ip).collect();
-                }
-            }
+        if sb.state == api::PodSandboxState::SandboxReady as i32
+            && let Ok(s) = cri.sandbox_status(&sb.id).await
+            && let Some(net) = s.network
+        {
+            out.ip = net.ip;
+            out.additional_ips = net.additional_ips.into_iter().map(|i| i.ip).collect();
         }
         status.sandboxes.push(out);
     }
@@ -344,8 +343,8 @@ mod tests {
             events,
             vec![
                 ("p1".into(), Type::ContainerDied, "b".into()),
-                ("p2".into(), Type::ContainerChanged, "d".into()),
                 ("p2".into(), Type::ContainerRemoved, "c".into()),
+                ("p2".into(), Type::ContainerChanged, "d".into()),
             ]
         );
         assert!(diff_events(&new, &new).is_empty());

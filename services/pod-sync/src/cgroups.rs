@@ -84,10 +84,10 @@ pub fn remove_pod_cgroup(cgroup_fs: &Path, parent: &str) -> Result<(), String> {
     let mut errors = Vec::new();
     for dir in hierarchies(cgroup_fs) {
         let path = dir.join(rel);
-        if path.is_dir() {
-            if let Err(e) = remove_tree(&path) {
-                errors.push(format!("{}: {e}", path.display()));
-            }
+        if path.is_dir()
+            && let Err(e) = remove_tree(&path)
+        {
+            errors.push(format!("{}: {e}", path.display()));
         }
     }
     if errors.is_empty() {

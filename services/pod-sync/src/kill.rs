@@ -47,10 +47,10 @@ impl PodSync {
             let req = self.cri.request(RemovePodSandboxRequest {
                 pod_sandbox_id: s.id.clone(),
             });
-            if let Err(e) = runtime.remove_pod_sandbox(req).await {
-                if !nodeagent_cri::is_not_found(&e) {
-                    anyhow::bail!("RemovePodSandbox {}: {}", s.id, e.message());
-                }
+            if let Err(e) = runtime.remove_pod_sandbox(req).await
+                && !nodeagent_cri::is_not_found(&e)
+            {
+                anyhow::bail!("RemovePodSandbox {}: {}", s.id, e.message());
             }
         }
         if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
@@ -71,10 +71,9 @@ impl PodSync {
                 pod,
                 self.node.cgroups_per_qos,
                 &self.node.cgroup_root,
-            ) {
-                if let Err(e) = crate::cgroups::remove_pod_cgroup(&self.cgroup_fs, &parent) {
-                    tracing::warn!(cgroup = %parent, error = %e, "cannot remove the pod cgroup yet");
-                }
+            ) && let Err(e) = crate::cgroups::remove_pod_cgroup(&self.cgroup_fs, &parent)
+            {
+                tracing::warn!(cgroup = %parent, error = %e, "cannot remove the pod cgroup yet");
             }
         } else {
             // The pod is unknown (we restarted meanwhile): look for it under every QoS class.
@@ -125,10 +124,10 @@ impl PodSync {
             return;
         }
         let dir = self.node.pod_logs_dir.join(format!("{ns}_{name}_{uid}"));
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the pod log directory");
-            }
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the pod log directory");
         }
     }
 }

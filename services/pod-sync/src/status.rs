@@ -43,7 +43,7 @@ fn now() -> Time {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or_default();
-    time(nanos).unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
+    time(nanos).unwrap_or(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
 }
 
 /// The latest and the previous instance of each container name, newest first by attempt.

@@ -438,10 +438,10 @@ impl PodSync {
             timeout: grace_seconds,
         });
         req.set_timeout(Duration::from_secs(grace_seconds.max(0) as u64 + 30));
-        if let Err(e) = runtime.stop_container(req).await {
-            if !nodeagent_cri::is_not_found(&e) {
-                tracing::warn!(container.id = %id, error = %e.message(), "StopContainer failed");
-            }
+        if let Err(e) = runtime.stop_container(req).await
+            && !nodeagent_cri::is_not_found(&e)
+        {
+            tracing::warn!(container.id = %id, error = %e.message(), "StopContainer failed");
         }
     }
 
@@ -452,10 +452,9 @@ impl PodSync {
                 pod_sandbox_id: id.to_string(),
             }))
             .await
+            && !nodeagent_cri::is_not_found(&e)
         {
-            if !nodeagent_cri::is_not_found(&e) {
-                tracing::warn!(sandbox.id = %id, error = %e.message(), "StopPodSandbox failed");
-            }
+            tracing::warn!(sandbox.id = %id, error = %e.message(), "StopPodSandbox failed");
         }
     }
 
@@ -466,10 +465,9 @@ impl PodSync {
                 container_id: id.to_string(),
             }))
             .await
+            && !nodeagent_cri::is_not_found(&e)
         {
-            if !nodeagent_cri::is_not_found(&e) {
-                tracing::warn!(container.id = %id, error = %e.message(), "RemoveContainer failed");
-            }
+            tracing::warn!(container.id = %id, error = %e.message(), "RemoveContainer failed");
         }
     }
 

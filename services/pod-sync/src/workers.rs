@@ -23,11 +23,11 @@ impl PodSync {
     /// Wakes the worker of `uid`, starting one if needed.
     pub fn trigger(self: &Arc<Self>, uid: &str) {
         let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = workers.get(uid) {
-            if !tx.is_closed() {
-                let _ = tx.try_send(()); // full means a sync is already pending
-                return;
-            }
+        if let Some(tx) = workers.get(uid)
+            && !tx.is_closed()
+        {
+            let _ = tx.try_send(()); // full means a sync is already pending
+            return;
         }
         let (tx, rx) = mpsc::channel(1);
         let _ = tx.try_send(());

@@ -216,17 +216,17 @@ impl ProbeManager {
                     (failures >= failure_threshold).then_some(Outcome::Failure)
                 }
             };
-            if let Some(o) = outcome {
-                if current != Some(o) {
-                    current = Some(o);
-                    tracing::info!(outcome = ?o, message = %result.as_ref().err().cloned().unwrap_or_default(), "probe result changed");
-                    self.publish(
-                        &key,
-                        &check.container_id,
-                        o,
-                        result.err().unwrap_or_default(),
-                    );
-                }
+            if let Some(o) = outcome
+                && current != Some(o)
+            {
+                current = Some(o);
+                tracing::info!(outcome = ?o, message = %result.as_ref().err().cloned().unwrap_or_default(), "probe result changed");
+                self.publish(
+                    &key,
+                    &check.container_id,
+                    o,
+                    result.err().unwrap_or_default(),
+                );
             }
         }
     }

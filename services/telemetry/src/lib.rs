@@ -76,6 +76,8 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
         ))
     });
     let otel = tracing_opentelemetry::layer().with_tracer(tracer);
+    // Colour only for a person at a terminal; logs in files and journals stay plain.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     let result = if config.format == "json" {
         registry
@@ -87,7 +89,11 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
             .try_init()
     } else {
         registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_writer(std::io::stderr),
+            )
             .try_init()
     };
     // A second init (tests running several services in one process) keeps the first.

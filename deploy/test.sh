@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this): prepares the real container
+# runtime, checks formatting and lints, builds the seven binaries, runs every test.
+# Run as root on Debian 12 (the runtime tests need containerd, runc and CNI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash deploy/runtime/setup.sh
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo build (the binaries the cross-service tests start)"
+cargo build --workspace --bins
+echo "== cargo nextest"
+cargo nextest run --workspace --no-fail-fast

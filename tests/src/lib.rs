@@ -1,0 +1,36 @@
+//! The harness of the cross-service tests: a node made of the seven real binaries, on
+//! sockets in a temp dir, against the real containerd that `deploy/runtime/setup.sh`
+//! starts. Waiting is always on a condition with a deadline ([`eventually`]).
+
+mod http;
+mod node;
+
+pub use http::http_get;
+pub use node::{Node, NodeOptions, binary, require_runtime};
+
+use std::future::Future;
+use std::time::Duration;
+
+/// The containerd the runtime setup script starts.
+pub const CONTAINERD_SOCKET: &str = "/run/nodeagent-containerd/containerd.sock";
+
+/// Polls `check` until it returns `Some`, or panics with `what` and the last state
+/// after `deadline`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    let mut last;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(e) => last = e,
+        }
+        if tokio::time::Instant::now() >= until {
+            panic!("timed out after {deadline:?} waiting for {what}; last: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,355 @@
+//! A node agent made of the seven real binaries, in a temp dir.
+
+use crate::CONTAINERD_SOCKET;
+use nodeagent_config::Service;
+use nodeagent_cri::Cri;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Where cargo put the binaries of this workspace (the test runs from target/<profile>/deps).
+pub fn binary(service: Service) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(format!("nodeagent-{}", service.name()));
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` before the tests (the README's test command does)",
+        path.display()
+    );
+    path
+}
+
+/// Skips a test (returns false) only where root or the runtime truly cannot exist; in CI
+/// (CI=true) a missing runtime is a failure.
+pub fn require_runtime(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let socket = Path::new(CONTAINERD_SOCKET).exists();
+    if root && socket {
+        return true;
+    }
+    let why = format!(
+        "{test} needs root and the containerd started by deploy/runtime/setup.sh (root: {root}, socket {CONTAINERD_SOCKET}: {socket})"
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NodeOptions {
+    /// Extra lines for the KubeletConfiguration file.
+    pub extra_config: String,
+}
+
+/// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
+/// that no source of its own wants. So tests that start a node take turns on the shared
+/// containerd; this lock (across the test processes) is held for a node's lifetime.
+const RUNTIME_LOCK: &str = "/run/nodeagent-tests.lock";
+
+async fn lock_runtime() -> nix::fcntl::Flock<std::fs::File> {
+    tokio::task::spawn_blocking(|| {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(RUNTIME_LOCK)
+            .expect("open the runtime lock");
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .expect("lock the runtime")
+    })
+    .await
+    .expect("lock task")
+}
+
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub name: String,
+    pub read_only_port: u16,
+    pub healthz_port: u16,
+    pub cri: Cri,
+    procs: BTreeMap<Service, Child>,
+    _runtime_lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl Node {
+    /// Starts all seven services. The node name is unique, so that every pod name (which
+    /// static pods suffix with it) belongs to this test alone.
+    pub async fn start(test: &str, options: NodeOptions) -> Node {
+        let runtime_lock = lock_runtime().await;
+        let dir = tempfile::Builder::new()
+            .prefix("nodeagent-test-")
+            .tempdir()
+            .expect("temp dir");
+        let suffix: String = dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .chars()
+            .rev()
+            .take(6)
+            .collect::<String>()
+            .to_lowercase();
+        let name = format!(
+            "{}-{}",
+            test.replace('_', "-"),
+            suffix.replace(|c: char| !c.is_ascii_alphanumeric(), "x")
+        );
+        for sub in ["manifests", "root", "sockets", "logs", "pod-logs"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        }
+        let read_only_port = free_port();
+        let healthz_port = free_port();
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}\n\
+             address: 127.0.0.1\nreadOnlyPort: {read_only_port}\nhealthzPort: {healthz_port}\n\
+             fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: 10s\n{extra}",
+            d = dir.path().display(),
+            extra = options.extra_config,
+        );
+        std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        let cri = Cri::connect(
+            &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
+            Duration::from_secs(30),
+        );
+        let mut node = Node {
+            dir,
+            name,
+            read_only_port,
+            healthz_port,
+            cri,
+            procs: BTreeMap::new(),
+            _runtime_lock: runtime_lock,
+        };
+        for s in Service::ALL {
+            node.spawn(s);
+        }
+        node
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn log_path(&self, service: Service) -> PathBuf {
+        self.path(&format!("logs/{}.log", service.name()))
+    }
+
+    pub fn log(&self, service: Service) -> String {
+        std::fs::read_to_string(self.log_path(service)).unwrap_or_default()
+    }
+
+    /// The flags every service of this node gets.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--config".into(),
+            self.path("config.yaml").display().to_string(),
+            "--root-dir".into(),
+            self.path("root").display().to_string(),
+            "--socket-dir".into(),
+            self.path("sockets").display().to_string(),
+            "--hostname-override".into(),
+            self.name.clone(),
+            "--pleg-relist-period".into(),
+            "500ms".into(),
+        ]
+    }
+
+    pub fn socket(&self, service: Service) -> nodeagent_config::Address {
+        nodeagent_config::Address::Unix(self.path(&format!("sockets/{}.sock", service.name())))
+    }
+
+    /// Starts (or restarts) one service, appending to its log.
+    pub fn spawn(&mut self, service: Service) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(service))
+            .expect("open log");
+        let child = Command::new(binary(service))
+            .args(self.args())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn service");
+        if let Some(mut old) = self.procs.insert(service, child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+    }
+
+    /// Sends `signal` to one service and waits for it to exit; returns its exit status.
+    pub async fn signal(
+        &mut self,
+        service: Service,
+        signal: nix::sys::signal::Signal,
+    ) -> std::process::ExitStatus {
+        let mut child = self.procs.remove(&service).expect("service running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("kill");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} did not exit after {signal}",
+                service.name()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn write_manifest(&self, file: &str, text: &str) {
+        // Write then rename, as editors and config management do.
+        let tmp = self.path(&format!("manifests/.{file}.tmp"));
+        std::fs::write(&tmp, text).expect("write manifest");
+        std::fs::rename(&tmp, self.path(&format!("manifests/{file}"))).expect("rename manifest");
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.path(&format!("manifests/{file}"))).expect("remove manifest");
+    }
+
+    /// The full pod name a static pod named `name` gets on this node.
+    pub fn pod_name(&self, name: &str) -> String {
+        format!("{name}-{}", self.name)
+    }
+
+    /// `/pods` from the read-only port, as JSON items.
+    pub async fn pods(&self) -> Result<Vec<serde_json::Value>, String> {
+        let (code, body) = crate::http_get(self.read_only_port, "/pods").await?;
+        if code != 200 {
+            return Err(format!("/pods answered {code}: {body}"));
+        }
+        let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// CRI containers of pods of this node.
+    pub async fn containers(&self) -> Vec<nodeagent_proto::cri::Container> {
+        let all = self
+            .cri
+            .list_containers(None)
+            .await
+            .expect("ListContainers");
+        let suffix = format!("-{}", self.name);
+        all.into_iter()
+            .filter(|c| {
+                c.labels
+                    .get("io.kubernetes.pod.name")
+                    .is_some_and(|n| n.ends_with(&suffix))
+            })
+            .collect()
+    }
+
+    pub async fn sandboxes(&self) -> Vec<nodeagent_proto::cri::PodSandbox> {
+        let all = self.cri.list_sandboxes(None).await.expect("ListPodSandbox");
+        let suffix = format!("-{}", self.name);
+        all.into_iter()
+            .filter(|s| {
+                s.metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name.ends_with(&suffix))
+            })
+            .collect()
+    }
+
+    /// Stops every service with SIGTERM, then removes whatever CRI objects of this node
+    /// are left (a failed test must not leak pods into the next).
+    pub async fn stop(mut self) {
+        let services: Vec<Service> = self.procs.keys().copied().collect();
+        for s in services {
+            let _ = self.signal(s, nix::sys::signal::Signal::SIGTERM).await;
+        }
+        self.force_cleanup().await;
+    }
+
+    async fn force_cleanup(&self) {
+        remove_sandboxes_of(&self.cri, &self.name).await;
+    }
+}
+
+/// Stops and removes every sandbox (and so every container) of pods of node `name`.
+async fn remove_sandboxes_of(cri: &Cri, name: &str) {
+    use nodeagent_proto::cri::{RemovePodSandboxRequest, StopPodSandboxRequest};
+    let suffix = format!("-{name}");
+    let Ok(all) = cri.list_sandboxes(None).await else {
+        return;
+    };
+    for s in all.into_iter().filter(|s| {
+        s.metadata
+            .as_ref()
+            .is_some_and(|m| m.name.ends_with(&suffix))
+    }) {
+        {
+            let mut rt = cri.runtime.clone();
+            let _ = rt
+                .stop_pod_sandbox(StopPodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+            let _ = rt
+                .remove_pod_sandbox(RemovePodSandboxRequest {
+                    pod_sandbox_id: s.id.clone(),
+                })
+                .await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if self.procs.is_empty() {
+            return; // stopped properly
+        }
+        if std::thread::panicking() {
+            // The services' own words are the best clue to a failure: show their tails.
+            for s in Service::ALL {
+                let log = self.log(s);
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("----- {} log (last {} lines) -----", s.name(), tail.len());
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        for (_, mut child) in std::mem::take(&mut self.procs) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // A failed test: remove its pods on a runtime of our own (the test's is unwinding).
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let cri = Cri::connect(
+                    &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
+                    Duration::from_secs(30),
+                );
+                remove_sandboxes_of(&cri, &name).await;
+            });
+        })
+        .join();
+    }
+}
