@@ -2,6 +2,8 @@
 //! image services on one channel, a span per call (from the transport's client layer,
 //! named `runtime.v1.RuntimeService/<Method>`), and the `runtimeRequestTimeout`.
 
+pub mod actions;
+
 use nodeagent_proto::cri::image_service_client::ImageServiceClient;
 use nodeagent_proto::cri::runtime_service_client::RuntimeServiceClient;
 use nodeagent_proto::cri::{

@@ -10,8 +10,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use nodeagent_config::{Config, Service};
-use nodeagent_proto::api::ListPodsRequest;
+use nodeagent_proto::api::metrics_client::MetricsClient;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
+use nodeagent_proto::api::{ListPodsRequest, ScrapeRequest};
 use nodeagent_transport::{Channel, Server, Shutdown};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,6 +55,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             .route("/healthz", get(healthz))
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
+            .route("/metrics", get(metrics))
             .with_state(state.clone());
         tasks.spawn(serve_http(addr, app, shutdown.clone()));
     }
@@ -103,6 +105,30 @@ async fn healthz(
         StatusCode::INTERNAL_SERVER_ERROR
     };
     (code, body).into_response()
+}
+
+/// Every service's metrics that serves the Metrics API, concatenated.
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut text = String::new();
+    for channel in state.peers.values() {
+        let mut client = MetricsClient::new(channel.clone());
+        if let Ok(Ok(r)) = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            client.scrape(ScrapeRequest {}),
+        )
+        .await
+        {
+            text.push_str(&r.into_inner().text);
+        }
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn pods(State(state): State<Arc<AppState>>) -> Response {

@@ -1,6 +1,7 @@
 //! pleg: relists the container runtime every period, turns the differences into pod
 //! lifecycle events, and keeps a timestamped status cache that pod-sync reads.
 
+mod metrics;
 mod relist;
 mod server;
 
@@ -8,6 +9,7 @@ pub use relist::{RelistCache, diff_events};
 
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
+use nodeagent_proto::api::metrics_server::MetricsServer;
 use nodeagent_proto::api::pleg_server::PlegServer;
 use nodeagent_transport::{Server, Shutdown};
 use std::sync::{Arc, Mutex};
@@ -23,8 +25,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let relister = relist::Relister::new(cri.clone(), cache.clone(), events.clone());
     let relist_task = tokio::spawn(relister.run(config.pleg_relist_period, shutdown.clone()));
 
-    let service = server::PlegService::new(cri, cache, events, shutdown.clone());
-    let routes = tonic::service::Routes::new(PlegServer::new(service));
+    let service = server::PlegService::new(cri, cache.clone(), events, shutdown.clone());
+    let routes = tonic::service::Routes::new(PlegServer::new(service))
+        .add_service(MetricsServer::new(metrics::PlegMetrics(cache)));
     let server = Server::new(
         config.endpoint(Service::Pleg).clone(),
         routes,

@@ -26,6 +26,8 @@ pub struct RelistCache {
     pub last_relist: Option<SystemTime>,
     pub last_relist_duration: Duration,
     pub last_error: Option<String>,
+    pub relist_duration: crate::metrics::Histogram,
+    pub relist_interval: crate::metrics::Histogram,
 }
 
 impl RelistCache {
@@ -94,9 +96,17 @@ impl Relister {
                 .await;
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.last_relist_duration = started.elapsed();
+            let took = cache.last_relist_duration.as_secs_f64();
+            cache.relist_duration.observe(took);
             match result {
                 Ok(()) => {
-                    cache.last_relist = Some(SystemTime::now());
+                    let now = SystemTime::now();
+                    if let Some(interval) =
+                        cache.last_relist.and_then(|t| now.duration_since(t).ok())
+                    {
+                        cache.relist_interval.observe(interval.as_secs_f64());
+                    }
+                    cache.last_relist = Some(now);
                     cache.last_error = None;
                 }
                 Err(e) => {

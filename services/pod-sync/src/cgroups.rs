@@ -77,6 +77,107 @@ pub fn pod_cgroup_parent(pod: &Pod, cgroups_per_qos: bool, cgroup_root: &str) ->
     Some(format!("{root}/kubepods{qos}/pod{uid}"))
 }
 
+/// Pod-level limits (upstream `ResourceConfigForPod`): CPU shares from the sum of
+/// requests, a CFS quota and a memory limit only when every container sets that limit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodResources {
+    pub cpu_shares: u64,
+    pub cpu_quota_us: Option<i64>,
+    pub memory_limit_bytes: Option<i64>,
+}
+
+pub fn pod_resources(pod: &Pod) -> PodResources {
+    let Some(spec) = &pod.spec else {
+        return PodResources {
+            cpu_shares: 2,
+            ..Default::default()
+        };
+    };
+    let (mut req_milli, mut lim_milli, mut mem) = (0i64, Some(0i64), Some(0i64));
+    for c in &spec.containers {
+        let res = c.resources.clone().unwrap_or_default();
+        let limits = res.limits.unwrap_or_default();
+        let requests = res.requests.unwrap_or_default();
+        let cpu_limit = limits.get("cpu").and_then(|q| quantity::cpu_millis(&q.0));
+        let cpu_req = requests
+            .get("cpu")
+            .and_then(|q| quantity::cpu_millis(&q.0))
+            .or(cpu_limit);
+        req_milli += cpu_req.unwrap_or(0);
+        lim_milli = lim_milli.zip(cpu_limit).map(|(a, b)| a + b);
+        mem = mem
+            .zip(limits.get("memory").and_then(|q| quantity::bytes(&q.0)))
+            .map(|(a, b)| a + b);
+    }
+    if spec.containers.is_empty() {
+        lim_milli = None;
+        mem = None;
+    }
+    PodResources {
+        cpu_shares: ((req_milli * 1024) / 1000).max(2) as u64,
+        cpu_quota_us: lim_milli.map(|m| (m * 100).max(1000)),
+        memory_limit_bytes: mem,
+    }
+}
+
+/// Creates the pod cgroup with its limits before the runtime puts anything in it (cgroup
+/// v1: the cpu, memory and pids hierarchies; v2: the unified tree). Idempotent.
+pub fn ensure_pod_cgroup(
+    cgroup_fs: &Path,
+    parent: &str,
+    res: &PodResources,
+    pids_limit: i64,
+) -> Result<(), String> {
+    let rel = parent.trim_start_matches('/');
+    let write = |path: PathBuf, value: String| -> Result<(), String> {
+        std::fs::write(&path, &value)
+            .map_err(|e| format!("write {value:?} to {}: {e}", path.display()))
+    };
+    if cgroup_fs.join("cgroup.controllers").exists() {
+        // v2: every ancestor must delegate the controllers to its children.
+        let mut dir = cgroup_fs.to_path_buf();
+        for part in rel.split('/') {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+cpu +memory +pids");
+            dir = dir.join(part);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let weight = 1 + ((res.cpu_shares.saturating_sub(2)) * 9999) / 262142;
+        write(dir.join("cpu.weight"), weight.to_string())?;
+        let quota = res
+            .cpu_quota_us
+            .map_or("max".to_string(), |q| q.to_string());
+        write(dir.join("cpu.max"), format!("{quota} 100000"))?;
+        write(
+            dir.join("memory.max"),
+            res.memory_limit_bytes
+                .map_or("max".into(), |m| m.to_string()),
+        )?;
+        if pids_limit > 0 {
+            write(dir.join("pids.max"), pids_limit.to_string())?;
+        }
+        return Ok(());
+    }
+    let cpu = cgroup_fs.join("cpu").join(rel);
+    std::fs::create_dir_all(&cpu).map_err(|e| format!("{}: {e}", cpu.display()))?;
+    write(cpu.join("cpu.shares"), res.cpu_shares.to_string())?;
+    write(cpu.join("cpu.cfs_period_us"), "100000".into())?;
+    write(
+        cpu.join("cpu.cfs_quota_us"),
+        res.cpu_quota_us.unwrap_or(-1).to_string(),
+    )?;
+    let memory = cgroup_fs.join("memory").join(rel);
+    std::fs::create_dir_all(&memory).map_err(|e| format!("{}: {e}", memory.display()))?;
+    if let Some(m) = res.memory_limit_bytes {
+        write(memory.join("memory.limit_in_bytes"), m.to_string())?;
+    }
+    if pids_limit > 0 {
+        let pids = cgroup_fs.join("pids").join(rel);
+        std::fs::create_dir_all(&pids).map_err(|e| format!("{}: {e}", pids.display()))?;
+        write(pids.join("pids.max"), pids_limit.to_string())?;
+    }
+    Ok(())
+}
+
 /// Removes a pod cgroup in every hierarchy it exists in (v1: each controller; v2: the
 /// unified tree). Children (the containers' cgroups) go first. Missing is fine.
 pub fn remove_pod_cgroup(cgroup_fs: &Path, parent: &str) -> Result<(), String> {
@@ -168,6 +269,60 @@ mod tests {
             Some("/kubepods/besteffort/podu1")
         );
         assert_eq!(pod_cgroup_parent(&p, false, "/"), None);
+    }
+
+    #[test]
+    fn pod_limits_are_sums_only_when_every_container_sets_them() {
+        let two = |a: serde_json::Value, b: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "uid": "u1"},
+                "spec": {"containers": [
+                    {"name": "a", "image": "i", "resources": a},
+                    {"name": "b", "image": "i", "resources": b}]}
+            }))
+            .unwrap()
+        };
+        let full = serde_json::json!({"limits": {"cpu": "250m", "memory": "64Mi"}});
+        let r = pod_resources(&two(full.clone(), full.clone()));
+        assert_eq!(
+            r,
+            PodResources {
+                cpu_shares: 512,
+                cpu_quota_us: Some(50_000),
+                memory_limit_bytes: Some(128 << 20)
+            }
+        );
+        let r = pod_resources(&two(full, serde_json::json!({"requests": {"cpu": "100m"}})));
+        assert_eq!(
+            r,
+            PodResources {
+                cpu_shares: 358,
+                cpu_quota_us: None,
+                memory_limit_bytes: None
+            }
+        );
+    }
+
+    #[test]
+    fn pod_cgroup_is_created_with_its_limits_on_v1() {
+        let fs = tempfile::tempdir().unwrap();
+        for ctl in ["cpu", "memory", "pids"] {
+            std::fs::create_dir_all(fs.path().join(ctl)).unwrap();
+        }
+        let res = PodResources {
+            cpu_shares: 512,
+            cpu_quota_us: Some(50_000),
+            memory_limit_bytes: Some(1 << 20),
+        };
+        ensure_pod_cgroup(fs.path(), "/kubepods/podu1", &res, 100).unwrap();
+        let read = |p: &str| std::fs::read_to_string(fs.path().join(p)).unwrap();
+        assert_eq!(read("cpu/kubepods/podu1/cpu.shares"), "512");
+        assert_eq!(read("cpu/kubepods/podu1/cpu.cfs_quota_us"), "50000");
+        assert_eq!(
+            read("memory/kubepods/podu1/memory.limit_in_bytes"),
+            "1048576"
+        );
+        assert_eq!(read("pids/kubepods/podu1/pids.max"), "100");
     }
 
     #[test]

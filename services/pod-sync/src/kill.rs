@@ -32,8 +32,11 @@ impl PodSync {
         let mut stops = tokio::task::JoinSet::new();
         for c in running {
             let this = self.clone();
-            let id = c.id.clone();
-            stops.spawn(async move { this.stop_container(&id, grace).await });
+            let (id, name, pod) = (c.id.clone(), c.name.clone(), pod.clone());
+            stops.spawn(async move {
+                this.kill_container(pod.as_ref(), &name, &id, grace, "the pod is being removed")
+                    .await
+            });
         }
         while stops.join_next().await.is_some() {}
         for s in &rt.sandboxes {
@@ -91,6 +94,10 @@ impl PodSync {
         st.terminating.remove(uid);
         st.runtime.remove(uid);
         st.waiting.remove(uid);
+        st.pod_failed.remove(uid);
+        st.pull_backoff.retain(|(u, _), _| u != uid);
+        let ids: Vec<String> = rt.containers.iter().map(|c| c.id.clone()).collect();
+        st.termination_messages.retain(|id, _| !ids.contains(id));
         st.last_action.remove(uid);
         if st.statuses.remove(uid).is_some() {
             st.status_revision += 1;

@@ -5,9 +5,11 @@
 
 mod cgroups;
 mod expansion;
+mod hooks;
 mod inputs;
 mod kill;
 mod quantity;
+mod runonce;
 mod runtime_spec;
 mod server;
 mod state;
@@ -16,6 +18,7 @@ mod sync;
 mod workers;
 
 pub use cgroups::{QosClass, qos_class};
+pub use runonce::run_once;
 
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
@@ -82,6 +85,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             cluster_domain: config.kubelet.cluster_domain.clone(),
             resolv_conf: config.kubelet.resolv_conf.clone(),
             host_ip,
+            root_dir: config.root_dir.clone(),
+            pod_pids_limit: config.kubelet.pod_pids_limit,
         },
         state: Mutex::new(State::default()),
         workers: Mutex::new(HashMap::new()),

@@ -11,9 +11,17 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     flags: nodeagent_config::KubeletFlags,
+    /// Run the static pods once, wait until they run, print their status, and exit
+    /// (upstream --runonce). The pods keep running.
+    #[arg(long)]
+    runonce: bool,
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    nodeagent_transport::run_main("pod-sync", &cli.flags, pod_sync::run)
+    if cli.runonce {
+        nodeagent_transport::run_main("pod-sync", &cli.flags, pod_sync::run_once)
+    } else {
+        nodeagent_transport::run_main("pod-sync", &cli.flags, pod_sync::run)
+    }
 }

@@ -27,6 +27,21 @@ pub struct NodeContext {
     pub cluster_domain: String,
     pub resolv_conf: PathBuf,
     pub host_ip: String,
+    /// The node agent's root directory (`--root-dir`).
+    pub root_dir: PathBuf,
+    /// `podPidsLimit` (-1: unlimited).
+    pub pod_pids_limit: i64,
+}
+
+/// The host file mounted at a container's terminationMessagePath (upstream:
+/// `<root>/pods/<uid>/containers/<name>/<id>`; we name it by attempt so that the file of
+/// any container instance can be found again from its CRI metadata alone).
+pub fn termination_message_file(root: &Path, uid: &str, name: &str, attempt: u32) -> PathBuf {
+    root.join("pods")
+        .join(uid)
+        .join("containers")
+        .join(name)
+        .join(attempt.to_string())
 }
 
 /// `/var/log/pods/<namespace>_<name>_<uid>`.
@@ -364,6 +379,21 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
             ..Default::default()
         });
     }
+    if let Some(path) = c
+        .termination_message_path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        let file =
+            termination_message_file(&i.node.root_dir, k8s::pod_uid(i.pod), &c.name, i.attempt);
+        create_world_writable(&file)
+            .map_err(|e| format!("termination message file {}: {e}", file.display()))?;
+        mounts.push(Mount {
+            container_path: path.to_string(),
+            host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        });
+    }
     let mut labels_map = HashMap::from([
         (
             labels::POD_NAME.to_string(),
@@ -440,6 +470,16 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         }),
         ..Default::default()
     })
+}
+
+/// An empty file any container user can write its termination message into.
+fn create_world_writable(file: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::File::create(file)?;
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o666))
 }
 
 /// CPU shares from the request, CFS quota from the limit, memory limit (upstream

@@ -6,6 +6,28 @@ use crate::status::Waiting;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::RuntimePodStatus;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// An exponential back-off entry: how many failures so far, and until when to wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub failures: u32,
+    pub until: Instant,
+}
+
+impl Backoff {
+    /// Records one more failure with the upstream image back-off (10 s doubling to 300 s).
+    pub fn next(previous: Option<Backoff>, now: Instant) -> Backoff {
+        let failures = previous.map_or(1, |b| b.failures + 1);
+        let delay = Duration::from_secs(10)
+            .saturating_mul(1u32 << (failures - 1).min(8))
+            .min(Duration::from_secs(300));
+        Backoff {
+            failures,
+            until: now + delay,
+        }
+    }
+}
 
 #[derive(Default)]
 pub struct State {
@@ -32,6 +54,12 @@ pub struct State {
     pub last_action: HashMap<String, i64>,
     /// uid -> pod with its computed status, as served to node-status and http-server.
     pub statuses: BTreeMap<String, Pod>,
+    /// (uid, image) -> image pull back-off.
+    pub pull_backoff: HashMap<(String, String), Backoff>,
+    /// uid -> why the whole pod failed (e.g. activeDeadlineSeconds): nothing runs again.
+    pub pod_failed: HashMap<String, Waiting>,
+    /// container id -> its termination message, read once after it exited.
+    pub termination_messages: HashMap<String, String>,
     /// uid -> trace context of the change that last touched the pod; the next sync of
     /// the pod joins that trace.
     pub pending_trace: HashMap<String, nodeagent_proto::api::TraceContext>,

@@ -27,6 +27,10 @@ pub struct StatusInputs<'a> {
     /// container name -> why it is waiting.
     pub waiting: &'a HashMap<String, Waiting>,
     pub host_ip: &'a str,
+    /// Why the whole pod failed (activeDeadlineSeconds), if it did.
+    pub pod_failed: Option<&'a Waiting>,
+    /// container id -> termination message (from its file, or its log's tail).
+    pub termination_messages: &'a HashMap<String, String>,
 }
 
 pub fn time(nanos: i64) -> Option<Time> {
@@ -57,7 +61,7 @@ pub fn instances<'a>(rt: Option<&'a RuntimePodStatus>, name: &str) -> Vec<&'a Ru
     v
 }
 
-fn state_of(c: &RuntimeContainer) -> ContainerState {
+fn state_of(c: &RuntimeContainer, messages: &HashMap<String, String>) -> ContainerState {
     match cri::ContainerState::try_from(c.state) {
         Ok(cri::ContainerState::ContainerRunning) => ContainerState {
             running: Some(ContainerStateRunning {
@@ -77,7 +81,11 @@ fn state_of(c: &RuntimeContainer) -> ContainerState {
                 } else {
                     c.reason.clone()
                 }),
-                message: (!c.message.is_empty()).then(|| c.message.clone()),
+                message: messages
+                    .get(&c.id)
+                    .filter(|m| !m.is_empty())
+                    .cloned()
+                    .or_else(|| (!c.message.is_empty()).then(|| c.message.clone())),
                 started_at: time(c.started_at_unix_nanos),
                 finished_at: time(c.finished_at_unix_nanos),
                 container_id: Some(format!("containerd://{}", c.id)),
@@ -104,14 +112,19 @@ fn container_status(
     let latest = all.first().copied();
     let previous = all.get(1).copied();
     let waiting = inputs.waiting.get(&c.name);
-    let mut state = latest.map(state_of).unwrap_or_else(|| ContainerState {
-        waiting: Some(ContainerStateWaiting {
-            reason: Some(default_waiting.into()),
-            message: None,
-        }),
-        ..Default::default()
-    });
-    let mut last_state = previous.map(state_of).filter(|s| s.terminated.is_some());
+    let msgs = inputs.termination_messages;
+    let mut state = latest
+        .map(|l| state_of(l, msgs))
+        .unwrap_or_else(|| ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(default_waiting.into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+    let mut last_state = previous
+        .map(|p| state_of(p, msgs))
+        .filter(|s| s.terminated.is_some());
     if let Some(w) = waiting {
         // A container waiting to be (re)started shows its last run as lastState.
         if state.terminated.is_some() {
@@ -248,8 +261,14 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         rt.and_then(|r| r.sandboxes.iter().map(|s| s.created_at_unix_nanos).min())
             .and_then(time)
     });
+    let (phase, reason, message) = match inputs.pod_failed {
+        Some(f) => ("Failed", Some(f.reason.clone()), Some(f.message.clone())),
+        None => (phase, None, None),
+    };
     PodStatus {
         phase: Some(phase.into()),
+        reason,
+        message,
         conditions: Some(conditions),
         host_ip: Some(inputs.host_ip.to_string()),
         host_ips: Some(vec![HostIP {

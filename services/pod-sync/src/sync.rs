@@ -5,6 +5,7 @@
 
 use crate::PodSync;
 use crate::runtime_spec::{self, ContainerInputs};
+use crate::state::Backoff;
 use crate::status::{Waiting, instances};
 use crate::workers::SyncOutcome;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -17,7 +18,7 @@ use nodeagent_proto::cri::{
 use nodeagent_proto::k8s;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
 const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
@@ -71,6 +72,10 @@ impl PodSync {
             .restart_policy
             .clone()
             .unwrap_or_else(|| "Always".into());
+        let deadline_left = match self.enforce_active_deadline(pod, rt).await {
+            Err(outcome) => return Ok(outcome),
+            Ok(left) => left,
+        };
 
         // Volumes first: nothing starts without them. Idempotent, so done every sync.
         let volumes = match self.ensure_volumes(pod).await {
@@ -128,6 +133,10 @@ impl PodSync {
             next_retry = Some(next_retry.map_or(d, |r: Duration| r.min(d)));
         };
 
+        if let Some(left) = deadline_left {
+            merge_retry(left);
+        }
+
         // Init containers, in order: each must succeed before the next starts.
         for c in spec.init_containers.iter().flatten() {
             let sidecar = c.restart_policy.as_deref() == Some("Always");
@@ -181,8 +190,9 @@ impl PodSync {
             match latest {
                 Some(l) if l.state == RUNNING => {
                     if !l.spec_hash.is_empty() && l.spec_hash != runtime_spec::container_hash(c) {
-                        tracing::info!(k8s.container.name = %c.name, "container spec changed; replacing it");
-                        self.stop_container(&l.id, grace_seconds(pod)).await;
+                        let reason = "the container's spec changed; it will be replaced";
+                        self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), reason)
+                            .await;
                         self.acted(&uid);
                         merge_retry(Duration::ZERO);
                     } else {
@@ -191,7 +201,9 @@ impl PodSync {
                 }
                 Some(l) if l.state == CREATED => {
                     // Created by a pod-sync that died before starting it.
-                    self.start_created(&uid, c, &l.id).await;
+                    if self.start_created(&uid, c, &l.id).await {
+                        self.post_start(pod, c, &l.id).await;
+                    }
                 }
                 Some(l) if l.state == EXITED => {
                     if !should_restart(&policy, l.exit_code) {
@@ -217,6 +229,53 @@ impl PodSync {
             }
         }
         Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter))
+    }
+
+    /// `activeDeadlineSeconds`: once the pod has been active longer, every container is
+    /// stopped and the pod is Failed with reason DeadlineExceeded (`Err`: the sync is
+    /// over). Otherwise `Ok` with the time left, if there is a deadline.
+    async fn enforce_active_deadline(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Result<Option<Duration>, SyncOutcome> {
+        let uid = k8s::pod_uid(pod);
+        let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+            return Ok(None);
+        };
+        let failed = self.lock().pod_failed.contains_key(uid);
+        if !failed {
+            let Some(started) = rt.sandboxes.iter().map(|s| s.created_at_unix_nanos).min() else {
+                return Ok(None); // not started yet
+            };
+            let active =
+                Duration::from_nanos((crate::workers::now_nanos() - started).max(0) as u64);
+            let limit = Duration::from_secs(deadline.max(0) as u64);
+            if active < limit {
+                return Ok(Some(limit - active));
+            }
+            tracing::info!(
+                active_deadline_seconds = deadline,
+                "pod exceeded its active deadline"
+            );
+            self.lock().pod_failed.insert(
+                uid.to_string(),
+                Waiting {
+                    reason: "DeadlineExceeded".into(),
+                    message: "Pod was active on the node longer than the specified deadline".into(),
+                },
+            );
+        }
+        let grace = grace_seconds(pod);
+        for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
+            self.kill_container(Some(pod), &c.name, &c.id, grace, "DeadlineExceeded")
+                .await;
+        }
+        for s in rt.sandboxes.iter().filter(|s| s.state == READY) {
+            self.stop_sandbox(&s.id).await;
+        }
+        self.acted(uid);
+        Err(SyncOutcome::Idle)
     }
 
     /// Restarts an exited container once its crash-loop back-off has passed; returns how
@@ -273,7 +332,7 @@ impl PodSync {
         volumes: &HashMap<String, String>,
     ) -> anyhow::Result<Option<Duration>> {
         let uid = k8s::pod_uid(pod).to_string();
-        if let Err((reason, message, retry)) = self.ensure_image(c).await {
+        if let Err((reason, message, retry)) = self.ensure_image(&uid, c).await {
             tracing::warn!(k8s.container.name = %c.name, %reason, %message, "image not available");
             self.set_waiting(&uid, &c.name, reason, &message);
             return Ok(Some(retry));
@@ -310,11 +369,30 @@ impl PodSync {
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
-        self.start_created(&uid, c, &id).await;
+        if self.start_created(&uid, c, &id).await {
+            self.post_start(pod, c, &id).await;
+        }
         Ok(None)
     }
 
-    async fn start_created(&self, uid: &str, c: &Container, id: &str) {
+    /// Runs the postStart hook; a failed hook kills the container (upstream
+    /// `FailedPostStartHook`), and the restart policy decides what follows.
+    async fn post_start(&self, pod: &Pod, c: &Container, id: &str) {
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return;
+        };
+        let timeout = Duration::from_secs(grace_seconds(pod).max(2) as u64);
+        if let Err(e) = self.run_hook(pod, c, id, hook, timeout).await {
+            let message = format!("PostStartHook failed: {e}");
+            tracing::warn!(k8s.container.name = %c.name, %message, "FailedPostStartHook");
+            self.kill_container(Some(pod), &c.name, id, grace_seconds(pod), &message)
+                .await;
+            self.acted(k8s::pod_uid(pod));
+        }
+    }
+
+    /// Starts a created container; true when it started.
+    async fn start_created(&self, uid: &str, c: &Container, id: &str) -> bool {
         let mut runtime = self.cri.runtime.clone();
         let started = runtime
             .start_container(self.cri.request(StartContainerRequest {
@@ -326,16 +404,22 @@ impl PodSync {
             Ok(_) => {
                 tracing::info!(k8s.container.name = %c.name, container.id = %id, "container started");
                 self.clear_waiting(uid, &c.name);
+                true
             }
             Err(e) => {
                 tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "StartContainer failed");
                 self.set_waiting(uid, &c.name, "RunContainerError", e.message());
+                false
             }
         }
     }
 
     /// `imagePullPolicy`: Always pulls, IfNotPresent pulls when missing, Never never does.
-    async fn ensure_image(&self, c: &Container) -> Result<(), (&'static str, String, Duration)> {
+    async fn ensure_image(
+        &self,
+        uid: &str,
+        c: &Container,
+    ) -> Result<(), (&'static str, String, Duration)> {
         let image = c.image.clone().unwrap_or_default();
         let policy = c
             .image_pull_policy
@@ -370,22 +454,34 @@ impl PodSync {
                 Duration::from_secs(30),
             ));
         }
+        let key = (uid.to_string(), image.clone());
+        let now = Instant::now();
+        if let Some(b) = self.lock().pull_backoff.get(&key).filter(|b| b.until > now) {
+            let message = format!("Back-off pulling image \"{image}\"");
+            return Err(("ImagePullBackOff", message, b.until - now));
+        }
         tracing::info!(%image, "pulling image");
-        match images
+        let pulled = images
             .pull_image(self.cri.request(PullImageRequest {
                 image: Some(spec),
                 auth: None,
                 sandbox_config: None,
             }))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(_) if present => Ok(()), // Always, but the registry is unreachable: use what we have
-            Err(e) => Err((
-                "ErrImagePull",
-                e.message().to_string(),
-                Duration::from_secs(10),
-            )),
+            .await;
+        let mut st = self.lock();
+        match pulled {
+            Ok(_) => {
+                st.pull_backoff.remove(&key);
+                Ok(())
+            }
+            // Always, but the registry is unreachable: use what we have.
+            Err(_) if present => Ok(()),
+            Err(e) => {
+                let b = Backoff::next(st.pull_backoff.get(&key).copied(), now);
+                st.pull_backoff.insert(key, b);
+                let message = format!("Failed to pull image \"{image}\": {}", e.message());
+                Err(("ErrImagePull", message, b.until - now))
+            }
         }
     }
 
@@ -404,6 +500,21 @@ impl PodSync {
     async fn run_sandbox(&self, pod: &Pod, attempt: u32) -> anyhow::Result<(String, String)> {
         let uid = k8s::pod_uid(pod).to_string();
         let config = runtime_spec::sandbox_config(pod, attempt, &self.node);
+        if let Some(parent) = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .filter(|p| !p.is_empty())
+        {
+            let res = crate::cgroups::pod_resources(pod);
+            crate::cgroups::ensure_pod_cgroup(
+                &self.cgroup_fs,
+                &parent,
+                &res,
+                self.node.pod_pids_limit,
+            )
+            .map_err(|e| anyhow::anyhow!("creating the pod cgroup {parent}: {e}"))?;
+        }
         std::fs::create_dir_all(&config.log_directory).map_err(|e| {
             anyhow::anyhow!("create pod log directory {}: {e}", config.log_directory)
         })?;

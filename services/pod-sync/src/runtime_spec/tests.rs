@@ -10,6 +10,8 @@ fn node() -> NodeContext {
         cluster_domain: String::new(),
         resolv_conf: "/nonexistent".into(),
         host_ip: "192.0.2.1".into(),
+        pod_pids_limit: -1,
+        root_dir: std::env::temp_dir().join(format!("pod-sync-test-{}", std::process::id())),
     }
 }
 
@@ -81,6 +83,8 @@ fn container_config_carries_upstream_labels_and_resources() {
     assert_eq!(cfg.annotations[labels::CONTAINER_HASH], container_hash(c));
     assert_eq!(cfg.log_path, "c/2.log");
     assert_eq!(cfg.mounts[0].container_path, "/data");
+    // No terminationMessagePath in this spec, so no second mount.
+    assert_eq!(cfg.mounts.len(), 1);
     let r = cfg.linux.unwrap().resources.unwrap();
     assert_eq!(
         (r.cpu_quota, r.cpu_period, r.cpu_shares),

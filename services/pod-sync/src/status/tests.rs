@@ -52,6 +52,8 @@ fn compute_for(
             readiness,
             waiting: &HashMap::new(),
             host_ip: "192.0.2.1",
+            pod_failed: None,
+            termination_messages: &HashMap::new(),
         },
         None,
     )
@@ -139,6 +141,8 @@ fn a_recorded_error_is_the_waiting_reason() {
             readiness: &HashMap::new(),
             waiting: &waiting,
             host_ip: "",
+            pod_failed: None,
+            termination_messages: &HashMap::new(),
         },
         None,
     );
@@ -149,4 +153,36 @@ fn a_recorded_error_is_the_waiting_reason() {
         .waiting
         .unwrap();
     assert_eq!(w.reason.as_deref(), Some("ErrImageNeverPull"));
+}
+
+#[test]
+fn a_failed_pod_and_termination_messages_show() {
+    let p = pod("Never", false);
+    let rt = runtime(cri::ContainerState::ContainerExited, 3);
+    let failed = Waiting {
+        reason: "DeadlineExceeded".into(),
+        message: "too long".into(),
+    };
+    let messages = HashMap::from([("c1".to_string(), "bye".to_string())]);
+    let s = compute(
+        &StatusInputs {
+            pod: &p,
+            runtime: Some(&rt),
+            readiness: &HashMap::new(),
+            waiting: &HashMap::new(),
+            host_ip: "",
+            pod_failed: Some(&failed),
+            termination_messages: &messages,
+        },
+        None,
+    );
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+    let t = s.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!((t.exit_code, t.message.as_deref()), (3, Some("bye")));
 }

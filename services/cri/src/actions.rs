@@ -1,0 +1,106 @@
+//! Actions run against a container or its pod: a command through CRI `ExecSync`, an HTTP
+//! GET, a TCP connect. Probes and lifecycle hooks are made of these.
+
+use crate::Cri;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use nodeagent_proto::cri::ExecSyncRequest;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Runs `cmd` in the container; Ok when it exits 0, Err with what it printed otherwise.
+pub async fn exec(
+    cri: &Cri,
+    container_id: &str,
+    cmd: Vec<String>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let mut runtime = cri.runtime.clone();
+    let mut req = tonic::Request::new(ExecSyncRequest {
+        container_id: container_id.to_string(),
+        cmd,
+        timeout: timeout.as_secs().max(1) as i64,
+    });
+    req.set_timeout(timeout + Duration::from_secs(5));
+    match runtime.exec_sync(req).await {
+        Ok(r) => {
+            let r = r.into_inner();
+            if r.exit_code == 0 {
+                Ok(())
+            } else {
+                let mut out = String::from_utf8_lossy(&r.stdout).trim().to_string();
+                let err = String::from_utf8_lossy(&r.stderr).trim().to_string();
+                if !err.is_empty() {
+                    out = if out.is_empty() {
+                        err
+                    } else {
+                        format!("{out} {err}")
+                    };
+                }
+                Err(format!("command exited with {}: {out}", r.exit_code))
+            }
+        }
+        // containerd reports an ExecSync timeout as DEADLINE_EXCEEDED.
+        Err(e) if e.code() == tonic::Code::DeadlineExceeded => {
+            Err(format!("command timed out after {}s", timeout.as_secs()))
+        }
+        Err(e) => Err(format!("exec failed: {}", e.message())),
+    }
+}
+
+/// A minimal HTTP/1.0 GET; a status of 200–399 is success, as upstream.
+pub async fn http_get(host: &str, port: u16, path: &str, timeout: Duration) -> Result<(), String> {
+    let url = format!("http://{host}:{port}{path}");
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let req = format!(
+            "GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.37\r\nAccept: */*\r\n\r\n"
+        );
+        stream
+            .write_all(req.as_bytes())
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let mut buf = vec![0u8; 1024];
+        let n = stream
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let head = String::from_utf8_lossy(&buf[..n]);
+        let code: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("GET {url}: malformed HTTP response"))?;
+        if (200..400).contains(&code) {
+            Ok(())
+        } else {
+            Err(format!("HTTP probe failed with statuscode: {code}"))
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .map_err(|_| format!("GET {url}: timed out after {}s", timeout.as_secs()))?
+}
+
+/// Opens (and closes) a TCP connection.
+pub async fn tcp_connect(host: &str, port: u16, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("dial tcp {host}:{port}: {e}")),
+        Err(_) => Err(format!("dial tcp {host}:{port}: timed out")),
+    }
+}
+
+/// A port given by number or by the name of one of the container's ports.
+pub fn resolve_port(p: &IntOrString, named: &[(String, i32)]) -> Result<u16, String> {
+    match p {
+        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("invalid port {n}")),
+        IntOrString::String(s) => named
+            .iter()
+            .find(|(n, _)| n == s)
+            .and_then(|(_, p)| u16::try_from(*p).ok())
+            .or_else(|| s.parse().ok())
+            .ok_or_else(|| format!("unknown port name {s:?}")),
+    }
+}

@@ -1,0 +1,106 @@
+//! Lifecycle hooks and the graceful stop of a container (upstream `killContainer`): the
+//! preStop hook runs first, within the grace period, and StopContainer gets what is left
+//! of it (never less than 2 s).
+
+use crate::PodSync;
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use nodeagent_cri::actions;
+use nodeagent_proto::k8s;
+use std::time::{Duration, Instant};
+
+/// Upstream `minimumGracePeriodInSeconds`.
+const MINIMUM_GRACE: i64 = 2;
+
+impl PodSync {
+    /// Runs one lifecycle handler (exec, httpGet, sleep, tcpSocket) for a container.
+    pub(crate) async fn run_hook(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        container_id: &str,
+        handler: &LifecycleHandler,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let pod_ip = || {
+            self.lock()
+                .runtime
+                .get(k8s::pod_uid(pod))
+                .and_then(|r| {
+                    r.sandboxes
+                        .iter()
+                        .find(|s| s.state == 0)
+                        .map(|s| s.ip.clone())
+                })
+                .unwrap_or_default()
+        };
+        let named: Vec<(String, i32)> = c
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| Some((p.name.clone()?, p.container_port)))
+            .collect();
+        if let Some(exec) = &handler.exec {
+            let cmd = exec.command.clone().unwrap_or_default();
+            return actions::exec(&self.cri, container_id, cmd, timeout).await;
+        }
+        if let Some(http) = &handler.http_get {
+            let host = http
+                .host
+                .clone()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(pod_ip);
+            let port = actions::resolve_port(&http.port, &named)?;
+            let path = http.path.clone().unwrap_or_else(|| "/".into());
+            return actions::http_get(&host, port, &path, timeout).await;
+        }
+        if let Some(tcp) = &handler.tcp_socket {
+            let host = tcp
+                .host
+                .clone()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(pod_ip);
+            let port = actions::resolve_port(&tcp.port, &named)?;
+            return actions::tcp_connect(&host, port, timeout).await;
+        }
+        if let Some(sleep) = &handler.sleep {
+            tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(timeout)).await;
+            return Ok(());
+        }
+        Err("the hook has no handler".into())
+    }
+
+    /// Stops one container gracefully: preStop (if the spec has one), then StopContainer
+    /// with the rest of `grace_seconds`.
+    pub(crate) async fn kill_container(
+        &self,
+        pod: Option<&Pod>,
+        name: &str,
+        container_id: &str,
+        grace_seconds: i64,
+        reason: &str,
+    ) {
+        let started = Instant::now();
+        let spec = pod.and_then(|p| p.spec.as_ref());
+        let container = spec.and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == name)
+        });
+        let pre_stop = container.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
+        tracing::info!(k8s.container.name = %name, container.id = %container_id, grace_seconds, %reason, "killing container");
+        if let (Some(pod), Some(c), Some(hook)) = (pod, container, pre_stop) {
+            let timeout = Duration::from_secs(grace_seconds.max(0) as u64);
+            match self.run_hook(pod, c, container_id, hook, timeout).await {
+                Ok(()) => {
+                    tracing::info!(k8s.container.name = %name, took = ?started.elapsed(), "preStop hook completed")
+                }
+                Err(e) => {
+                    tracing::warn!(k8s.container.name = %name, error = %e, "preStop hook failed")
+                }
+            }
+        }
+        let left = (grace_seconds - started.elapsed().as_secs() as i64).max(MINIMUM_GRACE);
+        self.stop_container(container_id, left).await;
+    }
+}
