@@ -5,7 +5,8 @@
 # - writes a containerd config (own root/state/socket, CRI plugin enabled) and a
 #   CNI bridge conflist under /etc/nodeagent
 # - starts that containerd instance in the background (no systemd needed), next
-#   to (and independent of) docker's own containerd
+#   to (and independent of) docker's own containerd; where systemd runs and
+#   nodeagent-containerd.service is enabled (deploy/install.sh --runtime), through systemd
 # - builds registry.k8s.io/pause:3.9 and docker.io/library/busybox:1.36 locally
 #   with umoci (no registry is reachable) and imports them into namespace k8s.io
 #
@@ -214,7 +215,34 @@ else
 fi
 
 # ---------------------------------------------------------------- 5. start containerd
+# Where systemd runs and `deploy/install.sh --runtime` enabled the runtime unit, systemd
+# starts and supervises containerd; otherwise this script starts it in the background.
+UNIT=nodeagent-containerd.service
+systemd_manages_containerd() {
+  [ -d /run/systemd/system ] && systemctl is-enabled --quiet "$UNIT" 2>/dev/null
+}
+
+start_containerd_unit() {
+  log "starting containerd through systemd ($UNIT)"
+  systemctl start "$UNIT" || { systemctl status --no-pager "$UNIT" >&2 || true; die "systemctl start $UNIT failed"; }
+  local deadline=$((SECONDS + START_TIMEOUT))
+  until containerd_answers; do
+    if [ $SECONDS -ge $deadline ] || systemctl is-failed --quiet "$UNIT"; then
+      journalctl -u "$UNIT" -n 40 --no-pager >&2 || true
+      die "containerd ($UNIT) did not answer on $SOCK within ${START_TIMEOUT}s"
+    fi
+    sleep 0.3
+  done
+  local pid
+  pid=$(find_our_pid) && echo "$pid" >"$PIDFILE"
+  log "containerd is up under systemd (pid $(cat "$PIDFILE"))"
+}
+
 start_containerd() {
+  if systemd_manages_containerd; then
+    start_containerd_unit
+    return
+  fi
   log "starting containerd (log: $LOG)"
   # setsid: own session, so it outlives this shell; systemd is not PID 1 here.
   setsid nohup containerd --config "$CONFIG" >>"$LOG" 2>&1 </dev/null &

@@ -39,6 +39,17 @@ find_our_pid() {
   return 1
 }
 
+# Under systemd (deploy/install.sh --runtime), stop the unit: killing the daemon would only
+# make systemd start it again.
+UNIT=nodeagent-containerd.service
+if [ -d /run/systemd/system ] && systemctl is-active --quiet "$UNIT" 2>/dev/null; then
+  log "stopping $UNIT"
+  systemctl stop "$UNIT"
+  rm -f "$PIDFILE"
+  log "stopped"
+  exit 0
+fi
+
 if ! pid=$(find_our_pid); then
   log "nodeagent containerd is not running"
   rm -f "$PIDFILE" "$SOCK" "$SOCK.ttrpc" "$RUN_DIR/debug.sock"

@@ -6,6 +6,8 @@ ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 RUN systemctl set-default multi-user.target \
  && systemctl mask systemd-logind.service getty.target \
- && mkdir -p /etc/systemd/system.conf.d \
- && printf '[Manager]\nShowStatus=no\nDefaultTimeoutStopSec=30s\n' >/etc/systemd/system.conf.d/10-container.conf
-CMD ["/sbin/init"]
+ && mkdir -p /etc/systemd/system.conf.d /etc/systemd/journald.conf.d \
+ && printf '[Manager]\nShowStatus=no\nDefaultTimeoutStopSec=30s\n' >/etc/systemd/system.conf.d/10-container.conf \
+ && printf '[Journal]\nStorage=volatile\n' >/etc/systemd/journald.conf.d/10-container.conf
+COPY node-entrypoint.sh /usr/local/sbin/nodeagent-node-entrypoint
+ENTRYPOINT ["/usr/local/sbin/nodeagent-node-entrypoint"]

@@ -50,6 +50,8 @@ fn free_port() -> u16 {
 pub struct NodeOptions {
     /// Extra lines for the KubeletConfiguration file.
     pub extra_config: String,
+    /// Prepare the node (dirs, config) without starting any service.
+    pub no_services: bool,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -80,6 +82,7 @@ pub struct Node {
     pub healthz_port: u16,
     pub cri: Cri,
     procs: BTreeMap<Service, Child>,
+    stopped: bool,
     _runtime_lock: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -132,12 +135,43 @@ impl Node {
             healthz_port,
             cri,
             procs: BTreeMap::new(),
+            stopped: false,
             _runtime_lock: runtime_lock,
         };
-        for s in Service::ALL {
-            node.spawn(s);
+        if !options.no_services {
+            for s in Service::ALL {
+                node.spawn(s);
+            }
         }
         node
+    }
+
+    /// The pod named `name` (before the node suffix) from /pods, if listed.
+    pub async fn pod(&self, name: &str) -> Result<serde_json::Value, String> {
+        let full = self.pod_name(name);
+        self.pods()
+            .await?
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+            .ok_or_else(|| format!("{full} is not listed"))
+    }
+
+    /// Waits until the service answers its gRPC health check.
+    pub async fn wait_serving(&self, service: Service) {
+        let address = self.socket(service);
+        crate::eventually(
+            &format!("{} serving", service.name()),
+            Duration::from_secs(30),
+            || async {
+                nodeagent_transport::check_health(
+                    nodeagent_transport::connect(&address),
+                    "",
+                    Duration::from_secs(1),
+                )
+                .await
+            },
+        )
+        .await;
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -278,6 +312,7 @@ impl Node {
             let _ = self.signal(s, nix::sys::signal::Signal::SIGTERM).await;
         }
         self.force_cleanup().await;
+        self.stopped = true;
     }
 
     async fn force_cleanup(&self) {
@@ -315,8 +350,8 @@ async fn remove_sandboxes_of(cri: &Cri, name: &str) {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if self.procs.is_empty() {
-            return; // stopped properly
+        if self.stopped {
+            return;
         }
         if std::thread::panicking() {
             // The services' own words are the best clue to a failure: show their tails.

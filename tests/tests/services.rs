@@ -3,9 +3,8 @@
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
-use nodeagent_tests::{Node, NodeOptions, binary, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, binary, require_runtime};
 use std::process::Command;
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_answers_health_and_stops_cleanly_on_sigterm() {
@@ -14,20 +13,7 @@ async fn every_service_answers_health_and_stops_cleanly_on_sigterm() {
     }
     let mut node = Node::start("health", NodeOptions::default()).await;
     for service in Service::ALL {
-        let address = node.socket(service);
-        eventually(
-            &format!("{} healthy", service.name()),
-            Duration::from_secs(30),
-            || async {
-                nodeagent_transport::check_health(
-                    nodeagent_transport::connect(&address),
-                    "",
-                    Duration::from_secs(1),
-                )
-                .await
-            },
-        )
-        .await;
+        node.wait_serving(service).await;
     }
     for service in Service::ALL {
         let status = node.signal(service, Signal::SIGTERM).await;

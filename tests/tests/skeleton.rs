@@ -235,20 +235,7 @@ async fn killing_pod_sync_or_pleg_leaves_running_containers_untouched() {
         node.spawn(service);
         // Give the restarted service time to act: wait until it serves, then until the
         // status is complete again (pod-sync rebuilt it from the snapshots).
-        let address = node.socket(service);
-        eventually(
-            &format!("{} serving again", service.name()),
-            DEADLINE,
-            || async {
-                nodeagent_transport::check_health(
-                    nodeagent_transport::connect(&address),
-                    "",
-                    Duration::from_secs(1),
-                )
-                .await
-            },
-        )
-        .await;
+        node.wait_serving(service).await;
         let pod = running_pod(&node, "web").await;
         assert_eq!(pod["metadata"]["uid"], uid.as_str());
         for cs in pod["status"]["containerStatuses"].as_array().unwrap() {

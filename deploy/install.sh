@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Installs the node agent as systemd services and starts it:
+#   - the seven binaries to /usr/local/bin (atomically: a running binary is replaced by rename)
+#   - the units (deploy/systemd/nodeagent-*.service, kubelet.target) to /etc/systemd/system
+#   - the default configuration to /etc/nodeagent/kubelet-config.yaml, only if absent
+#   - /etc/kubernetes/manifests (the static pod directory)
+# then `systemctl daemon-reload`, enables kubelet.target and starts it. Run again to upgrade:
+# units whose binary or unit file changed are restarted one by one (pods keep running).
+#
+# Usage: deploy/install.sh [--runtime] [--no-start] [BIN_DIR]
+#   BIN_DIR     where the binaries are (default: target/release or target/debug, whichever
+#               holds all seven; the newer build if both do)
+#   --runtime   also install and enable nodeagent-containerd.service (the containerd that
+#               deploy/runtime/setup.sh configures) and hand a containerd that setup.sh
+#               started by itself over to systemd (its containers keep running)
+#   --no-start  install the files only (for an image, or where systemd is not running)
+# Run as root. Undo with deploy/uninstall.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=/usr/local/bin
+UNITS=/etc/systemd/system
+CONFIG=/etc/nodeagent/kubelet-config.yaml
+ENVFILE=/etc/nodeagent/nodeagent.env
+MANIFESTS=/etc/kubernetes/manifests
+DOC=/usr/local/share/doc/nodeagent
+RUNTIME_UNIT=nodeagent-containerd.service
+CONTAINERD_SOCK=/run/nodeagent-containerd/containerd.sock
+
+log() { printf '[install] %s\n' "$*"; }
+die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
+
+runtime=false start=true bin_arg=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runtime) runtime=true ;;
+    --no-start) start=false ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) die "unknown option $1" ;;
+    *) bin_arg=$1 ;;
+  esac
+  shift
+done
+
+[ "$(id -u)" -eq 0 ] || die "must run as root"
+# shellcheck source=lib/bin-dir.sh
+. deploy/lib/bin-dir.sh
+bin_dir=$(nodeagent_bin_dir "$bin_arg") || die "no binaries to install"
+if $start && [ ! -d /run/systemd/system ]; then
+  die "systemd is not running here (PID 1 is $(tr '\0' ' ' </proc/1/cmdline | cut -c1-40)); use --no-start to install the files only"
+fi
+
+changed=()  # units to restart if they are running
+# install_file SRC DEST MODE: atomic replace; prints "changed" if DEST differs or is new.
+install_file() {
+  local src=$1 dest=$2 mode=$3
+  if [ -f "$dest" ] && cmp -s "$src" "$dest"; then return 0; fi
+  install -m "$mode" "$src" "$dest.nodeagent-new"
+  mv -f "$dest.nodeagent-new" "$dest"
+  echo changed
+}
+
+log "binaries from $bin_dir to $BIN"
+mkdir -p "$BIN" "$UNITS"
+for s in "${NODEAGENT_SERVICES[@]}"; do
+  c1=$(install_file "$bin_dir/nodeagent-$s" "$BIN/nodeagent-$s" 0755)
+  c2=$(install_file "deploy/systemd/nodeagent-$s.service" "$UNITS/nodeagent-$s.service" 0644)
+  if [ -n "$c1$c2" ]; then changed+=("nodeagent-$s.service"); fi
+done
+install_file deploy/systemd/kubelet.target "$UNITS/kubelet.target" 0644 >/dev/null
+if $runtime; then
+  install_file "deploy/systemd/$RUNTIME_UNIT" "$UNITS/$RUNTIME_UNIT" 0644 >/dev/null
+fi
+
+mkdir -p "$(dirname "$CONFIG")" "$MANIFESTS"
+if [ -e "$CONFIG" ]; then
+  log "keeping the existing $CONFIG"
+else
+  install -m 0644 deploy/config/kubelet-config.yaml "$CONFIG"
+  log "wrote the default $CONFIG"
+fi
+if [ ! -e "$ENVFILE" ]; then
+  cat >"$ENVFILE" <<'EOF'
+# Extra flags for all seven nodeagent services (read by their systemd units), e.g.
+# NODEAGENT_ARGS="--hostname-override=node-1 --v=2"
+NODEAGENT_ARGS=
+EOF
+fi
+if [ -f README.md ]; then mkdir -p "$DOC" && install -m 0644 README.md "$DOC/README.md"; fi
+
+if ! $start; then
+  log "files installed (--no-start: not enabling or starting anything)"
+  exit 0
+fi
+
+systemctl daemon-reload
+
+if $runtime; then
+  if ! systemctl is-active --quiet "$RUNTIME_UNIT"; then
+    # A containerd that setup.sh started by itself holds the socket and the state: stop it
+    # (its shims and containers keep running) and let systemd start it again.
+    bash deploy/runtime/stop.sh
+  fi
+  [ -f /etc/nodeagent/containerd/config.toml ] \
+    || die "/etc/nodeagent/containerd/config.toml is missing: run deploy/runtime/setup.sh first"
+  systemctl enable --now "$RUNTIME_UNIT"
+  deadline=$((SECONDS + 30))
+  until [ -S "$CONTAINERD_SOCK" ] && ctr --connect-timeout 2s --address "$CONTAINERD_SOCK" version >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "$RUNTIME_UNIT does not answer on $CONTAINERD_SOCK"
+    sleep 0.3
+  done
+  log "$RUNTIME_UNIT is active"
+fi
+
+systemctl enable kubelet.target
+if systemctl is-active --quiet kubelet.target; then
+  for u in "${changed[@]}"; do
+    log "restarting $u (changed)"
+    systemctl try-restart "$u"
+  done
+  systemctl start kubelet.target  # anything that was stopped
+else
+  log "starting kubelet.target"
+  systemctl start kubelet.target
+fi
+
+failed=0
+for s in "${NODEAGENT_SERVICES[@]}"; do
+  state=$(systemctl is-active "nodeagent-$s.service" || true)
+  printf '[install]   nodeagent-%-13s %s\n' "$s" "$state"
+  [ "$state" = active ] || failed=1
+done
+[ "$failed" -eq 0 ] || die "not every service is active: see journalctl -u 'nodeagent-*'"
+log "done: the node agent runs (systemctl status kubelet.target; journalctl -u 'nodeagent-*')"

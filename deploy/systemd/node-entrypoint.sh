@@ -1,0 +1,14 @@
+#!/bin/sh
+# PID 1 of the systemd node container (deploy/systemd/test-in-container.sh), before systemd.
+# Docker mounts the cgroup hierarchies read-only in a container that is not --privileged,
+# and --privileged cannot be used where the host's bounding set lacks a capability
+# (CAP_SYS_RESOURCE here: runc then fails with "unable to apply caps"). With a private
+# cgroup namespace the container's own cgroup is the root of every hierarchy, so making
+# those mounts writable lets systemd and containerd manage cgroups below it, and nothing
+# outside it.
+set -e
+mount -o remount,bind,rw /sys/fs/cgroup
+for m in /sys/fs/cgroup/*/; do
+  mount -o remount,bind,rw "$m"
+done
+exec /sbin/init "$@"

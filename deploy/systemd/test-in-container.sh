@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# The systemd units for real: boots systemd as PID 1 in a container built locally (a
+# debootstrapped Debian bookworm with systemd, containerd, runc and the CNI plugins; the way
+# kind runs its nodes), runs deploy/runtime/setup.sh and deploy/install.sh --runtime in it,
+# and checks:
+#   - systemd-analyze verify passes (here, with a root prefix, and inside the node)
+#   - every unit is active; the example static pod runs
+#   - `systemctl restart` of each unit in turn leaves the pod's containers untouched
+#   - `systemctl kill -s KILL nodeagent-pod-sync` is followed by systemd restarting it
+#   - the watchdog is armed and never fired; volume shares the runtime's mount namespace
+#   - `systemctl stop kubelet.target` stops all seven cleanly (and leaves the pods running)
+#   - deploy/uninstall.sh removes the units and the binaries
+# Prints PASS/FAIL per check, exits non-zero on any failure, always removes the container.
+#
+# Usage: deploy/systemd/test-in-container.sh [BIN_DIR]   (run as root; needs docker)
+# Environment: NODEAGENT_REBUILD_BASE=1 rebuilds the base image (deploy/image/build-base.sh);
+#   NODEAGENT_KEEP_NODE=1 leaves the container running for a look (remove it yourself).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$(pwd)
+
+# shellcheck source=../lib/bin-dir.sh
+. deploy/lib/bin-dir.sh
+# shellcheck source=../lib/checks.sh
+. deploy/lib/checks.sh
+
+IMAGE=nodeagent-systemd-node
+NAME=nodeagent-systemd-test-$$
+CTR="ctr --address /run/nodeagent-containerd/containerd.sock -n k8s.io"
+T_START=$SECONDS
+
+[ "$(id -u)" -eq 0 ] || { echo "must run as root" >&2; exit 1; }
+command -v docker >/dev/null || { echo "docker is required" >&2; exit 1; }
+bin_src=$(nodeagent_bin_dir "${1:-}")
+stage=$(mktemp -d /var/tmp/nodeagent-systemd-test.XXXXXX)
+nodeagent_snapshot_bins "$bin_src" "$stage/bin"
+echo "== binaries: $bin_src (snapshot in $stage/bin)"
+
+cleanup() {
+  local rc=$?
+  if [ "${NODEAGENT_KEEP_NODE:-0}" = 1 ]; then
+    echo "== keeping container $NAME (NODEAGENT_KEEP_NODE=1): docker rm -fv $NAME"
+  else
+    docker rm -fv "$NAME" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$stage"
+  echo "== whole test: $((SECONDS - T_START)) s"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ------------------------------------------------------------------ verify on this machine
+check "systemd-analyze verify (root prefix, this machine)" bash deploy/systemd/verify.sh "$stage/bin"
+
+# ------------------------------------------------------------------ images
+t=$SECONDS
+bash deploy/image/build-base.sh
+out=$(DOCKER_BUILDKIT=0 docker build -t "$IMAGE" -f deploy/systemd/node.Dockerfile deploy/systemd 2>&1) \
+  || { printf '%s\n' "$out" >&2; fail "docker build $IMAGE"; exit 1; }
+echo "== images ready in $((SECONDS - t)) s (nodeagent-base, $IMAGE)"
+
+# ------------------------------------------------------------------ boot the node
+# Not --privileged: where the host's capability bounding set lacks one (CAP_SYS_RESOURCE
+# on this kind of machine), runc cannot apply "all capabilities" and refuses to start it.
+# Instead: every capability the host has, no seccomp, no masked /proc paths (the CNI bridge
+# plugin writes /proc/sys/net), every device, and a private cgroup namespace whose
+# hierarchies the entrypoint remounts read-write (node-entrypoint.sh).
+caps=(--cap-add ALL)
+bnd=$(awk '/^CapBnd/ {print $2}' /proc/self/status)
+if [ $(( 0x$bnd >> 24 & 1 )) -eq 0 ]; then caps+=(--cap-drop SYS_RESOURCE); fi
+docker run -d --name "$NAME" --hostname nodeagent-node \
+  "${caps[@]}" \
+  --security-opt seccomp=unconfined --security-opt systempaths=unconfined \
+  --device-cgroup-rule 'a *:* rwm' --cgroupns=private \
+  --tmpfs /run:rw,nosuid,nodev,exec,mode=755 --tmpfs /tmp:rw,nosuid,nodev,exec,mode=1777 \
+  -v /lib/modules:/lib/modules:ro \
+  -v /var/lib/nodeagent-containerd -v /var/lib/kubelet \
+  "$IMAGE" >/dev/null
+dx() { docker exec "$NAME" "$@"; }
+dsh() { docker exec "$NAME" bash -c "$1"; }
+
+booted() { s=$(dx systemctl is-system-running 2>/dev/null || true); [ "$s" = running ] || [ "$s" = degraded ]; }
+if wait_until 90 booted; then
+  pass "systemd boots as PID 1 in the container ($(dx systemctl is-system-running 2>/dev/null || true))"
+else
+  fail "systemd boots as PID 1 in the container"; docker logs "$NAME" 2>&1 | tail -n 30; exit 1
+fi
+failed_units=$(dx systemctl --failed --no-legend --plain 2>/dev/null || true)
+[ -z "$failed_units" ] || info "failed units at boot: $failed_units"
+
+# The repository's deploy/ (and README) and the binaries, into /opt/nodeagent.
+dx mkdir -p /opt/nodeagent
+tar -C "$REPO" -c deploy README.md | docker exec -i "$NAME" tar -C /opt/nodeagent -x
+tar -C "$stage" -c bin | docker exec -i "$NAME" tar -C /opt/nodeagent -x
+
+# ------------------------------------------------------------------ runtime and install
+t=$SECONDS
+if out=$(dx bash /opt/nodeagent/deploy/runtime/setup.sh 2>&1); then
+  pass "deploy/runtime/setup.sh in the node ($((SECONDS - t)) s)"
+else
+  fail "deploy/runtime/setup.sh in the node"; printf '%s\n' "$out" | tail -n 30; exit 1
+fi
+t=$SECONDS
+if out=$(dx bash /opt/nodeagent/deploy/install.sh --runtime /opt/nodeagent/bin 2>&1); then
+  pass "deploy/install.sh --runtime ($((SECONDS - t)) s)"
+  printf '%s\n' "$out" | sed 's/^/    /'
+else
+  fail "deploy/install.sh --runtime"; printf '%s\n' "$out" | tail -n 40
+  dsh "journalctl -u 'nodeagent-*' -n 60 --no-pager" || true
+  exit 1
+fi
+
+containerd_under_systemd() {
+  local main pid out
+  main=$(dx systemctl show -p MainPID --value nodeagent-containerd.service)
+  [ "$main" != 0 ] || return 1
+  # setup.sh again: finds containerd answering, and that it is the unit's.
+  out=$(dx bash /opt/nodeagent/deploy/runtime/setup.sh 2>&1) || { echo "$out"; return 1; }
+  grep -q 'already answering' <<<"$out" || { echo "$out"; return 1; }
+  pid=$(dx cat /run/nodeagent-containerd/containerd.pid)
+  [ "$pid" = "$main" ] || { echo "setup.sh's pid file says $pid, the unit's MainPID is $main"; return 1; }
+}
+check "containerd runs as nodeagent-containerd.service; setup.sh re-run finds it" containerd_under_systemd
+
+units_active() {
+  local u bad=""
+  for u in kubelet.target nodeagent-containerd.service "${@}"; do
+    [ "$(dx systemctl is-active "$u" 2>/dev/null)" = active ] || bad+=" $u"
+  done
+  [ -z "$bad" ] || { echo "not active:$bad"; return 1; }
+}
+ALL_UNITS=()
+for s in "${NODEAGENT_SERVICES[@]}"; do ALL_UNITS+=("nodeagent-$s.service"); done
+check "every unit active (kubelet.target, containerd, the seven services)" units_active "${ALL_UNITS[@]}"
+check "kubelet.target enabled" dx systemctl is-enabled --quiet kubelet.target
+
+verify_inside() {
+  local out
+  out=$(dx bash -c 'cd /etc/systemd/system && systemd-analyze verify kubelet.target nodeagent-*.service 2>&1') || { echo "$out"; return 1; }
+  [ -z "$out" ] || { echo "$out"; return 1; }
+}
+check "systemd-analyze verify on the installed units (inside the node)" verify_inside
+
+sockets_serve() {
+  local s
+  for s in "${NODEAGENT_SERVICES[@]}"; do
+    dx bash -c "$GRPC_HEALTH_SCRIPT" _ "/run/nodeagent/$s.sock" || { echo "$s.sock does not answer SERVING"; return 1; }
+  done
+}
+check "every service's gRPC socket answers grpc.health.v1 SERVING" sockets_serve
+
+# ------------------------------------------------------------------ the example pod
+dx install -m 0644 /opt/nodeagent/deploy/examples/web.yaml /etc/kubernetes/manifests/web.yaml
+pod_running() { dx curl -sf http://127.0.0.1:10255/pods | grep -q '"phase":"Running"'; }
+healthz_ok() { [ "$(dx curl -sf http://127.0.0.1:10248/healthz)" = ok ]; }
+t=$SECONDS
+if wait_until 120 pod_running; then
+  pass "the example static pod runs ($((SECONDS - t)) s)"
+else
+  fail "the example static pod runs"
+  dx curl -s http://127.0.0.1:10255/pods | head -c 2000; echo
+  dsh "journalctl -u nodeagent-pod-sync -n 40 --no-pager" || true
+  exit 1
+fi
+pod_serves() {
+  local ip
+  ip=$(dx curl -sf http://127.0.0.1:10255/pods | grep -o '"podIP":"[0-9.]*"' | head -n1 | cut -d'"' -f4)
+  [ -n "$ip" ] && dx curl -sf "http://$ip:8080/" | grep -q 'hello from web'
+}
+check "the pod's web page answers on its pod IP" wait_until 30 pod_serves
+check "/healthz is ok" wait_until 30 healthz_ok
+
+snapshot() {
+  dx bash -c "$CTR containers ls -q | sort; $CTR tasks ls | tail -n +2 | sort"
+}
+before=$(snapshot)
+n_containers=$(dx bash -c "$CTR containers ls -q" | wc -l)
+info "runtime state: $n_containers containers (sandbox + 2), tasks with their PIDs:"
+printf '%s\n' "$before" | sed 's/^/       /'
+
+# ------------------------------------------------------------------ restart each unit
+for s in "${NODEAGENT_SERVICES[@]}"; do
+  u=nodeagent-$s.service
+  pid0=$(dx systemctl show -p MainPID --value "$u")
+  t=$SECONDS
+  restarted() {
+    local p
+    p=$(dx systemctl show -p MainPID --value "$u")
+    [ "$p" != 0 ] && [ "$p" != "$pid0" ] && [ "$(dx systemctl is-active "$u")" = active ]
+  }
+  caught_up() { healthz_ok && pod_running && dx bash -c "$GRPC_HEALTH_SCRIPT" _ "/run/nodeagent/$s.sock"; }
+  if ! dx systemctl restart "$u"; then
+    fail "systemctl restart $u"; continue
+  fi
+  if ! wait_until 30 restarted; then fail "systemctl restart $u: new process active"; continue; fi
+  if ! wait_until 60 caught_up; then fail "systemctl restart $u: catches up (socket, /healthz, pod Running)"; continue; fi
+  if out=$(stays_same 3 "$before" snapshot) && out2=$(units_active "${ALL_UNITS[@]}"); then
+    pass "systemctl restart $u: pod containers and PIDs untouched, every unit active ($((SECONDS - t)) s)"
+  else
+    fail "systemctl restart $u: pod containers and PIDs untouched, every unit active"
+    printf '%s\n%s\n' "${out:-}" "${out2:-}" | sed 's/^/    /'
+  fi
+done
+
+# ------------------------------------------------------------------ SIGKILL: systemd restarts
+n0=$(dx systemctl show -p NRestarts --value nodeagent-pod-sync.service)
+pid0=$(dx systemctl show -p MainPID --value nodeagent-pod-sync.service)
+t=$SECONDS
+dx systemctl kill -s KILL nodeagent-pod-sync.service
+restarted_by_systemd() {
+  local n p
+  n=$(dx systemctl show -p NRestarts --value nodeagent-pod-sync.service)
+  p=$(dx systemctl show -p MainPID --value nodeagent-pod-sync.service)
+  [ "$n" -gt "$n0" ] && [ "$p" != 0 ] && [ "$p" != "$pid0" ] \
+    && [ "$(dx systemctl is-active nodeagent-pod-sync.service)" = active ]
+}
+if wait_until 30 restarted_by_systemd; then
+  pass "systemctl kill -s KILL nodeagent-pod-sync: systemd restarts it (NRestarts $n0 -> $(dx systemctl show -p NRestarts --value nodeagent-pod-sync.service), $((SECONDS - t)) s)"
+else
+  fail "systemctl kill -s KILL nodeagent-pod-sync: systemd restarts it"
+fi
+caught_up_all() { healthz_ok && pod_running; }
+if wait_until 60 caught_up_all && out=$(stays_same 3 "$before" snapshot); then
+  pass "after SIGKILL of pod-sync: pod containers and PIDs untouched"
+else
+  fail "after SIGKILL of pod-sync: pod containers and PIDs untouched"; printf '%s\n' "${out:-}" | sed 's/^/    /'
+fi
+
+# ------------------------------------------------------------------ watchdog, namespaces
+watchdog_ok() {
+  local s w n
+  for s in "${NODEAGENT_SERVICES[@]}"; do
+    w=$(dx systemctl show -p WatchdogUSec --value "nodeagent-$s.service")
+    [ "$w" = 30s ] || { echo "nodeagent-$s: WatchdogUSec=$w"; return 1; }
+    n=$(dx systemctl show -p NRestarts --value "nodeagent-$s.service")
+    if [ "$s" != pod-sync ] && [ "$n" != 0 ]; then echo "nodeagent-$s restarted $n times by itself"; return 1; fi
+  done
+  if dsh "journalctl --no-pager -u 'nodeagent-*' | grep -i 'watchdog timeout'"; then return 1; fi
+}
+info "the node agent has run for $(( $(date +%s) - $(dx bash -c 'date -d "$(systemctl show -p ActiveEnterTimestamp --value kubelet.target)" +%s') )) s under a 30 s watchdog"
+check "watchdog armed (WatchdogUSec=30s) on all seven and never fired" watchdog_ok
+
+# The watchdog for real, on probe, with a short period from a runtime drop-in: a hung
+# (SIGSTOPped) service stops pinging; systemd aborts it (Result=watchdog) and restarts it.
+watchdog_fires() {
+  local d=/run/systemd/system/nodeagent-probe.service.d n0 pid0 rc=0
+  dx mkdir -p "$d"
+  dx bash -c "printf '[Service]\nWatchdogSec=3s\nTimeoutAbortSec=3s\n' >$d/50-test-watchdog.conf"
+  dx systemctl daemon-reload
+  dx systemctl restart nodeagent-probe.service
+  n0=$(dx systemctl show -p NRestarts --value nodeagent-probe.service)
+  pid0=$(dx systemctl show -p MainPID --value nodeagent-probe.service)
+  dx kill -STOP "$pid0"
+  fired() {
+    local n p
+    n=$(dx systemctl show -p NRestarts --value nodeagent-probe.service)
+    p=$(dx systemctl show -p MainPID --value nodeagent-probe.service)
+    [ "$n" -gt "$n0" ] && [ "$p" != 0 ] && [ "$p" != "$pid0" ] \
+      && [ "$(dx systemctl is-active nodeagent-probe.service)" = active ]
+  }
+  wait_until 40 fired || { echo "probe was not restarted by the watchdog"; rc=1; }
+  dsh "journalctl --no-pager -u nodeagent-probe | grep -q 'Watchdog timeout'" \
+    || { echo "no 'Watchdog timeout' in probe's journal"; rc=1; }
+  dx rm -rf "$d"
+  dx systemctl daemon-reload
+  dx systemctl restart nodeagent-probe.service
+  return $rc
+}
+t=$SECONDS
+check "a hung service (SIGSTOP, 3 s watchdog drop-in) is aborted by the watchdog and restarted" watchdog_fires
+info "watchdog check took $((SECONDS - t)) s"
+check "after the watchdog restart: pod containers and PIDs untouched" stays_same 2 "$before" snapshot
+
+mount_namespaces() {
+  local init vol ps
+  init=$(dx readlink /proc/1/ns/mnt)
+  vol=$(dx bash -c 'readlink /proc/$(systemctl show -p MainPID --value nodeagent-volume)/ns/mnt')
+  ps=$(dx bash -c 'readlink /proc/$(systemctl show -p MainPID --value nodeagent-pod-sync)/ns/mnt')
+  [ "$vol" = "$init" ] || { echo "volume runs in its own mount namespace: its mounts would not reach containerd"; return 1; }
+  [ "$ps" != "$init" ] || { echo "pod-sync's hardening (ProtectSystem=strict) did not take effect"; return 1; }
+}
+check "volume shares the runtime's mount namespace; the other services are sandboxed" mount_namespaces
+
+# ------------------------------------------------------------------ stop the target
+t=$SECONDS
+dx systemctl stop kubelet.target
+all_stopped_cleanly() {
+  local s a r bad=""
+  for s in "${NODEAGENT_SERVICES[@]}"; do
+    a=$(dx systemctl show -p ActiveState --value "nodeagent-$s.service")
+    r=$(dx systemctl show -p Result --value "nodeagent-$s.service")
+    [ "$a" = inactive ] && [ "$r" = success ] || bad+=" nodeagent-$s:$a/$r"
+  done
+  [ -z "$bad" ] || { echo "not cleanly stopped:$bad"; return 1; }
+}
+check "systemctl stop kubelet.target stops all seven cleanly (inactive, Result=success; $((SECONDS - t)) s)" all_stopped_cleanly
+check "kubelet.target inactive" bash -c "[ \"\$(docker exec $NAME systemctl is-active kubelet.target)\" = inactive ]"
+check "the pods keep running with the node agent stopped (containers and PIDs untouched)" stays_same 2 "$before" snapshot
+
+# ------------------------------------------------------------------ uninstall
+uninstalled() {
+  dx bash /opt/nodeagent/deploy/uninstall.sh >/dev/null || return 1
+  dx bash -c 'ls /etc/systemd/system/nodeagent-pod-sync.service /usr/local/bin/nodeagent-pod-sync /etc/systemd/system/kubelet.target 2>/dev/null' && return 1
+  dx test -f /etc/nodeagent/kubelet-config.yaml || { echo "config removed without --purge"; return 1; }
+  [ "$(dx systemctl is-active nodeagent-containerd.service)" = active ] || { echo "runtime stopped without --runtime"; return 1; }
+}
+check "deploy/uninstall.sh removes units and binaries, keeps config and runtime" uninstalled
+
+summary
