@@ -81,4 +81,7 @@ nodeagent_snapshot_bins "$bin_dir" "$ctx/services/bin"
 build nodeagent-compose-services "$ctx/services/Dockerfile" "$ctx/services"
 log "nodeagent-compose-services built from $bin_dir in $((SECONDS - t)) s"
 
+# Images replaced by this build (and older base images) are left dangling: remove ours,
+# found by the label every image built on nodeagent-base inherits.
+docker image prune -f --filter label=nodeagent.base.hash >/dev/null || true
 log "images ready in $((SECONDS - T0)) s: nodeagent-base nodeagent-compose-containerd nodeagent-compose-services"

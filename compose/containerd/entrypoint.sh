@@ -65,6 +65,13 @@ shutdown_node() {
   exit 0
 }
 
+# Docker mounts /proc/sys read-only in a container that is not --privileged; the CNI
+# plugins write sysctls (ip_forward, per-interface settings) in the node's network
+# namespace and the pods'.
+if ! touch /proc/sys/net/ipv4/ip_forward 2>/dev/null; then
+  mount -o remount,bind,rw /proc/sys || log "cannot make /proc/sys writable"
+fi
+
 # Left over by a node that was killed rather than stopped (no process can be left in them).
 remove_cgroups || log "stale cgroups under $CGROUP_ROOT still busy"
 mkdir -p "$(dirname "$SOCK")" /run/containerd

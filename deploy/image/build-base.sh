@@ -8,14 +8,17 @@
 # Used by deploy/systemd/test-in-container.sh (the systemd node image, as kind runs its
 # nodes) and by compose/build-images.sh (containerd and the seven services).
 #
-# Idempotent: the image carries a label with a hash of this script; it is rebuilt only when
-# missing, when the hash differs, or with NODEAGENT_REBUILD_BASE=1.
+# Idempotent: the image carries a label with a hash of the suite, the package list and
+# BASE_REVISION; it is rebuilt only when missing, when the hash differs, or with
+# NODEAGENT_REBUILD_BASE=1.
 # Environment: NODEAGENT_DEBIAN_MIRROR (default: the mirror apt uses on this machine).
 # Run as root on Debian 12.
 set -euo pipefail
 
 IMAGE=nodeagent-base
 SUITE=bookworm
+# Bump when the way the tree is made changes (not needed for PACKAGES: they are hashed).
+BASE_REVISION=1
 PACKAGES=(
   # systemd as PID 1 inside a container
   systemd systemd-sysv dbus
@@ -32,7 +35,12 @@ die() { printf '[base-image] ERROR: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 command -v docker >/dev/null || die "docker is not installed"
 
-self_hash=$(cat "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)
+# One build at a time (the systemd and compose tests may start together).
+mkdir -p /var/lock
+exec 9>/var/lock/nodeagent-base-image.lock
+flock 9
+
+self_hash=$(printf '%s\n' "$SUITE" "$BASE_REVISION" "${PACKAGES[@]}" | sha256sum | cut -c1-16)
 have_hash=$(docker image inspect -f '{{ index .Config.Labels "nodeagent.base.hash" }}' "$IMAGE" 2>/dev/null || true)
 if [ "${NODEAGENT_REBUILD_BASE:-0}" != 1 ] && [ "$have_hash" = "$self_hash" ]; then
   log "$IMAGE is up to date (hash $self_hash)"

@@ -58,6 +58,7 @@ t=$SECONDS
 bash deploy/image/build-base.sh
 out=$(DOCKER_BUILDKIT=0 docker build -t "$IMAGE" -f deploy/systemd/node.Dockerfile deploy/systemd 2>&1) \
   || { printf '%s\n' "$out" >&2; fail "docker build $IMAGE"; exit 1; }
+docker image prune -f --filter label=nodeagent.base.hash >/dev/null || true  # our dangling ones
 echo "== images ready in $((SECONDS - t)) s (nodeagent-base, $IMAGE)"
 
 # ------------------------------------------------------------------ boot the node
@@ -202,6 +203,18 @@ for s in "${NODEAGENT_SERVICES[@]}"; do
     printf '%s\n%s\n' "${out:-}" "${out2:-}" | sed 's/^/    /'
   fi
 done
+
+# ------------------------------------------------------------------ the runtime restarts
+# KillMode=process and Delegate=yes: restarting containerd leaves the shims, and the pods.
+t=$SECONDS
+dx systemctl restart nodeagent-containerd.service
+runtime_back() { [ "$(dx systemctl is-active nodeagent-containerd.service)" = active ] && healthz_ok && pod_running; }
+if wait_until 60 runtime_back && out=$(stays_same 3 "$before" snapshot) && out2=$(units_active "${ALL_UNITS[@]}"); then
+  pass "systemctl restart nodeagent-containerd: pod containers and PIDs untouched, every unit active ($((SECONDS - t)) s)"
+else
+  fail "systemctl restart nodeagent-containerd: pod containers and PIDs untouched, every unit active"
+  printf '%s\n%s\n' "${out:-}" "${out2:-}" | sed 's/^/    /'
+fi
 
 # ------------------------------------------------------------------ SIGKILL: systemd restarts
 n0=$(dx systemctl show -p NRestarts --value nodeagent-pod-sync.service)

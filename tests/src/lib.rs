@@ -4,6 +4,7 @@
 
 mod http;
 mod node;
+pub mod otlp;
 
 pub use http::http_get;
 pub use node::{Node, NodeOptions, binary, require_runtime};

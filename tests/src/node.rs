@@ -52,6 +52,8 @@ pub struct NodeOptions {
     pub extra_config: String,
     /// Prepare the node (dirs, config) without starting any service.
     pub no_services: bool,
+    /// Extra environment of every service (e.g. OTEL_EXPORTER_OTLP_ENDPOINT).
+    pub env: Vec<(String, String)>,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -82,6 +84,7 @@ pub struct Node {
     pub healthz_port: u16,
     pub cri: Cri,
     procs: BTreeMap<Service, Child>,
+    env: Vec<(String, String)>,
     stopped: bool,
     _runtime_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -135,6 +138,7 @@ impl Node {
             healthz_port,
             cri,
             procs: BTreeMap::new(),
+            env: options.env.clone(),
             stopped: false,
             _runtime_lock: runtime_lock,
         };
@@ -216,6 +220,7 @@ impl Node {
         let child = Command::new(binary(service))
             .args(self.args())
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

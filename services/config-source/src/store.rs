@@ -3,7 +3,7 @@
 //! store turns the difference into ADD / UPDATE / REMOVE deltas with revisions.
 
 use k8s_openapi::api::core::v1::Pod;
-use nodeagent_proto::api::{PodConfigUpdate, SourcePod, pod_config_update::Op};
+use nodeagent_proto::api::{PodConfigUpdate, SourcePod, TraceContext, pod_config_update::Op};
 use nodeagent_proto::k8s::{self, labels};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tokio::sync::broadcast;
@@ -16,6 +16,8 @@ pub struct PodStore {
     seen: BTreeSet<String>,
     /// uid -> when first seen (the config.seen annotation), stable across re-reads.
     first_seen: HashMap<String, String>,
+    /// uid -> trace context of the pod's last change.
+    traces: HashMap<String, TraceContext>,
     revision: u64,
     tx: broadcast::Sender<PodConfigUpdate>,
 }
@@ -28,6 +30,7 @@ impl PodStore {
             configured: configured.into_iter().map(String::from).collect(),
             seen: BTreeSet::new(),
             first_seen: HashMap::new(),
+            traces: HashMap::new(),
             revision: 0,
             tx,
         }
@@ -43,6 +46,10 @@ impl PodStore {
             .sources
             .iter()
             .flat_map(|(source, pods)| pods.values().map(move |p| source_pod(source, p)))
+            .map(|mut sp| {
+                sp.trace = self.traces.get(&sp.uid).cloned();
+                sp
+            })
             .collect();
         (self.message(Op::Snapshot, pods), self.tx.subscribe())
     }
@@ -114,9 +121,22 @@ impl PodStore {
             (Op::Add, added),
             (Op::Update, updated),
         ] {
-            if !pods.is_empty() {
+            // One message per pod change, each in its own span: one pod change is one
+            // trace across config-source, pod-sync, volume, pleg and the runtime.
+            for mut pod in pods {
+                let span = change_span(op, &pod);
                 self.revision += 1;
-                let _ = self.tx.send(self.message(op, pods));
+                pod.trace = span.in_scope(nodeagent_telemetry::current_trace_context);
+                match (&pod.trace, op) {
+                    (Some(t), Op::Add | Op::Update) => {
+                        self.traces.insert(pod.uid.clone(), t.clone());
+                    }
+                    _ => {
+                        self.traces.remove(&pod.uid);
+                    }
+                }
+                let message = span.in_scope(|| self.message(op, vec![pod]));
+                let _ = self.tx.send(message);
             }
         }
         if first_list && self.all_sources_ready() {
@@ -128,6 +148,18 @@ impl PodStore {
     }
 }
 
+fn change_span(op: Op, pod: &SourcePod) -> tracing::Span {
+    let decoded = k8s::decode_pod(&pod.pod_json).unwrap_or_default();
+    tracing::info_span!(
+        "pod_config_change",
+        otel.name = %format_args!("config-source {}", op.as_str_name()),
+        k8s.pod.uid = %pod.uid,
+        k8s.pod.name = %k8s::pod_name(&decoded),
+        k8s.namespace.name = %k8s::pod_namespace(&decoded),
+        source = %pod.source,
+    )
+}
+
 fn full_name(pod: &Pod) -> String {
     format!("{}/{}", k8s::pod_namespace(pod), k8s::pod_name(pod))
 }
@@ -137,6 +169,7 @@ fn source_pod(source: &str, pod: &Pod) -> SourcePod {
         source: source.to_string(),
         pod_json: k8s::encode_pod(pod),
         uid: k8s::pod_uid(pod).to_string(),
+        trace: None,
     }
 }
 
@@ -181,7 +214,8 @@ mod tests {
         assert_eq!(
             ops(&mut rx),
             vec![
-                (Op::Add, vec!["1".into(), "2".into()]),
+                (Op::Add, vec!["1".into()]),
+                (Op::Add, vec!["2".into()]),
                 (Op::Reconcile, vec![])
             ]
         );

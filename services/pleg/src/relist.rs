@@ -90,9 +90,10 @@ impl Relister {
                 _ = tick.tick() => {}
             }
             let started = Instant::now();
+            // One span per relist: its CRI calls form one trace rather than one each.
             let result = self
                 .relist()
-                .instrument(tracing::debug_span!("relist"))
+                .instrument(tracing::info_span!("relist"))
                 .await;
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.last_relist_duration = started.elapsed();

@@ -86,9 +86,10 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
             }
             Op::Unspecified => {}
         }
-        if let Some(trace) = &update.trace {
-            for uid in &touched {
-                st.pending_trace.insert(uid.clone(), trace.clone());
+        // Each pod's next sync joins the trace of the change that touched it.
+        for sp in &update.pods {
+            if let Some(trace) = sp.trace.as_ref().or(update.trace.as_ref()) {
+                st.pending_trace.insert(sp.uid.clone(), trace.clone());
             }
         }
     }

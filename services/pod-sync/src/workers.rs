@@ -59,8 +59,10 @@ impl PodSync {
                 return;
             }
             let (name, namespace, trace) = {
-                let mut st = self.lock();
-                let trace = st.pending_trace.remove(&uid);
+                let st = self.lock();
+                // Kept until a sync gets the pod to a steady state, so that retries (waiting for
+                // pleg, back-offs) stay in the trace of the change that caused them.
+                let trace = st.pending_trace.get(&uid).cloned();
                 let pod = st.desired.get(&uid).or_else(|| st.terminating.get(&uid));
                 let (name, namespace) = match pod {
                     Some(p) => (
@@ -88,6 +90,12 @@ impl PodSync {
                 };
                 self.sync_once(&uid).instrument(span.clone()).await
             };
+            if matches!(outcome, Ok(SyncOutcome::Idle | SyncOutcome::Terminated)) {
+                let mut st = self.lock();
+                if st.pending_trace.get(&uid) == trace.as_ref() {
+                    st.pending_trace.remove(&uid);
+                }
+            }
             match outcome {
                 Ok(SyncOutcome::Idle) => {}
                 Ok(SyncOutcome::RetryAfter(d)) => self.trigger_later(&uid, d),
