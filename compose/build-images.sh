@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 
-# shellcheck source=../deploy/lib/bin-dir.sh
+# shellcheck source=deploy/lib/bin-dir.sh
 . deploy/lib/bin-dir.sh
 
 log() { printf '[compose-images] %s\n' "$*"; }

@@ -15,9 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# shellcheck source=../deploy/lib/bin-dir.sh
+# shellcheck source=deploy/lib/bin-dir.sh
 . deploy/lib/bin-dir.sh
-# shellcheck source=../deploy/lib/checks.sh
+# shellcheck source=deploy/lib/checks.sh
 . deploy/lib/checks.sh
 
 PROJECT=nodeagent-test

@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$(id -u)" -eq 0 ] || die "must run as root"
-# shellcheck source=lib/bin-dir.sh
+# shellcheck source=deploy/lib/bin-dir.sh
 . deploy/lib/bin-dir.sh
 bin_dir=$(nodeagent_bin_dir "$bin_arg") || die "no binaries to install"
 if $start && [ ! -d /run/systemd/system ]; then

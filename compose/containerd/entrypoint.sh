@@ -58,8 +58,7 @@ shutdown_node() {
   while kill -0 "$cpid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
   log "stopping the pods (shims and containers), then removing their cgroups under $CGROUP_ROOT"
   kill_the_rest
-  local i
-  for i in $(seq 1 50); do remove_cgroups && break; sleep 0.2; done
+  for _ in $(seq 1 50); do remove_cgroups && break; sleep 0.2; done
   remove_cgroups || log "some cgroups under $CGROUP_ROOT could not be removed"
   log "node down"
   exit 0

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the deploy and compose scripts: where the seven binaries are.
 # nodeagent_bin_dir [DIR]: DIR if given, else target/release or target/debug (relative to
 # the repository root, the current directory), whichever holds all seven, the newer build

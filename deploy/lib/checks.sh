@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Sourced by deploy/systemd/test-in-container.sh and compose/test.sh: PASS/FAIL lines,
 # waits with deadlines (never fixed sleeps), and the summary.
 CHECKS_PASSED=0

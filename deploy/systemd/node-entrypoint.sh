@@ -6,9 +6,12 @@
 # cgroup namespace the container's own cgroup is the root of every hierarchy, so making
 # those mounts writable lets systemd and containerd manage cgroups below it, and nothing
 # outside it.
+# (cgroup v2: /sys/fs/cgroup is the only mount; its subdirectories are cgroups, not mounts.)
 set -e
-mount -o remount,bind,rw /sys/fs/cgroup
-for m in /sys/fs/cgroup/*/; do
-  mount -o remount,bind,rw "$m"
+for m in /sys/fs/cgroup /sys/fs/cgroup/*/; do
+  m=${m%/}
+  if mountpoint -q "$m"; then
+    mount -o remount,bind,rw "$m"
+  fi
 done
 exec /sbin/init "$@"

@@ -19,9 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 
-# shellcheck source=../lib/bin-dir.sh
+# shellcheck source=deploy/lib/bin-dir.sh
 . deploy/lib/bin-dir.sh
-# shellcheck source=../lib/checks.sh
+# shellcheck source=deploy/lib/checks.sh
 . deploy/lib/checks.sh
 
 IMAGE=nodeagent-systemd-node
@@ -70,12 +70,16 @@ echo "== images ready in $((SECONDS - t)) s (nodeagent-base, $IMAGE)"
 caps=(--cap-add ALL)
 bnd=$(awk '/^CapBnd/ {print $2}' /proc/self/status)
 if [ $(( 0x$bnd >> 24 & 1 )) -eq 0 ]; then caps+=(--cap-drop SYS_RESOURCE); fi
+# The host's kernel modules for modprobe in the node, if this machine has any (a bind of a
+# missing path would create it on the host).
+modules=()
+if [ -d /lib/modules ]; then modules=(-v /lib/modules:/lib/modules:ro); fi
 docker run -d --name "$NAME" --hostname nodeagent-node \
   "${caps[@]}" \
   --security-opt seccomp=unconfined --security-opt systempaths=unconfined \
   --device-cgroup-rule 'a *:* rwm' --cgroupns=private \
   --tmpfs /run:rw,nosuid,nodev,exec,mode=755 --tmpfs /tmp:rw,nosuid,nodev,exec,mode=1777 \
-  -v /lib/modules:/lib/modules:ro \
+  "${modules[@]}" \
   -v /var/lib/nodeagent-containerd -v /var/lib/kubelet \
   "$IMAGE" >/dev/null
 dx() { docker exec "$NAME" "$@"; }
@@ -307,7 +311,14 @@ all_stopped_cleanly() {
   done
   [ -z "$bad" ] || { echo "not cleanly stopped:$bad"; return 1; }
 }
-check "systemctl stop kubelet.target stops all seven cleanly (inactive, Result=success; $((SECONDS - t)) s)" all_stopped_cleanly
+# `systemctl stop kubelet.target` returns once the target's own stop job is done; the
+# services' stop jobs (PartOf=) run in the same transaction, ordered after it, and may still
+# be draining: wait for them, with a deadline.
+if wait_until 45 all_stopped_cleanly; then
+  pass "systemctl stop kubelet.target stops all seven cleanly (inactive, Result=success; $((SECONDS - t)) s)"
+else
+  fail "systemctl stop kubelet.target stops all seven cleanly"; all_stopped_cleanly | sed 's/^/    /'
+fi
 check "kubelet.target inactive" bash -c "[ \"\$(docker exec $NAME systemctl is-active kubelet.target)\" = inactive ]"
 check "the pods keep running with the node agent stopped (containers and PIDs untouched)" stays_same 2 "$before" snapshot
 

@@ -17,7 +17,7 @@ command -v systemd-analyze >/dev/null || {
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
 }
 
-# shellcheck source=../lib/bin-dir.sh
+# shellcheck source=deploy/lib/bin-dir.sh
 . deploy/lib/bin-dir.sh
 bin_dir=$(nodeagent_bin_dir "${1:-}")
 

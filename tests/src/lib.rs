@@ -2,12 +2,13 @@
 //! sockets in a temp dir, against the real containerd that `deploy/runtime/setup.sh`
 //! starts. Waiting is always on a condition with a deadline ([`eventually`]).
 
+pub mod apiserver;
 mod http;
 mod node;
 pub mod otlp;
 
 pub use http::http_get;
-pub use node::{Node, NodeOptions, binary, require_runtime};
+pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime};
 
 use std::future::Future;
 use std::time::Duration;

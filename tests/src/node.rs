@@ -54,6 +54,8 @@ pub struct NodeOptions {
     pub no_services: bool,
     /// Extra environment of every service (e.g. OTEL_EXPORTER_OTLP_ENDPOINT).
     pub env: Vec<(String, String)>,
+    /// A kubeconfig (its text): the node connects to that API server.
+    pub kubeconfig: Option<String>,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -61,7 +63,7 @@ pub struct NodeOptions {
 /// containerd; this lock (across the test processes) is held for a node's lifetime.
 const RUNTIME_LOCK: &str = "/run/nodeagent-tests.lock";
 
-async fn lock_runtime() -> nix::fcntl::Flock<std::fs::File> {
+pub async fn lock_runtime() -> nix::fcntl::Flock<std::fs::File> {
     tokio::task::spawn_blocking(|| {
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -85,6 +87,7 @@ pub struct Node {
     pub cri: Cri,
     procs: BTreeMap<Service, Child>,
     env: Vec<(String, String)>,
+    kubeconfig: bool,
     stopped: bool,
     _runtime_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -127,6 +130,9 @@ impl Node {
             extra = options.extra_config,
         );
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        if let Some(kubeconfig) = &options.kubeconfig {
+            std::fs::write(dir.path().join("kubeconfig"), kubeconfig).expect("write kubeconfig");
+        }
         let cri = Cri::connect(
             &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
             Duration::from_secs(30),
@@ -139,6 +145,7 @@ impl Node {
             cri,
             procs: BTreeMap::new(),
             env: options.env.clone(),
+            kubeconfig: options.kubeconfig.is_some(),
             stopped: false,
             _runtime_lock: runtime_lock,
         };
@@ -192,7 +199,7 @@ impl Node {
 
     /// The flags every service of this node gets.
     pub fn args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--config".into(),
             self.path("config.yaml").display().to_string(),
             "--root-dir".into(),
@@ -203,7 +210,12 @@ impl Node {
             self.name.clone(),
             "--pleg-relist-period".into(),
             "500ms".into(),
-        ]
+        ];
+        if self.kubeconfig {
+            args.push("--kubeconfig".into());
+            args.push(self.path("kubeconfig").display().to_string());
+        }
+        args
     }
 
     pub fn socket(&self, service: Service) -> nodeagent_config::Address {

@@ -173,8 +173,38 @@ async fn a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal() {
     )
     .await;
 
+    // Rename: the file's path is part of a static pod's UID, so the pod is replaced again.
+    std::fs::rename(
+        node.path("manifests/web.yaml"),
+        node.path("manifests/web-renamed.yaml"),
+    )
+    .unwrap();
+    let renamed_uid = eventually(
+        "the renamed manifest's pod to replace the old one",
+        DEADLINE,
+        || async {
+            let pods = node.pods().await?;
+            let uids: Vec<String> = pods
+                .iter()
+                .map(|p| {
+                    p["metadata"]["uid"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect();
+            match uids.as_slice() {
+                [only] if *only != new_uid => Ok(only.clone()),
+                _ => Err(format!("{uids:?}")),
+            }
+        },
+    )
+    .await;
+    both_running(&node, &renamed_uid).await;
+    let new_uid = renamed_uid;
+    node.remove_manifest("web-renamed.yaml");
+
     // Remove: sandbox and containers go, and what the runtime leaves behind too.
-    node.remove_manifest("web.yaml");
     eventually(
         "every sandbox and container of the node removed",
         DEADLINE,
@@ -302,6 +332,13 @@ async fn a_malformed_manifest_is_reported_and_disturbs_nothing() {
     for (file, text, _) in &cases {
         node.write_manifest(file, text);
     }
+    // A 10 MiB file is refused before it is parsed.
+    let huge = format!("# {}\n", "x".repeat(10 << 20));
+    node.write_manifest("huge.yaml", &huge);
+    let cases: Vec<_> = cases
+        .into_iter()
+        .chain([("huge.yaml", "", "the limit is")])
+        .collect();
     for (file, _, reason) in &cases {
         let path = node
             .path(&format!("manifests/{file}"))

@@ -1,7 +1,9 @@
 //! config-source: the desired set of pods on this node, merged from every pod source,
 //! served as a snapshot followed by ordered deltas.
 
+pub mod api;
 mod file;
+mod http;
 pub mod manifest;
 mod server;
 pub mod store;
@@ -19,10 +21,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         sources.push("file");
     }
     if config.kubelet.static_pod_url.is_some() {
-        tracing::warn!("staticPodURL is not implemented yet; ignoring it");
+        sources.push("http");
     }
     if config.kubeconfig.is_some() {
-        tracing::warn!("the API server source is not implemented yet; running standalone");
+        sources.push("api");
     }
     let store = Arc::new(Mutex::new(store::PodStore::new(sources)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -34,6 +36,23 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             config.kubelet.file_check_frequency,
             store.clone(),
         );
+        tasks.spawn(source.run(shutdown.clone()));
+    }
+    if let Some(url) = config.kubelet.static_pod_url.clone() {
+        tracing::info!(%url, "fetching static pods from URL");
+        let source = http::HttpSource {
+            url,
+            headers: config.kubelet.static_pod_url_header.clone(),
+            node_name: config.node_name.clone(),
+            period: config.kubelet.http_check_frequency,
+            store: store.clone(),
+        };
+        tasks.spawn(source.run(shutdown.clone()));
+    }
+    if let Some(path) = &config.kubeconfig {
+        let client = api::client_from_kubeconfig(path).await?;
+        tracing::info!(kubeconfig = %path.display(), "watching the API server for pods bound to this node");
+        let source = api::ApiSource::new(client, config.node_name.clone(), store.clone());
         tasks.spawn(source.run(shutdown.clone()));
     }
     let service = server::ConfigSourceService {

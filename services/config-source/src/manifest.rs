@@ -25,8 +25,34 @@ impl Origin<'_> {
     }
 }
 
+/// Decodes a body holding one Pod or a PodList (the HTTP source accepts both).
+pub fn decode_pods(data: &[u8]) -> Result<Vec<Pod>, String> {
+    let value = decode_value(data)?;
+    if value.get("kind").and_then(|k| k.as_str()) == Some("PodList") {
+        let items = value
+            .get("items")
+            .and_then(|i| i.as_array())
+            .cloned()
+            .unwrap_or_default();
+        return items
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut item)| {
+                item["apiVersion"] = "v1".into();
+                item["kind"] = "Pod".into();
+                pod_from_value(item).map_err(|e| format!("items[{i}]: {e}"))
+            })
+            .collect();
+    }
+    pod_from_value(value).map(|p| vec![p])
+}
+
 /// Decodes one manifest holding a single Pod.
 pub fn decode_pod(data: &[u8]) -> Result<Pod, String> {
+    pod_from_value(decode_value(data)?)
+}
+
+fn decode_value(data: &[u8]) -> Result<serde_json::Value, String> {
     if data.is_empty() {
         return Err("the file is empty".into());
     }
@@ -39,6 +65,13 @@ pub fn decode_pod(data: &[u8]) -> Result<Pod, String> {
     let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8 text: {e}"))?;
     let value: serde_json::Value = serde_saphyr::from_str(text)
         .map_err(|e| format!("invalid YAML or JSON: {}", first_line(&e)))?;
+    if !value.is_object() {
+        return Err("the document is not a mapping".into());
+    }
+    Ok(value)
+}
+
+fn pod_from_value(value: serde_json::Value) -> Result<Pod, String> {
     let serde_json::Value::Object(map) = &value else {
         return Err("the document is not a mapping".into());
     };
@@ -239,6 +272,17 @@ mod tests {
         }
         let huge = vec![b'#'; MAX_MANIFEST_BYTES + 1];
         assert!(decode_pod(&huge).unwrap_err().contains("limit"));
+    }
+
+    #[test]
+    fn pod_lists_decode_item_by_item() {
+        let list = r#"{"kind":"PodList","apiVersion":"v1","items":[
+            {"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"busybox:1.36"}]}},
+            {"metadata":{"name":"b"},"spec":{"containers":[{"name":"c","image":"busybox:1.36"}]}}]}"#;
+        let pods = decode_pods(list.as_bytes()).unwrap();
+        assert_eq!(pods.len(), 2);
+        assert_eq!(decode_pods(WEB.as_bytes()).unwrap().len(), 1);
+        assert!(decode_pods(b"<html>oops</html>").is_err());
     }
 
     #[test]

@@ -116,10 +116,16 @@ impl PodStore {
         }
         self.sources.insert(source.to_string(), next);
         let first_list = self.seen.insert(source.to_string());
+        // A pod that gained a deletionTimestamp is being deleted gracefully: DELETE.
+        let (deleting, updated): (Vec<SourcePod>, Vec<SourcePod>) =
+            updated.into_iter().partition(|sp| {
+                k8s::decode_pod(&sp.pod_json).is_ok_and(|p| p.metadata.deletion_timestamp.is_some())
+            });
         for (op, pods) in [
             (Op::Remove, removed),
             (Op::Add, added),
             (Op::Update, updated),
+            (Op::Delete, deleting),
         ] {
             // One message per pod change, each in its own span: one pod change is one
             // trace across config-source, pod-sync, volume, pleg and the runtime.

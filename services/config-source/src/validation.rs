@@ -20,6 +20,28 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
+/// Whether `q` is a valid resource quantity ("100m", "1.5", "128Mi", "1e3").
+pub fn is_quantity(q: &str) -> bool {
+    let q = q.strip_prefix(['+', '-']).unwrap_or(q);
+    let digits_end = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(digits_end);
+    let number_ok = !number.is_empty() && number != "." && number.matches('.').count() <= 1;
+    let suffix_ok = matches!(
+        suffix,
+        "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+    ) || (suffix.len() > 1
+        && suffix.starts_with(['e', 'E'])
+        && suffix[1..]
+            .strip_prefix(['+', '-'])
+            .unwrap_or(&suffix[1..])
+            .chars()
+            .all(|c| c.is_ascii_digit())
+        && suffix.len() > 1 + usize::from(suffix[1..].starts_with(['+', '-'])));
+    number_ok && suffix_ok
+}
+
 /// Validates a pod; the error lists every problem found, separated by "; ".
 pub fn validate_pod(pod: &Pod) -> Result<(), String> {
     let mut errs = Vec::new();
@@ -65,6 +87,20 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             }
             if c.image.as_deref().unwrap_or_default().trim().is_empty() {
                 errs.push(format!("{p}.image: Required value"));
+            }
+            if let Some(res) = &c.resources {
+                for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+                    for (name, q) in map.iter().flatten() {
+                        if !is_quantity(&q.0) {
+                            errs.push(format!(
+                                "{p}.resources.{kind}[{name}]: Invalid value: {:?}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                                q.0
+                            ));
+                        } else if q.0.starts_with('-') {
+                            errs.push(format!("{p}.resources.{kind}[{name}]: Invalid value: {:?}: must be greater than or equal to 0", q.0));
+                        }
+                    }
+                }
             }
             for (j, port) in c.ports.iter().flatten().enumerate() {
                 if !(1..=65535).contains(&port.container_port) {
@@ -131,6 +167,24 @@ mod tests {
         );
         assert!(
             err.contains("spec.restartPolicy: Unsupported value: \"Sometimes\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn quantities() {
+        for ok in ["100m", "1", "0.5", "128Mi", "1G", "1e3", "2E+2"] {
+            assert!(is_quantity(ok), "{ok}");
+        }
+        for bad in ["", "abc", "1.2.3", "12Zi", "e3", "1e"] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+        let err = validate_pod(&pod(
+            r#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"i","resources":{"limits":{"memory":"lots"}}}]}}"#,
+        ))
+        .unwrap_err();
+        assert!(
+            err.starts_with("spec.containers[0].resources.limits[memory]: Invalid value: \"lots\""),
             "{err}"
         );
     }

@@ -50,10 +50,17 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
         match op {
             Op::Snapshot => {
                 let previous: Vec<String> = st.desired.keys().cloned().collect();
-                st.desired = pods
+                // A pod being deleted gracefully is terminated, not run.
+                let (deleting, wanted): (Vec<_>, Vec<_>) = pods
+                    .into_iter()
+                    .partition(|p| p.metadata.deletion_timestamp.is_some());
+                st.desired = wanted
                     .into_iter()
                     .map(|p| (k8s::pod_uid(&p).to_string(), p))
                     .collect();
+                for p in deleting {
+                    st.terminating.insert(k8s::pod_uid(&p).to_string(), p);
+                }
                 st.config_synced = true;
                 tracing::info!(
                     pods = st.desired.len(),
@@ -67,6 +74,12 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
             Op::Add | Op::Update | Op::Reconcile => {
                 for p in pods {
                     let uid = k8s::pod_uid(&p).to_string();
+                    if p.metadata.deletion_timestamp.is_some() {
+                        st.desired.remove(&uid);
+                        st.terminating.insert(uid.clone(), p);
+                        touched.push(uid);
+                        continue;
+                    }
                     tracing::info!(pod = %k8s::pod_full_name(&p), pod.uid = %uid, op = ?op, "desired pod");
                     st.desired.insert(uid.clone(), p);
                     touched.push(uid);

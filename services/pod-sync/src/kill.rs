@@ -89,6 +89,9 @@ impl PodSync {
             }
         }
         self.remove_log_dir(uid, rt, pod.as_ref());
+        if let (Some(client), Some(pod)) = (&self.api, &pod) {
+            crate::api_status::finish_deletion(client, pod).await;
+        }
 
         let mut st = self.lock();
         st.terminating.remove(uid);

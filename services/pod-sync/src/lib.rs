@@ -3,6 +3,7 @@
 //! Inputs: config-source (desired pods), pleg (runtime events and status), probe
 //! (readiness), and the periodic resync and housekeeping ticks.
 
+mod api_status;
 mod cgroups;
 mod expansion;
 mod hooks;
@@ -50,6 +51,8 @@ pub struct PodSync {
     permits: Semaphore,
     status_tx: broadcast::Sender<PodStatusUpdate>,
     cgroup_fs: std::path::PathBuf,
+    /// The API server, when the node is connected to one.
+    api: Option<kube::Client>,
     shutdown: Shutdown,
 }
 
@@ -67,6 +70,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
     );
+    let api = match &config.kubeconfig {
+        Some(path) => Some(config_source::api::client_from_kubeconfig(path).await?),
+        None => None,
+    };
     let host_ip = host_ip();
     tracing::info!(%host_ip, "node address");
     let (status_tx, _) = broadcast::channel(4096);
@@ -93,6 +100,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         permits: Semaphore::new(PARALLEL_WORKERS),
         status_tx,
         cgroup_fs: "/sys/fs/cgroup".into(),
+        api: api.clone(),
         shutdown: shutdown.clone(),
     });
 
@@ -106,6 +114,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         sync.clone(),
         nodeagent_transport::connect(config.endpoint(Service::Probe)),
     ));
+    if let Some(client) = api {
+        tasks.spawn(api_status::run(sync.clone(), client));
+    }
     tasks.spawn(inputs::ticks(
         sync.clone(),
         config.kubelet.sync_frequency,

@@ -40,11 +40,12 @@ impl PodSync {
             },
             previous.as_ref(),
         );
-        if previous.as_ref() == Some(&status) {
-            return;
-        }
         let mut with_status = pod;
         with_status.status = Some(status);
+        // Metadata changes (labels, annotations) are published too, not only status.
+        if st.statuses.get(uid) == Some(&with_status) {
+            return;
+        }
         st.status_revision += 1;
         let update = PodStatusUpdate {
             revision: st.status_revision,

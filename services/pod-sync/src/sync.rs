@@ -642,10 +642,16 @@ fn next_attempt(rt: &RuntimePodStatus, name: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// The grace period to stop the pod's containers with: the deletion's own period when the
+/// pod is being deleted, else `terminationGracePeriodSeconds` (default 30).
 pub(crate) fn grace_seconds(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
         .unwrap_or(30)
         .max(0)
 }

@@ -1,0 +1,121 @@
+//! The HTTP source: `staticPodURL` (with `staticPodURLHeader`), fetched every
+//! `httpCheckFrequency`; the body is one Pod or a PodList, in YAML or JSON. A failed fetch
+//! or a bad body is logged (once per distinct error) and keeps the last good set, as
+//! upstream does.
+
+use crate::manifest::{self, Origin};
+use crate::store::PodStore;
+use nodeagent_transport::Shutdown;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub struct HttpSource {
+    pub url: String,
+    pub headers: BTreeMap<String, Vec<String>>,
+    pub node_name: String,
+    pub period: Duration,
+    pub store: Arc<Mutex<PodStore>>,
+}
+
+impl HttpSource {
+    pub async fn run(self, shutdown: Shutdown) {
+        let mut last_error = String::new();
+        loop {
+            match self.fetch().await.and_then(|body| self.pods(&body)) {
+                Ok(pods) => {
+                    if !last_error.is_empty() {
+                        tracing::info!(source = "http", url = %self.url, "static pod URL readable again");
+                    }
+                    last_error.clear();
+                    let refused = self
+                        .store
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .set_source("http", pods);
+                    for name in refused {
+                        tracing::error!(source = "http", pod = %name, "duplicate pod name; only the first definition is used");
+                    }
+                }
+                Err(reason) => {
+                    if reason != last_error {
+                        tracing::error!(source = "http", url = %self.url, %reason, "cannot read pods from the static pod URL; keeping the last good set");
+                        last_error = reason;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = tokio::time::sleep(self.period) => {}
+            }
+        }
+    }
+
+    fn pods(&self, body: &[u8]) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, String> {
+        let pods = manifest::decode_pods(body)?;
+        pods.into_iter()
+            .map(|p| manifest::static_pod(p, Origin::Url(&self.url), &self.node_name))
+            .collect()
+    }
+
+    /// GET over plain HTTP/1.0 (so the body is never chunked); 200 only.
+    async fn fetch(&self) -> Result<Vec<u8>, String> {
+        let rest = self.url.strip_prefix("http://").ok_or_else(|| {
+            format!(
+                "unsupported URL {:?}: only http:// is supported yet",
+                self.url
+            )
+        })?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let addr = if authority.contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        let mut request =
+            format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\nUser-Agent: nodeagent\r\n");
+        for (name, values) in &self.headers {
+            for v in values {
+                request.push_str(&format!("{name}: {v}\r\n"));
+            }
+        }
+        request.push_str("\r\n");
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect(&addr)
+                .await
+                .map_err(|e| format!("GET {}: {e}", self.url))?;
+            stream
+                .write_all(request.as_bytes())
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut buf = Vec::new();
+            stream
+                .take(manifest::MAX_MANIFEST_BYTES as u64 + 64 * 1024)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(buf)
+        };
+        let buf = tokio::time::timeout(Duration::from_secs(30), exchange)
+            .await
+            .map_err(|_| format!("GET {}: timed out", self.url))??;
+        let split = buf
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or("malformed HTTP response")?;
+        let head = String::from_utf8_lossy(&buf[..split]);
+        let code: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or("malformed HTTP status line")?;
+        if code != 200 {
+            return Err(format!("GET {} answered HTTP {code}", self.url));
+        }
+        Ok(buf[split + 4..].to_vec())
+    }
+}

@@ -1,0 +1,843 @@
+//! A test API server: the one test double allowed for the Kubernetes API. It speaks the
+//! real wire protocol to the unmodified kube-rs client and keeps the semantics the node
+//! agent depends on:
+//!
+//! - pods, nodes, leases, events, configmaps and secrets, each object with a
+//!   `metadata.resourceVersion` from one cluster-wide counter, a uid and a creation time;
+//! - list (with the list's resourceVersion) and watch (`watch=true`) from a
+//!   `resourceVersion`, newline-delimited JSON events, `allowWatchBookmarks` bookmarks,
+//!   `timeoutSeconds`; a watch from a version older than the retained history gets an
+//!   ERROR event with a 410 `Expired` Status, as the real server does;
+//! - create (409 `AlreadyExists`), update with a stale resourceVersion (409 `Conflict`),
+//!   the `status` subresource (status-only updates, and spec-only updates of the main
+//!   resource), JSON merge patch and strategic merge patch (lists of conditions, container
+//!   statuses, containers, pod IPs merged by their keys);
+//! - `fieldSelector=spec.nodeName=<name>` (and `metadata.name`, `metadata.namespace`);
+//! - deletion with a grace period: a pod with grace > 0 gets `deletionTimestamp` and
+//!   `deletionGracePeriodSeconds` (a MODIFIED event) and is removed by a later delete with
+//!   grace 0; other kinds are removed at once.
+//!
+//! Not covered (a test needing them must extend this first): authentication and
+//! authorization, label selectors, server-side apply, JSON patch, finalizers, admission and
+//! validation, defaulting, pagination (`limit`/`continue`), protobuf encoding, and any
+//! resource not listed above.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// How many past events a watch may resume from.
+const HISTORY: usize = 1000;
+const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
+
+/// A resource the server knows: (plural, kind, API group version, namespaced).
+const RESOURCES: [(&str, &str, &str, bool); 6] = [
+    ("pods", "Pod", "v1", true),
+    ("nodes", "Node", "v1", false),
+    ("configmaps", "ConfigMap", "v1", true),
+    ("secrets", "Secret", "v1", true),
+    ("events", "Event", "v1", true),
+    ("leases", "Lease", "coordination.k8s.io/v1", true),
+];
+
+#[derive(Clone, Debug)]
+struct WatchEvent {
+    rv: u64,
+    plural: String,
+    kind: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct Store {
+    /// (plural, namespace, name) -> object.
+    objects: BTreeMap<(String, String, String), Value>,
+    rv: u64,
+    history: VecDeque<WatchEvent>,
+    /// Events at or below this version are gone (compacted).
+    compacted: u64,
+}
+
+/// The server's state; it outlives a server instance, so a test can "restart" the API
+/// server on the same port and keep its objects.
+#[derive(Clone)]
+pub struct ApiState {
+    store: Arc<Mutex<Store>>,
+    events: broadcast::Sender<WatchEvent>,
+    /// How many watches were refused with 410 Gone.
+    pub expired_watches: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Default for ApiState {
+    fn default() -> Self {
+        Self {
+            store: Arc::default(),
+            events: broadcast::channel(4096).0,
+            expired_watches: Arc::default(),
+        }
+    }
+}
+
+/// A running instance; dropping it (or `stop`) closes the listener and every watch.
+pub struct ApiServer {
+    pub state: ApiState,
+    pub port: u16,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: String) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    (
+        code,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn now() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    k8s_openapi::jiff::Timestamp::from_second(nanos as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+impl ApiServer {
+    /// Serves `state` on 127.0.0.1:`port` (0: any free port).
+    pub async fn start(state: ApiState, port: u16) -> ApiServer {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the API server");
+        let port = listener.local_addr().expect("addr").port();
+        let app = Router::new().fallback(handle).with_state(state.clone());
+        // Our own accept loop: every connection task lives in this task's JoinSet, so that
+        // stopping the server really closes every connection (and every watch), as a
+        // restarting API server does.
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                connections.spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+                while connections.try_join_next().is_some() {}
+            }
+        });
+        ApiServer {
+            state,
+            port,
+            task: Some(task),
+        }
+    }
+
+    /// Stops serving: the listener and every open connection (and watch) close.
+    pub async fn stop(mut self) -> ApiState {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        self.state.clone()
+    }
+
+    /// A kubeconfig for this server (plain HTTP, no credentials).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+             users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+             current-context: test\n",
+            port = self.port
+        )
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl ApiState {
+    /// Simulates other writes to the cluster and then a compaction of the history: every
+    /// version a client has seen so far becomes too old, so resuming a watch from it gets
+    /// 410 Gone and the client must list again.
+    pub fn compact(&self) {
+        let mut s = self.store.lock().unwrap();
+        s.rv += 1;
+        s.compacted = s.rv;
+        s.history.clear();
+    }
+
+    /// Every stored object of a kind (plural), e.g. "events".
+    pub fn objects(&self, plural: &str) -> Vec<Value> {
+        let s = self.store.lock().unwrap();
+        s.objects
+            .iter()
+            .filter(|(k, _)| k.0 == plural)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    fn record(
+        &self,
+        s: &mut Store,
+        plural: &str,
+        kind: &'static str,
+        ty: &'static str,
+        object: &Value,
+    ) {
+        let event = WatchEvent {
+            rv: s.rv,
+            plural: plural.to_string(),
+            kind: ty,
+            object: object.clone(),
+        };
+        s.history.push_back(event.clone());
+        while s.history.len() > HISTORY {
+            if let Some(old) = s.history.pop_front() {
+                s.compacted = old.rv;
+            }
+        }
+        let _ = kind;
+        let _ = self.events.send(event);
+    }
+}
+
+/// A parsed request path: /api/v1/[namespaces/{ns}/]{plural}[/{name}[/status]].
+#[derive(Debug)]
+struct Target {
+    plural: String,
+    kind: &'static str,
+    api_version: &'static str,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+fn parse_path(path: &str) -> Option<Target> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest: &[&str] = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => rest,
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => rest,
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        _ => (None, rest),
+    };
+    let (plural, name, status) = match rest {
+        [plural] => (*plural, None, false),
+        [plural, name] => (*plural, Some(name.to_string()), false),
+        [plural, name, "status"] => (*plural, Some(name.to_string()), true),
+        _ => return None,
+    };
+    let (_, kind, api_version, namespaced) = RESOURCES.iter().find(|r| r.0 == plural)?;
+    if !namespaced && namespace.is_some() {
+        return None;
+    }
+    Some(Target {
+        plural: plural.to_string(),
+        kind,
+        api_version,
+        namespace,
+        name,
+        status,
+    })
+}
+
+fn matches_fields(object: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    selector.split(',').all(|term| {
+        let (key, want, negate) = match term.split_once("!=") {
+            Some((k, v)) => (k, v, true),
+            None => match term.split_once('=') {
+                Some((k, v)) => (k, v.trim_start_matches('='), false),
+                None => return true,
+            },
+        };
+        let got = match key {
+            "spec.nodeName" => object["spec"]["nodeName"].as_str().unwrap_or_default(),
+            "metadata.name" => object["metadata"]["name"].as_str().unwrap_or_default(),
+            "metadata.namespace" => object["metadata"]["namespace"].as_str().unwrap_or_default(),
+            _ => return true,
+        };
+        (got == want) != negate
+    })
+}
+
+async fn handle(
+    State(state): State<ApiState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let Some(t) = parse_path(uri.path()) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!(
+                "the server could not find the requested resource ({})",
+                uri.path()
+            ),
+        );
+    };
+    let body: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("invalid JSON body: {e}"),
+                );
+            }
+        }
+    };
+    match (method, &t.name) {
+        (Method::GET, None)
+            if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
+        {
+            watch(state, t, query).await
+        }
+        (Method::GET, None) => list(&state, &t, &query),
+        (Method::GET, Some(name)) => get(&state, &t, name),
+        (Method::POST, None) => create(&state, &t, body),
+        (Method::PUT, Some(name)) => update(&state, &t, name, body),
+        (Method::PATCH, Some(name)) => {
+            let ctype = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            patch(&state, &t, name, &ctype, body)
+        }
+        (Method::DELETE, Some(name)) => delete(&state, &t, name, body, &query),
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource".into(),
+        ),
+    }
+}
+
+fn key(t: &Target, name: &str) -> (String, String, String) {
+    (
+        t.plural.clone(),
+        t.namespace.clone().unwrap_or_default(),
+        name.to_string(),
+    )
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    (code, [("content-type", "application/json")], v.to_string()).into_response()
+}
+
+fn with_type_meta(t: &Target, mut v: Value) -> Value {
+    v["kind"] = t.kind.into();
+    v["apiVersion"] = t.api_version.into();
+    v
+}
+
+fn list(state: &ApiState, t: &Target, query: &HashMap<String, String>) -> Response {
+    let s = state.store.lock().unwrap();
+    let items: Vec<Value> = s
+        .objects
+        .iter()
+        .filter(|(k, _)| k.0 == t.plural && t.namespace.as_ref().is_none_or(|ns| &k.1 == ns))
+        .filter(|(_, v)| matches_fields(v, query.get("fieldSelector")))
+        .map(|(_, v)| v.clone())
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", t.kind), "apiVersion": t.api_version,
+            "metadata": {"resourceVersion": s.rv.to_string()}, "items": items,
+        }),
+    )
+}
+
+fn get(state: &ApiState, t: &Target, name: &str) -> Response {
+    let s = state.store.lock().unwrap();
+    match s.objects.get(&key(t, name)) {
+        Some(v) => json_response(StatusCode::OK, v),
+        None => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{} \"{name}\" not found", t.plural),
+        ),
+    }
+}
+
+fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
+    let name = body["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let name = if name.is_empty() {
+        match body["metadata"]["generateName"].as_str() {
+            Some(prefix) => format!("{prefix}{:05x}", rand_suffix()),
+            None => {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    "metadata.name: Required value: name or generateName is required".into(),
+                );
+            }
+        }
+    } else {
+        name
+    };
+    let mut s = state.store.lock().unwrap();
+    let k = key(t, &name);
+    if s.objects.contains_key(&k) {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", t.plural),
+        );
+    }
+    s.rv += 1;
+    body = with_type_meta(t, body);
+    body["metadata"]["name"] = name.clone().into();
+    if let Some(ns) = &t.namespace {
+        body["metadata"]["namespace"] = ns.clone().into();
+    }
+    body["metadata"]["uid"] = format!("{:08x}-0000-4000-8000-{:012x}", rand_suffix(), s.rv).into();
+    body["metadata"]["resourceVersion"] = s.rv.to_string().into();
+    body["metadata"]["creationTimestamp"] = now().into();
+    s.objects.insert(k, body.clone());
+    state.record(&mut s, &t.plural, t.kind, "ADDED", &body);
+    json_response(StatusCode::CREATED, &body)
+}
+
+fn rand_suffix() -> u32 {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    n ^ std::process::id()
+}
+
+/// Stores `next` as the new version of `k` (the caller checked preconditions).
+fn commit(
+    state: &ApiState,
+    s: &mut Store,
+    t: &Target,
+    k: (String, String, String),
+    mut next: Value,
+) -> Value {
+    s.rv += 1;
+    next["metadata"]["resourceVersion"] = s.rv.to_string().into();
+    next = with_type_meta(t, next);
+    s.objects.insert(k, next.clone());
+    state.record(s, &t.plural, t.kind, "MODIFIED", &next);
+    next
+}
+
+/// The subresource rule: /status changes only status; the main resource never does.
+fn merge_subresource(t: &Target, current: &Value, incoming: Value) -> Value {
+    let mut next = incoming;
+    if t.status {
+        let status = next["status"].clone();
+        next = current.clone();
+        next["status"] = status;
+    } else if current.get("status").is_some() {
+        next["status"] = current["status"].clone();
+    }
+    // Identity and system fields are the server's.
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "namespace",
+        "name",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
+        if let Some(v) = current["metadata"].get(f) {
+            next["metadata"][f] = v.clone();
+        }
+    }
+    next
+}
+
+fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
+    let mut s = state.store.lock().unwrap();
+    let k = key(t, name);
+    let Some(current) = s.objects.get(&k).cloned() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{} \"{name}\" not found", t.plural),
+        );
+    };
+    let sent = body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let have = current["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    if !sent.is_empty() && sent != have {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                t.plural
+            ),
+        );
+    }
+    let next = merge_subresource(t, &current, body);
+    let stored = commit(state, &mut s, t, k, next);
+    json_response(StatusCode::OK, &stored)
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let obj = target.as_object_mut().unwrap();
+            for (k, v) in p {
+                if v.is_null() {
+                    obj.remove(k);
+                } else {
+                    merge_patch(obj.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+/// The merge keys of the lists that strategic merge patch merges (the rest are replaced).
+fn merge_key(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "conditions" => "type",
+        "containerStatuses"
+        | "initContainerStatuses"
+        | "ephemeralContainerStatuses"
+        | "containers"
+        | "initContainers"
+        | "volumes"
+        | "env" => "name",
+        "podIPs" | "hostIPs" => "ip",
+        "addresses" => "type",
+        _ => return None,
+    })
+}
+
+/// Strategic merge patch, for the lists upstream merges by key.
+pub fn strategic_merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let obj = target.as_object_mut().unwrap();
+    for (k, v) in p {
+        if k.starts_with("$setElementOrder") || k == "$patch" {
+            continue;
+        }
+        match (v, merge_key(k)) {
+            (Value::Null, _) => {
+                obj.remove(k);
+            }
+            (Value::Array(items), Some(mk)) => {
+                let current = obj.entry(k.clone()).or_insert_with(|| json!([]));
+                if !current.is_array() {
+                    *current = json!([]);
+                }
+                let list = current.as_array_mut().unwrap();
+                for item in items {
+                    let id = &item[mk];
+                    if item["$patch"] == "delete" {
+                        list.retain(|e| &e[mk] != id);
+                    } else if let Some(existing) = list.iter_mut().find(|e| &e[mk] == id) {
+                        strategic_merge_patch(existing, item);
+                    } else {
+                        list.push(item.clone());
+                    }
+                }
+            }
+            (Value::Object(_), _) => {
+                strategic_merge_patch(obj.entry(k.clone()).or_insert(Value::Null), v)
+            }
+            _ => {
+                obj.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+fn patch(state: &ApiState, t: &Target, name: &str, ctype: &str, body: Value) -> Response {
+    let mut s = state.store.lock().unwrap();
+    let k = key(t, name);
+    let Some(current) = s.objects.get(&k).cloned() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{} \"{name}\" not found", t.plural),
+        );
+    };
+    let mut next = current.clone();
+    match ctype.split(';').next().unwrap_or_default() {
+        "application/merge-patch+json" => merge_patch(&mut next, &body),
+        "application/strategic-merge-patch+json" => strategic_merge_patch(&mut next, &body),
+        other => {
+            return status(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                format!("the test API server does not support patch type {other:?}"),
+            );
+        }
+    }
+    let sent = body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    if !sent.is_empty()
+        && sent
+            != current["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+    {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified",
+                t.plural
+            ),
+        );
+    }
+    let next = merge_subresource(t, &current, next);
+    let stored = commit(state, &mut s, t, k, next);
+    json_response(StatusCode::OK, &stored)
+}
+
+fn delete(
+    state: &ApiState,
+    t: &Target,
+    name: &str,
+    body: Value,
+    query: &HashMap<String, String>,
+) -> Response {
+    let mut s = state.store.lock().unwrap();
+    let k = key(t, name);
+    let Some(current) = s.objects.get(&k).cloned() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{} \"{name}\" not found", t.plural),
+        );
+    };
+    let grace = body["gracePeriodSeconds"]
+        .as_i64()
+        .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok()))
+        .or_else(|| {
+            (t.plural == "pods").then(|| {
+                current["spec"]["terminationGracePeriodSeconds"]
+                    .as_i64()
+                    .unwrap_or(30)
+            })
+        })
+        .unwrap_or(0);
+    let already = current["metadata"].get("deletionTimestamp").is_some();
+    if t.plural == "pods" && grace > 0 && !already {
+        let mut next = current;
+        next["metadata"]["deletionTimestamp"] = now().into();
+        next["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+        let stored = commit(state, &mut s, t, k, next);
+        return json_response(StatusCode::OK, &stored);
+    }
+    s.objects.remove(&k);
+    s.rv += 1;
+    let mut gone = current;
+    gone["metadata"]["resourceVersion"] = s.rv.to_string().into();
+    state.record(&mut s, &t.plural, t.kind, "DELETED", &gone);
+    json_response(StatusCode::OK, &gone)
+}
+
+async fn watch(state: ApiState, t: Target, query: HashMap<String, String>) -> Response {
+    let from: u64 = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|v| v == "true");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(300));
+    let selector = query.get("fieldSelector").cloned();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(256);
+    let relevant = {
+        let t_plural = t.plural.clone();
+        let ns = t.namespace.clone();
+        move |e: &WatchEvent| {
+            e.plural == t_plural
+                && ns
+                    .as_ref()
+                    .is_none_or(|n| e.object["metadata"]["namespace"].as_str() == Some(n))
+                && matches_fields(&e.object, selector.as_ref())
+        }
+    };
+    let line = |ty: &str, object: &Value| {
+        Bytes::from(format!("{}\n", json!({"type": ty, "object": object})))
+    };
+    // Under the lock: check the version, take the backlog, subscribe, so nothing is missed.
+    let (backlog, mut live, expired, current_rv) = {
+        let s = state.store.lock().unwrap();
+        let expired = from != 0 && from < s.compacted;
+        let backlog: Vec<WatchEvent> = if from == 0 {
+            // No version: the current state as ADDED events, as the real server does.
+            s.objects
+                .iter()
+                .filter(|(k, _)| k.0 == t.plural)
+                .map(|(_, v)| WatchEvent {
+                    rv: s.rv,
+                    plural: t.plural.clone(),
+                    kind: "ADDED",
+                    object: v.clone(),
+                })
+                .collect()
+        } else {
+            s.history.iter().filter(|e| e.rv > from).cloned().collect()
+        };
+        (backlog, state.events.subscribe(), expired, s.rv)
+    };
+    if expired {
+        state
+            .expired_watches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let err = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {from} ({current_rv})"), "reason": "Expired", "code": 410});
+        let _ = tx.try_send(Ok(line("ERROR", &err)));
+    } else {
+        let kind = t.kind;
+        let api_version = t.api_version;
+        tokio::spawn(async move {
+            let mut last = from;
+            for e in backlog.into_iter().filter(|e| relevant(e)) {
+                last = last.max(e.rv);
+                if tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                    return;
+                }
+            }
+            let deadline = tokio::time::Instant::now() + timeout;
+            let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => return,
+                    _ = tx.closed() => return,
+                    _ = tick.tick(), if bookmarks => {
+                        let rv = state.store.lock().unwrap().rv.max(last);
+                        let bm = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
+                        if tx.send(Ok(line("BOOKMARK", &bm))).await.is_err() { return; }
+                    }
+                    e = live.recv() => match e {
+                        Ok(e) if e.rv > last && relevant(&e) => {
+                            last = e.rv;
+                            if tx.send(Ok(line(e.kind, &e.object))).await.is_err() { return; }
+                        }
+                        Ok(_) => {}
+                        Err(_) => return, // lagged or closed: the client re-watches
+                    }
+                }
+            }
+        });
+    }
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategic_merge_merges_conditions_by_type() {
+        let mut pod = json!({"status": {"phase": "Pending", "conditions": [
+            {"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]}});
+        strategic_merge_patch(
+            &mut pod,
+            &json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        assert_eq!(pod["status"]["phase"], "Running");
+        let conds = pod["status"]["conditions"].as_array().unwrap();
+        assert_eq!(conds.len(), 2);
+        assert_eq!(conds[0], json!({"type": "Ready", "status": "True"}));
+    }
+
+    #[test]
+    fn merge_patch_replaces_lists_and_removes_nulls() {
+        let mut v = json!({"a": [1, 2], "b": {"c": 1, "d": 2}});
+        merge_patch(&mut v, &json!({"a": [3], "b": {"c": null}}));
+        assert_eq!(v, json!({"a": [3], "b": {"d": 2}}));
+    }
+
+    #[test]
+    fn paths_name_resources() {
+        let t = parse_path("/api/v1/namespaces/default/pods/web/status").unwrap();
+        assert_eq!(
+            (
+                t.plural.as_str(),
+                t.namespace.as_deref(),
+                t.name.as_deref(),
+                t.status
+            ),
+            ("pods", Some("default"), Some("web"), true)
+        );
+        assert!(parse_path("/api/v1/namespaces/x/nodes").is_none());
+        assert_eq!(
+            parse_path("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
+                .unwrap()
+                .kind,
+            "Lease"
+        );
+        assert!(matches_fields(
+            &json!({"spec": {"nodeName": "n1"}}),
+            Some(&"spec.nodeName=n1".to_string())
+        ));
+        assert!(!matches_fields(
+            &json!({"spec": {"nodeName": "n2"}}),
+            Some(&"spec.nodeName=n1".to_string())
+        ));
+    }
+}
