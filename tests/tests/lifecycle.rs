@@ -174,6 +174,31 @@ async fn image_and_runtime_errors_are_reported_with_upstream_reasons() {
         "{log}"
     );
 
+    // Termination messages: the file at terminationMessagePath, or with
+    // FallbackToLogsOnError and an empty file, the tail of the log.
+    node.write_manifest(
+        "messages.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: messages\nspec:\n  restartPolicy: Never\n  containers:\n  - name: file\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"echo -n 'disk full' > /dev/termination-log; exit 2\"]\n  - name: logs\n    image: busybox:1.36\n    terminationMessagePolicy: FallbackToLogsOnError\n    command: [\"sh\", \"-c\", \"echo starting; echo 'fatal: no config'; exit 3\"]\n",
+    );
+    let messages = eventually("both containers terminated", DEADLINE, || async {
+        let pod = node.pod("messages").await?;
+        let done = ["file", "logs"].iter().all(|n| {
+            container_status(&pod, n).is_some_and(|c| c["state"]["terminated"].is_object())
+        });
+        if done && pod["status"]["phase"] == "Failed" {
+            Ok(pod)
+        } else {
+            Err(pod["status"].to_string())
+        }
+    })
+    .await;
+    let terminated =
+        |n: &str| container_status(&messages, n).unwrap()["state"]["terminated"].clone();
+    assert_eq!(terminated("file")["exitCode"], 2);
+    assert_eq!(terminated("file")["message"], "disk full");
+    assert_eq!(terminated("logs")["exitCode"], 3);
+    assert_eq!(terminated("logs")["message"], "starting\nfatal: no config");
+
     let nocmd = eventually("the missing command reported", DEADLINE, || async {
         let pod = node.pod("nocmd").await?;
         let c = container_status(&pod, "c").ok_or("no status")?.clone();
@@ -196,10 +221,11 @@ async fn image_and_runtime_errors_are_reported_with_upstream_reasons() {
     );
     // Nothing was created for the images that are not there.
     let containers = node.containers().await;
+    let created = [node.pod_name("nocmd"), node.pod_name("messages")];
     assert!(
         containers
             .iter()
-            .all(|c| c.labels["io.kubernetes.pod.name"] == node.pod_name("nocmd")),
+            .all(|c| created.contains(&c.labels["io.kubernetes.pod.name"])),
         "{containers:?}"
     );
     node.stop().await;

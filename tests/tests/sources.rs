@@ -132,6 +132,54 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
         "a metadata change restarts nothing"
     );
 
+    // A static pod on a connected node gets a mirror pod carrying its status, and the
+    // mirror goes when the static pod goes.
+    node.write_manifest(
+        "static.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    let mirror_name = node.pod_name("static");
+    let mirror = eventually(
+        "the mirror pod Running in the API server",
+        DEADLINE,
+        || async {
+            let p = pods.get(&mirror_name).await.map_err(|e| e.to_string())?;
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            if phase == "Running" {
+                Ok(p)
+            } else {
+                Err(phase)
+            }
+        },
+    )
+    .await;
+    let annotations = mirror.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations.get("kubernetes.io/config.mirror"),
+        annotations.get("kubernetes.io/config.hash")
+    );
+    assert_eq!(
+        container_ids(&node, &mirror_name).await.len(),
+        1,
+        "the mirror pod itself is never run"
+    );
+    node.remove_manifest("static.yaml");
+    eventually("the mirror pod deleted", DEADLINE, || async {
+        match pods
+            .get_opt(&mirror_name)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+
     // Graceful deletion: the node stops the containers, then deletes the pod with grace 0.
     pods.delete(
         &name,
@@ -248,10 +296,6 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
         ..Default::default()
     };
     let node = Node::start("apibad", options).await;
-    node.write_manifest(
-        "web.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
-    );
     let client = client(&server).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let good = format!("good-{}", node.name);
@@ -276,11 +320,12 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
     )
     .await
     .unwrap();
-    // The same name as the static pod from the file source.
-    let dup = node.pod_name("web");
-    pods.create(&PostParams::default(), &pod(&dup, &node.name, json!({})))
-        .await
-        .unwrap();
+    // A static pod with the same name as the running API pod "good": refused, reported.
+    node.write_manifest(
+        "good.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: good\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    let dup = good.clone();
 
     let events: Api<Event> = Api::namespaced(client, "default");
     let event = eventually(
@@ -324,7 +369,7 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
         before,
         "the good pod is undisturbed"
     );
-    // Exactly one pod of that name runs: the static one.
+    // Exactly one pod of that name runs: the API server's, which was there first.
     let listed: Vec<_> = node
         .pods()
         .await
@@ -335,7 +380,7 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
     assert_eq!(listed.len(), 1);
     assert_eq!(
         listed[0]["metadata"]["annotations"]["kubernetes.io/config.source"],
-        "file"
+        "api"
     );
     node.stop().await;
 }
@@ -472,5 +517,102 @@ async fn the_http_source_serves_pods_and_keeps_the_last_good_set_through_failure
         if n == 0 { Ok(()) } else { Err(format!("{n}")) }
     })
     .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_maps_and_secrets_reach_the_environment() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    if !require_runtime("configmap and secret env") {
+        return;
+    }
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let options = NodeOptions {
+        kubeconfig: Some(server.kubeconfig()),
+        ..Default::default()
+    };
+    let node = Node::start("apienv", options).await;
+    let client = client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "settings"}, "data": {"MODE": "fast", "LEVEL": "3"}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "creds"}, "data": {"password": "aHVudGVyMg=="}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let name = format!("env-{}", node.name);
+    let spec = json!({"spec": {
+        "containers": [{
+            "name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", "echo \"$CFG_MODE|$CFG_LEVEL|$PASSWORD|${MAYBE-unset}\" > /out/env; trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+            "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+            "env": [
+                {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                {"name": "MAYBE", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k", "optional": true}}}
+            ],
+            "volumeMounts": [{"name": "out", "mountPath": "/out"}]
+        }],
+        "volumes": [{"name": "out", "hostPath": {"path": out.display().to_string()}}]
+    }});
+    pods.create(&PostParams::default(), &pod(&name, &node.name, spec))
+        .await
+        .unwrap();
+    let line = eventually("the env file", DEADLINE, || async {
+        std::fs::read_to_string(out.join("env")).map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(line.trim(), "fast|3|hunter2|unset");
+
+    // A required ConfigMap that does not exist: CreateContainerConfigError, reported in
+    // the API server's status.
+    let broken = format!("broken-{}", node.name);
+    let spec = json!({"spec": {"containers": [{
+        "name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
+        "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k"}}}]
+    }]}});
+    pods.create(&PostParams::default(), &pod(&broken, &node.name, spec))
+        .await
+        .unwrap();
+    let waiting = eventually(
+        "CreateContainerConfigError in the API status",
+        DEADLINE,
+        || async {
+            let p = pods.get(&broken).await.map_err(|e| e.to_string())?;
+            let w = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|cs| cs.into_iter().next())
+                .and_then(|c| c.state)
+                .and_then(|s| s.waiting)
+                .ok_or("not waiting")?;
+            if w.reason.as_deref() == Some("CreateContainerConfigError") {
+                Ok(w)
+            } else {
+                Err(format!("{w:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some("configmap \"nope\" not found")
+    );
     node.stop().await;
 }

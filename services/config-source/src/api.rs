@@ -98,6 +98,15 @@ impl ApiSource {
     async fn publish(&mut self, pods: &BTreeMap<String, Pod>) {
         let mut valid = Vec::new();
         for pod in pods.values() {
+            // A mirror pod is this node's own record of a static pod: never run it.
+            let mirror = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(k8s::labels::CONFIG_MIRROR));
+            if mirror {
+                continue;
+            }
             let mut pod = pod.clone();
             manifest::apply_api_defaults(&mut pod);
             pod.metadata

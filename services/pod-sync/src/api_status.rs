@@ -1,12 +1,15 @@
 //! The status manager's API half (when connected to an API server): pod status is patched
 //! onto pods that came from the API server, immediately on change and again every
-//! `syncPeriod` (10 s), and a gracefully deleted pod is deleted with grace 0 once its
+//! `syncPeriod` (10 s); static pods get a mirror pod that carries their status; and a
+//! gracefully deleted pod is deleted with grace 0 once its
 //! containers are gone, which completes the deletion as upstream does.
 
 use crate::PodSync;
-use k8s_openapi::api::core::v1::Pod;
+use crate::runtime_spec::EnvRefs;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use nodeagent_proto::k8s;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,29 +25,39 @@ fn from_api(pod: &Pod) -> bool {
         .is_some_and(|s| s == "api")
 }
 
-/// Patches changed statuses, and all of them every resync period.
+fn is_static(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k8s::labels::CONFIG_SOURCE))
+        .is_some_and(|s| s == "file" || s == "http")
+}
+
+/// Patches changed statuses, and all of them every resync period. Static pods get a
+/// mirror pod (annotation `kubernetes.io/config.mirror`), which carries their status.
 pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
     let mut rx = sync.status_tx.subscribe();
     let mut sent: HashMap<String, k8s_openapi::api::core::v1::PodStatus> = HashMap::new();
+    // static pod uid -> (namespace, name) of its mirror pod.
+    let mut mirrors: HashMap<String, (String, String)> = HashMap::new();
     let mut resync = tokio::time::interval(STATUS_RESYNC);
     loop {
-        let force = tokio::select! {
+        let (force, removed) = tokio::select! {
             _ = sync.shutdown.wait() => return,
-            _ = resync.tick() => true,
-            m = rx.recv() => {
-                if let Ok(update) = &m {
-                    for uid in &update.removed_uids {
-                        sent.remove(uid);
-                    }
-                }
-                false
-            }
+            _ = resync.tick() => (true, Vec::new()),
+            m = rx.recv() => (false, m.map(|u| u.removed_uids).unwrap_or_default()),
         };
+        for uid in removed {
+            sent.remove(&uid);
+            if let Some((ns, name)) = mirrors.remove(&uid) {
+                delete_mirror(&client, &ns, &name).await;
+            }
+        }
         let pods: Vec<Pod> = sync
             .lock()
             .statuses
             .values()
-            .filter(|p| from_api(p))
+            .filter(|p| from_api(p) || is_static(p))
             .cloned()
             .collect();
         for pod in pods {
@@ -55,8 +68,28 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             if !force && sent.get(&uid) == Some(&status) {
                 continue;
             }
+            let target_uid = if is_static(&pod) {
+                match ensure_mirror(&client, &pod).await {
+                    Ok(mirror_uid) => {
+                        mirrors.insert(
+                            uid.clone(),
+                            (
+                                k8s::pod_namespace(&pod).to_string(),
+                                k8s::pod_name(&pod).to_string(),
+                            ),
+                        );
+                        mirror_uid
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %k8s::pod_full_name(&pod), error = %e, "creating the mirror pod failed; will retry");
+                        continue;
+                    }
+                }
+            } else {
+                uid.clone()
+            };
             let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(&pod));
-            let patch = serde_json::json!({"metadata": {"uid": uid}, "status": status});
+            let patch = serde_json::json!({"metadata": {"uid": target_uid}, "status": status});
             match api
                 .patch_status(
                     k8s::pod_name(&pod),
@@ -73,6 +106,126 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
                 }
             }
         }
+    }
+}
+
+/// Makes sure the static pod's mirror pod exists and matches its hash; returns its uid.
+async fn ensure_mirror(client: &kube::Client, pod: &Pod) -> Result<String, String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
+    let hash = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k8s::labels::CONFIG_HASH))
+        .cloned()
+        .unwrap_or_default();
+    if let Some(existing) = api
+        .get_opt(k8s::pod_name(pod))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        let existing_hash = existing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k8s::labels::CONFIG_MIRROR));
+        match existing_hash {
+            Some(h) if *h == hash && existing.metadata.deletion_timestamp.is_none() => {
+                return Ok(existing.metadata.uid.unwrap_or_default());
+            }
+            // The mirror of an older version of the static pod: upstream replaces it.
+            Some(_) => delete_mirror(client, k8s::pod_namespace(pod), k8s::pod_name(pod)).await,
+            // A regular pod holds the name; it is not ours to delete (as upstream).
+            None => {
+                return Err(format!(
+                    "pod {} exists and is not a mirror pod",
+                    k8s::pod_full_name(pod)
+                ));
+            }
+        }
+    }
+    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(k8s::labels::CONFIG_MIRROR.into(), hash);
+    let mirror = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            labels: pod.metadata.labels.clone(),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: pod.spec.clone(),
+        status: None,
+    };
+    let created = api
+        .create(&kube::api::PostParams::default(), &mirror)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(pod = %k8s::pod_full_name(pod), "mirror pod created");
+    Ok(created.metadata.uid.unwrap_or_default())
+}
+
+async fn delete_mirror(client: &kube::Client, ns: &str, name: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => {
+            tracing::warn!(pod = %name, namespace = %ns, error = %e, "deleting the mirror pod failed")
+        }
+    }
+}
+
+impl PodSync {
+    /// Fetches the ConfigMaps and Secrets a container's env uses (none are needed: an
+    /// empty, disconnected set). A missing one is left out; `container_env` decides
+    /// whether that is an error (it is unless optional).
+    pub(crate) async fn env_refs(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+    ) -> Result<EnvRefs, String> {
+        let (config_maps, secrets) = crate::runtime_spec::env_references(c);
+        let Some(client) = &self.api else {
+            return Ok(EnvRefs::default());
+        };
+        let ns = k8s::pod_namespace(pod);
+        let mut refs = EnvRefs {
+            connected: true,
+            ..Default::default()
+        };
+        let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for name in config_maps {
+            if let Some(cm) = cm_api
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("reading configmap {name:?}: {e}"))?
+            {
+                refs.config_maps.insert(name, cm.data.unwrap_or_default());
+            }
+        }
+        let secret_api: Api<Secret> = Api::namespaced(client.clone(), ns);
+        for name in secrets {
+            if let Some(s) = secret_api
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("reading secret {name:?}: {e}"))?
+            {
+                let mut data: BTreeMap<String, String> = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect();
+                data.extend(s.string_data.unwrap_or_default());
+                refs.secrets.insert(name, data);
+            }
+        }
+        Ok(refs)
     }
 }
 

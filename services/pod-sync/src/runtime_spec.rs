@@ -291,14 +291,127 @@ fn resource_field_ref(c: &Container, resource: &str, divisor: Option<&str>) -> O
 }
 
 /// The container's environment, in order, with `$(VAR)` expanded against earlier entries.
+/// The ConfigMaps and Secrets a container's env refers to (name -> key -> value), fetched
+/// from the API server beforehand; `None` where the node has no API server.
+#[derive(Debug, Clone, Default)]
+pub struct EnvRefs {
+    pub connected: bool,
+    pub config_maps: HashMap<String, BTreeMap<String, String>>,
+    pub secrets: HashMap<String, BTreeMap<String, String>>,
+}
+
+impl EnvRefs {
+    fn lookup(
+        &self,
+        secret: bool,
+        name: &str,
+        key: &str,
+        optional: bool,
+        env: &str,
+    ) -> Result<Option<String>, String> {
+        let (kind, maps) = if secret {
+            ("secret", &self.secrets)
+        } else {
+            ("configmap", &self.config_maps)
+        };
+        if !self.connected {
+            return Err(format!(
+                "env {env:?}: {kind} {name:?} is needed but this node has no API server connection"
+            ));
+        }
+        match maps.get(name) {
+            None if optional => Ok(None),
+            None => Err(format!("{kind} {name:?} not found")),
+            Some(data) => match data.get(key) {
+                Some(v) => Ok(Some(v.clone())),
+                None if optional => Ok(None),
+                None => Err(format!("couldn't find key {key} in {kind} {name}")),
+            },
+        }
+    }
+}
+
+/// The names of the ConfigMaps and Secrets a container's env and envFrom use.
+pub fn env_references(c: &Container) -> (Vec<String>, Vec<String>) {
+    let (mut cms, mut secrets) = (Vec::new(), Vec::new());
+    for e in c.env.iter().flatten() {
+        if let Some(from) = &e.value_from {
+            if let Some(r) = &from.config_map_key_ref {
+                cms.push(r.name.clone());
+            }
+            if let Some(r) = &from.secret_key_ref {
+                secrets.push(r.name.clone());
+            }
+        }
+    }
+    for f in c.env_from.iter().flatten() {
+        if let Some(r) = &f.config_map_ref {
+            cms.push(r.name.clone());
+        }
+        if let Some(r) = &f.secret_ref {
+            secrets.push(r.name.clone());
+        }
+    }
+    cms.sort();
+    cms.dedup();
+    secrets.sort();
+    secrets.dedup();
+    (cms, secrets)
+}
+
+/// The container's environment: `envFrom` first, then `env` in order (overriding), with
+/// `$(VAR)` expanded against the entries before it.
 pub fn container_env(
     pod: &Pod,
     c: &Container,
     node: &NodeContext,
     pod_ip: &str,
+    refs: &EnvRefs,
 ) -> Result<Vec<(String, String)>, String> {
     let mut vars: HashMap<String, String> = HashMap::new();
-    let mut out = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut set = |name: String, v: String, vars: &mut HashMap<String, String>| {
+        vars.insert(name.clone(), v.clone());
+        out.retain(|(n, _)| n != &name);
+        out.push((name, v));
+    };
+    for f in c.env_from.iter().flatten() {
+        let prefix = f.prefix.clone().unwrap_or_default();
+        let (secret, name, optional) = match (&f.config_map_ref, &f.secret_ref) {
+            (Some(r), _) => (false, r.name.clone(), r.optional.unwrap_or(false)),
+            (_, Some(r)) => (true, r.name.clone(), r.optional.unwrap_or(false)),
+            _ => continue,
+        };
+        let kind = if secret { "secret" } else { "configmap" };
+        if !refs.connected {
+            return Err(format!(
+                "envFrom: {kind} {name:?} is needed but this node has no API server connection"
+            ));
+        }
+        let maps = if secret {
+            &refs.secrets
+        } else {
+            &refs.config_maps
+        };
+        match maps.get(&name) {
+            None if optional => {}
+            None => return Err(format!("{kind} {name:?} not found")),
+            Some(data) => {
+                for (k, v) in data {
+                    // Keys that are not valid variable names are skipped, as upstream.
+                    let var = format!("{prefix}{k}");
+                    if !var.is_empty()
+                        && !var.starts_with(|ch: char| ch.is_ascii_digit())
+                        && var
+                            .chars()
+                            .all(|ch| ch.is_ascii_alphanumeric() || "_-.".contains(ch))
+                    {
+                        set(var, v.clone(), &mut vars);
+                    }
+                }
+            }
+        }
+    }
     for EnvVar {
         name,
         value,
@@ -306,33 +419,39 @@ pub fn container_env(
     } in c.env.clone().unwrap_or_default()
     {
         let v = match (value, value_from) {
-            (Some(v), _) => expand(&v, &vars),
+            (Some(v), _) => Some(expand(&v, &vars)),
             (None, Some(from)) => {
                 if let Some(f) = from.field_ref {
-                    field_ref(pod, &f.field_path, node, pod_ip).ok_or_else(|| {
+                    Some(field_ref(pod, &f.field_path, node, pod_ip).ok_or_else(|| {
                         format!("env {name:?}: unsupported fieldRef {:?}", f.field_path)
-                    })?
+                    })?)
                 } else if let Some(r) = from.resource_field_ref {
-                    resource_field_ref(c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))
+                    Some(
+                        resource_field_ref(
+                            c,
+                            &r.resource,
+                            r.divisor.as_ref().map(|d| d.0.as_str()),
+                        )
                         .ok_or_else(|| {
                             format!(
                                 "env {name:?}: unsupported resourceFieldRef {:?}",
                                 r.resource
                             )
-                        })?
-                } else if from.config_map_key_ref.is_some() || from.secret_key_ref.is_some() {
-                    return Err(format!(
-                        "env {name:?}: configMapKeyRef and secretKeyRef need an API server connection, which this node does not have"
-                    ));
+                        })?,
+                    )
+                } else if let Some(r) = from.config_map_key_ref {
+                    refs.lookup(false, &r.name, &r.key, r.optional.unwrap_or(false), &name)?
+                } else if let Some(r) = from.secret_key_ref {
+                    refs.lookup(true, &r.name, &r.key, r.optional.unwrap_or(false), &name)?
                 } else {
-                    String::new()
+                    Some(String::new())
                 }
             }
-            (None, None) => String::new(),
+            (None, None) => Some(String::new()),
         };
-        vars.insert(name.clone(), v.clone());
-        out.retain(|(n, _): &(String, String)| n != &name);
-        out.push((name, v));
+        if let Some(v) = v {
+            set(name, v, &mut vars);
+        }
     }
     Ok(out)
 }
@@ -345,11 +464,12 @@ pub struct ContainerInputs<'a> {
     pub volumes: &'a HashMap<String, String>,
     pub pod_ip: &'a str,
     pub node: &'a NodeContext,
+    pub env_refs: &'a EnvRefs,
 }
 
 pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, String> {
     let c = i.container;
-    let env = container_env(i.pod, c, i.node, i.pod_ip)?;
+    let env = container_env(i.pod, c, i.node, i.pod_ip, i.env_refs)?;
     let vars: HashMap<String, String> = env.iter().cloned().collect();
     let mut mounts = Vec::new();
     for m in c.volume_mounts.clone().unwrap_or_default() {

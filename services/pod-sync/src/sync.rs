@@ -337,6 +337,13 @@ impl PodSync {
             self.set_waiting(&uid, &c.name, reason, &message);
             return Ok(Some(retry));
         }
+        let env_refs = match self.env_refs(pod, c).await {
+            Ok(refs) => refs,
+            Err(message) => {
+                self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
         let config = match runtime_spec::container_config(ContainerInputs {
             pod,
             container: c,
@@ -344,6 +351,7 @@ impl PodSync {
             volumes,
             pod_ip,
             node: &self.node,
+            env_refs: &env_refs,
         }) {
             Ok(cfg) => cfg,
             Err(message) => {

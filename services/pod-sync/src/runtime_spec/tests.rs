@@ -44,6 +44,7 @@ fn env_is_resolved_and_expanded_in_order() {
         &p.spec.as_ref().unwrap().containers[0],
         &node(),
         "10.0.0.1",
+        &EnvRefs::default(),
     )
     .unwrap();
     let get = |k: &str| {
@@ -69,6 +70,7 @@ fn container_config_carries_upstream_labels_and_resources() {
     )]);
     let node = node();
     let cfg = container_config(ContainerInputs {
+        env_refs: &EnvRefs::default(),
         pod: &p,
         container: c,
         attempt: 2,
@@ -99,6 +101,7 @@ fn missing_volume_is_a_config_error() {
     let c = &p.spec.as_ref().unwrap().containers[0];
     let node = node();
     let err = container_config(ContainerInputs {
+        env_refs: &EnvRefs::default(),
         pod: &p,
         container: c,
         attempt: 0,
@@ -129,4 +132,60 @@ fn sandbox_config_names_the_pod_and_its_ports() {
     assert_eq!(cfg.port_mappings[0].host_port, 8080);
     assert_eq!(cfg.labels["app"], "web");
     assert_eq!(cfg.linux.unwrap().cgroup_parent, "/kubepods/podu1");
+}
+
+#[test]
+fn config_map_and_secret_env_follow_upstream() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+        "spec": {"containers": [{
+            "name": "c", "image": "i",
+            "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+            "env": [
+                {"name": "CFG_MODE", "value": "override"},
+                {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                {"name": "MAYBE", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k", "optional": true}}}
+            ]
+        }]}
+    }))
+    .unwrap();
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let refs = EnvRefs {
+        connected: true,
+        config_maps: HashMap::from([(
+            "settings".to_string(),
+            BTreeMap::from([
+                ("MODE".to_string(), "fast".to_string()),
+                ("LEVEL".to_string(), "3".to_string()),
+            ]),
+        )]),
+        secrets: HashMap::from([(
+            "creds".to_string(),
+            BTreeMap::from([("password".to_string(), "hunter2".to_string())]),
+        )]),
+    };
+    let env = container_env(&p, c, &node(), "", &refs).unwrap();
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("CFG_MODE").as_deref(), Some("override"));
+    assert_eq!(get("CFG_LEVEL").as_deref(), Some("3"));
+    assert_eq!(get("PASSWORD").as_deref(), Some("hunter2"));
+    assert_eq!(get("MAYBE"), None);
+    assert_eq!(
+        env_references(c),
+        (
+            vec!["absent".to_string(), "settings".to_string()],
+            vec!["creds".to_string()]
+        )
+    );
+
+    let missing = EnvRefs {
+        connected: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        container_env(&p, c, &node(), "", &missing).unwrap_err(),
+        "configmap \"settings\" not found"
+    );
+    let offline = container_env(&p, c, &node(), "", &EnvRefs::default()).unwrap_err();
+    assert!(offline.contains("no API server connection"), "{offline}");
 }
