@@ -563,3 +563,51 @@ async fn runonce_runs_the_static_pods_prints_their_status_and_exits_0() {
     assert_eq!(running, 1);
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    if !require_runtime("liveness") {
+        return;
+    }
+    let node = Node::start("liveness", NodeOptions::default()).await;
+    node.write_manifest(
+        "sick.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: sick
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:1.36
+    command: ["sh", "-c", "touch /tmp/alive; sleep 3; rm /tmp/alive; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    livenessProbe:
+      exec:
+        command: ["test", "-f", "/tmp/alive"]
+      periodSeconds: 1
+      failureThreshold: 2
+"#,
+    );
+    let pod = eventually(
+        "the container restarted after its liveness probe failed",
+        DEADLINE,
+        || async {
+            let pod = node.pod("sick").await?;
+            if restart_count(&pod, "c") >= 1 && is_running(&pod, "c") {
+                Ok(pod)
+            } else {
+                Err(pod["status"].to_string())
+            }
+        },
+    )
+    .await;
+    let c = container_status(&pod, "c").unwrap();
+    assert!(c["lastState"]["terminated"].is_object(), "{c}");
+    let log = node.log(Service::PodSync);
+    assert!(
+        log.contains("failed liveness probe, will be restarted"),
+        "{log}"
+    );
+    node.stop().await;
+}

@@ -178,14 +178,25 @@ fn apply_probe(sync: &Arc<PodSync>, update: ProbeResultUpdate) {
         let mut st = sync.lock();
         if update.snapshot {
             st.readiness.clear();
+            st.liveness_failed.clear();
             touched.extend(st.desired.keys().cloned());
         }
         for r in update.results {
-            if r.kind() == ProbeKind::Readiness {
-                st.readiness
-                    .insert(r.container_id.clone(), r.outcome() == Outcome::Success);
-                touched.push(r.pod_uid.clone());
+            let success = r.outcome() == Outcome::Success;
+            match r.kind() {
+                ProbeKind::Readiness => {
+                    st.readiness.insert(r.container_id.clone(), success);
+                }
+                ProbeKind::Liveness if !success => {
+                    tracing::info!(pod.uid = %r.pod_uid, k8s.container.name = %r.container_name, message = %r.message, "liveness probe failed");
+                    st.liveness_failed.insert(r.container_id.clone());
+                }
+                ProbeKind::Liveness => {
+                    st.liveness_failed.remove(&r.container_id);
+                }
+                _ => continue,
             }
+            touched.push(r.pod_uid.clone());
         }
     }
     touched.sort();

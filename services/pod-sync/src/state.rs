@@ -47,6 +47,8 @@ pub struct State {
     pub pleg_synced: bool,
     /// container id -> ready (readiness probe result).
     pub readiness: HashMap<String, bool>,
+    /// Containers whose liveness probe failed: they are killed and restarted by policy.
+    pub liveness_failed: HashSet<String>,
     /// uid -> container name -> why it waits (image pull errors, back-off, ...).
     pub waiting: HashMap<String, HashMap<String, Waiting>>,
     /// uid -> when our last CRI action on the pod finished (unix nanos); we never act on

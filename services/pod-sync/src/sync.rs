@@ -189,7 +189,19 @@ impl PodSync {
             let latest = in_sandbox(&c.name).first().copied();
             match latest {
                 Some(l) if l.state == RUNNING => {
-                    if !l.spec_hash.is_empty() && l.spec_hash != runtime_spec::container_hash(c) {
+                    let unhealthy = self.lock().liveness_failed.remove(&l.id);
+                    if unhealthy {
+                        let reason = format!(
+                            "Container {} failed liveness probe, will be restarted",
+                            c.name
+                        );
+                        self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), &reason)
+                            .await;
+                        self.acted(&uid);
+                        merge_retry(Duration::ZERO);
+                    } else if !l.spec_hash.is_empty()
+                        && l.spec_hash != runtime_spec::container_hash(c)
+                    {
                         let reason = "the container's spec changed; it will be replaced";
                         self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), reason)
                             .await;
