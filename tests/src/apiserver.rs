@@ -487,6 +487,26 @@ fn merge_subresource(t: &Target, current: &Value, incoming: Value) -> Value {
     next
 }
 
+/// 409 Conflict when the request names a resourceVersion that is no longer current.
+fn stale(t: &Target, name: &str, body: &Value, current: &Value) -> Option<Response> {
+    let sent = body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let have = current["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    (!sent.is_empty() && sent != have).then(|| {
+        status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                t.plural
+            ),
+        )
+    })
+}
+
 fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
     let mut s = state.store.lock().unwrap();
     let k = key(t, name);
@@ -497,21 +517,8 @@ fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
             format!("{} \"{name}\" not found", t.plural),
         );
     };
-    let sent = body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default();
-    let have = current["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default();
-    if !sent.is_empty() && sent != have {
-        return status(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                t.plural
-            ),
-        );
+    if let Some(conflict) = stale(t, name, &body, &current) {
+        return conflict;
     }
     let next = merge_subresource(t, &current, body);
     let stored = commit(state, &mut s, t, k, next);
@@ -622,23 +629,8 @@ fn patch(state: &ApiState, t: &Target, name: &str, ctype: &str, body: Value) -> 
             );
         }
     }
-    let sent = body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default();
-    if !sent.is_empty()
-        && sent
-            != current["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default()
-    {
-        return status(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified",
-                t.plural
-            ),
-        );
+    if let Some(conflict) = stale(t, name, &body, &current) {
+        return conflict;
     }
     let next = merge_subresource(t, &current, next);
     let stored = commit(state, &mut s, t, k, next);

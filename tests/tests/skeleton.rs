@@ -71,6 +71,27 @@ async fn running_pod(node: &Node, name: &str) -> Value {
     .await
 }
 
+/// Waits until /pods lists exactly one pod and it is not `old_uid`; returns its uid.
+async fn replacement_of(node: &Node, old_uid: &str, what: &str) -> String {
+    eventually(what, DEADLINE, || async {
+        let pods = node.pods().await?;
+        let uids: Vec<String> = pods
+            .iter()
+            .map(|p| {
+                p["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        match uids.as_slice() {
+            [only] if only != old_uid => Ok(only.clone()),
+            _ => Err(format!("{uids:?}")),
+        }
+    })
+    .await
+}
+
 /// (container id, name, attempt, state) of every CRI container of a pod uid.
 async fn cri_containers(node: &Node, uid: &str) -> Vec<(String, String, u32, i32)> {
     let mut v: Vec<_> = node
@@ -137,27 +158,7 @@ async fn a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal() {
 
     // Edit: a static pod's UID follows its content, so the pod is replaced.
     node.write_manifest("web.yaml", &web_manifest("two"));
-    let new_uid = eventually(
-        "the edited pod to replace the old one",
-        DEADLINE,
-        || async {
-            let pods = node.pods().await?;
-            let uids: Vec<String> = pods
-                .iter()
-                .map(|p| {
-                    p["metadata"]["uid"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string()
-                })
-                .collect();
-            match uids.as_slice() {
-                [only] if *only != uid => Ok(only.clone()),
-                _ => Err(format!("{uids:?}")),
-            }
-        },
-    )
-    .await;
+    let new_uid = replacement_of(&node, &uid, "the edited pod to replace the old one").await;
     both_running(&node, &new_uid).await;
     eventually(
         "the old pod's containers removed from CRI",
@@ -179,25 +180,10 @@ async fn a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal() {
         node.path("manifests/web-renamed.yaml"),
     )
     .unwrap();
-    let renamed_uid = eventually(
+    let renamed_uid = replacement_of(
+        &node,
+        &new_uid,
         "the renamed manifest's pod to replace the old one",
-        DEADLINE,
-        || async {
-            let pods = node.pods().await?;
-            let uids: Vec<String> = pods
-                .iter()
-                .map(|p| {
-                    p["metadata"]["uid"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string()
-                })
-                .collect();
-            match uids.as_slice() {
-                [only] if *only != new_uid => Ok(only.clone()),
-                _ => Err(format!("{uids:?}")),
-            }
-        },
     )
     .await;
     both_running(&node, &renamed_uid).await;
