@@ -565,7 +565,7 @@ async fn runonce_runs_the_static_pods_prints_their_status_and_exits_0() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_liveness_probe_restarts_the_container() {
+async fn liveness_failure_restarts_and_a_startup_probe_holds_back_readiness() {
     if !require_runtime("liveness") {
         return;
     }
@@ -609,5 +609,59 @@ spec:
         log.contains("failed liveness probe, will be restarted"),
         "{log}"
     );
+    // A startup probe holds back `started` and readiness until it succeeds.
+    node.write_manifest(
+        "slow.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: slow
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:1.36
+    command: ["sh", "-c", "sleep 3; touch /tmp/up; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    startupProbe:
+      exec:
+        command: ["test", "-f", "/tmp/up"]
+      periodSeconds: 1
+      failureThreshold: 30
+    readinessProbe:
+      exec:
+        command: ["true"]
+      periodSeconds: 1
+"#,
+    );
+    let early = eventually(
+        "the slow container running, not yet started",
+        DEADLINE,
+        || async {
+            let pod = node.pod("slow").await?;
+            if is_running(&pod, "c") {
+                Ok(pod)
+            } else {
+                Err(pod["status"].to_string())
+            }
+        },
+    )
+    .await;
+    let c = container_status(&early, "c").unwrap();
+    assert_eq!(
+        (c["started"].as_bool(), c["ready"].as_bool()),
+        (Some(false), Some(false)),
+        "{c}"
+    );
+    eventually("started, then ready", DEADLINE, || async {
+        let pod = node.pod("slow").await?;
+        let c = container_status(&pod, "c").ok_or("no status")?;
+        if c["started"] == true && c["ready"] == true {
+            Ok(())
+        } else {
+            Err(c.to_string())
+        }
+    })
+    .await;
+    assert_eq!(restart_count(&node.pod("slow").await.unwrap(), "c"), 0);
     node.stop().await;
 }

@@ -179,6 +179,7 @@ fn apply_probe(sync: &Arc<PodSync>, update: ProbeResultUpdate) {
         if update.snapshot {
             st.readiness.clear();
             st.liveness_failed.clear();
+            st.started.clear();
             touched.extend(st.desired.keys().cloned());
         }
         for r in update.results {
@@ -193,6 +194,14 @@ fn apply_probe(sync: &Arc<PodSync>, update: ProbeResultUpdate) {
                 }
                 ProbeKind::Liveness => {
                     st.liveness_failed.remove(&r.container_id);
+                }
+                // A failed startup probe kills the container, as a failed liveness one does.
+                ProbeKind::Startup if !success => {
+                    tracing::info!(pod.uid = %r.pod_uid, k8s.container.name = %r.container_name, message = %r.message, "startup probe failed");
+                    st.liveness_failed.insert(r.container_id.clone());
+                }
+                ProbeKind::Startup => {
+                    st.started.insert(r.container_id.clone());
                 }
                 _ => continue,
             }

@@ -33,6 +33,7 @@ impl PodSync {
                 pod: &pod,
                 runtime: st.runtime.get(uid),
                 readiness: &st.readiness,
+                started: &st.started,
                 waiting,
                 host_ip: &self.node.host_ip,
                 pod_failed: st.pod_failed.get(uid),

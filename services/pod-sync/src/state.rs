@@ -49,6 +49,8 @@ pub struct State {
     pub readiness: HashMap<String, bool>,
     /// Containers whose liveness probe failed: they are killed and restarted by policy.
     pub liveness_failed: HashSet<String>,
+    /// Containers whose startup probe has succeeded.
+    pub started: HashSet<String>,
     /// uid -> container name -> why it waits (image pull errors, back-off, ...).
     pub waiting: HashMap<String, HashMap<String, Waiting>>,
     /// uid -> when our last CRI action on the pod finished (unix nanos); we never act on

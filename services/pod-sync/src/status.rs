@@ -24,6 +24,8 @@ pub struct StatusInputs<'a> {
     pub runtime: Option<&'a RuntimePodStatus>,
     /// container id -> ready, from readiness probes.
     pub readiness: &'a HashMap<String, bool>,
+    /// Containers whose startup probe has succeeded.
+    pub started: &'a std::collections::HashSet<String>,
     /// container name -> why it is waiting.
     pub waiting: &'a HashMap<String, Waiting>,
     pub host_ip: &'a str,
@@ -139,7 +141,10 @@ fn container_status(
         };
     }
     let running = state.running.is_some();
-    let ready = running
+    // With a startup probe, a container has started only once that probe succeeded.
+    let started = running
+        && (c.startup_probe.is_none() || latest.is_some_and(|l| inputs.started.contains(&l.id)));
+    let ready = started
         && latest.is_some_and(|l| {
             inputs
                 .readiness
@@ -154,7 +159,7 @@ fn container_status(
         container_id: latest.map(|l| format!("containerd://{}", l.id)),
         restart_count: latest.map(|l| l.attempt as i32).unwrap_or(0),
         ready,
-        started: Some(running),
+        started: Some(started),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
         ..Default::default()

@@ -130,7 +130,17 @@ impl ProbeManager {
                 if !running {
                     continue;
                 }
+                // Upstream: with a startup probe, liveness and readiness wait until it
+                // has succeeded once.
+                let started = c.startup_probe.is_none()
+                    || inner
+                        .results
+                        .get(&(uid.clone(), c.name.clone(), Kind::Startup as i32))
+                        .is_some_and(|r| r.container_id == id && r.outcome() == Outcome::Success);
                 for (kind, probe) in probes(c) {
+                    if kind != Kind::Startup && !started {
+                        continue;
+                    }
                     let check = ProbeCheck {
                         probe,
                         container_id: id.to_string(),
@@ -227,6 +237,11 @@ impl ProbeManager {
                     o,
                     result.err().unwrap_or_default(),
                 );
+                if key.2 == Kind::Startup as i32 && o == Outcome::Success {
+                    // A startup probe is done once it succeeds; the others start now.
+                    self.reconcile_workers();
+                    return;
+                }
             }
         }
     }
