@@ -198,6 +198,23 @@ async fn image_and_runtime_errors_are_reported_with_upstream_reasons() {
     assert_eq!(terminated("file")["message"], "disk full");
     assert_eq!(terminated("logs")["exitCode"], 3);
     assert_eq!(terminated("logs")["message"], "starting\nfatal: no config");
+    // A finished pod's sandbox is stopped (its network released); the pod keeps its IP
+    // in the status, as upstream.
+    let messages_pod = node.pod_name("messages");
+    eventually("the finished pod's sandbox stopped", DEADLINE, || async {
+        let sandboxes = node.sandboxes().await;
+        let s = sandboxes
+            .iter()
+            .find(|s| s.metadata.as_ref().is_some_and(|m| m.name == messages_pod))
+            .ok_or("no sandbox")?;
+        if s.state == 1 {
+            Ok(())
+        } else {
+            Err(format!("state {}", s.state))
+        }
+    })
+    .await;
+    assert!(node.pod("messages").await.unwrap()["status"]["podIP"].is_string());
 
     let nocmd = eventually("the missing command reported", DEADLINE, || async {
         let pod = node.pod("nocmd").await?;

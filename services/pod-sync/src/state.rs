@@ -64,6 +64,8 @@ pub struct State {
     pub pod_failed: HashMap<String, Waiting>,
     /// container id -> its termination message, read once after it exited.
     pub termination_messages: HashMap<String, String>,
+    /// uid -> where its worker is (syncing, terminating, terminated).
+    pub worker_states: HashMap<String, crate::workers::PodWorkerState>,
     /// uid -> trace context of the change that last touched the pod; the next sync of
     /// the pod joins that trace.
     pub pending_trace: HashMap<String, nodeagent_proto::api::TraceContext>,

@@ -245,7 +245,11 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             }
         }
     }
-    let pod_ip = sandbox.map(|s| s.ip.clone()).filter(|ip| !ip.is_empty());
+    // A finished pod's sandbox is stopped; it keeps the IP it had, as upstream.
+    let pod_ip = sandbox
+        .map(|s| s.ip.clone())
+        .filter(|ip| !ip.is_empty())
+        .or_else(|| previous.and_then(|p| p.pod_ip.clone()));
     let mut pod_ips: Vec<PodIP> = pod_ip.iter().map(|ip| PodIP { ip: ip.clone() }).collect();
     pod_ips.extend(
         sandbox

@@ -97,14 +97,9 @@ impl PodSync {
         let (sandbox_id, pod_ip, fresh_sandbox) = match ready.first() {
             Some(s) => (s.id.clone(), s.ip.clone(), false),
             None => {
-                let all_done = !rt.containers.is_empty()
-                    && spec.containers.iter().all(|c| {
-                        instances(Some(rt), &c.name).first().is_some_and(|i| {
-                            i.state == EXITED && !should_restart(&policy, i.exit_code)
-                        })
-                    });
+                let all_done = terminal(&spec, &policy, rt);
                 if all_done {
-                    return Ok(SyncOutcome::Idle); // finished pod: nothing to run again
+                    return Ok(SyncOutcome::Terminated); // finished pod: nothing to run again
                 }
                 // Containers of a dead sandbox cannot be reused: stop them first.
                 for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
@@ -158,7 +153,10 @@ impl PodSync {
                         "OnFailure"
                     };
                     if !should_restart(init_policy, l.exit_code) {
-                        return Ok(SyncOutcome::Idle); // pod failed
+                        // The pod failed: release its sandbox, as for a finished pod.
+                        self.stop_sandbox(&sandbox_id).await;
+                        self.acted(&uid);
+                        return Ok(SyncOutcome::Terminated);
                     }
                     match self
                         .restart_after_backoff(pod, c, l, &sandbox_id, &pod_ip, &volumes)
@@ -239,6 +237,21 @@ impl PodSync {
                     }
                 }
             }
+        }
+        if next_retry.is_none()
+            && !fresh_sandbox
+            && self
+                .lock()
+                .runtime
+                .get(&uid)
+                .is_some_and(|rt| terminal(&spec, &policy, rt))
+        {
+            // Every container is done and none will restart: release the sandbox (its IP
+            // and network) as upstream does; the dead containers stay for their logs.
+            tracing::info!(sandbox.id = %sandbox_id, "pod finished; stopping its sandbox");
+            self.stop_sandbox(&sandbox_id).await;
+            self.acted(&uid);
+            return Ok(SyncOutcome::Terminated);
         }
         Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter))
     }
@@ -652,6 +665,33 @@ impl PodSync {
             m.remove(name);
         }
     }
+}
+
+/// Whether the pod has finished for good: every app container's newest instance exited
+/// and the restart policy restarts none, or an init container failed under `Never`.
+fn terminal(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    policy: &str,
+    rt: &RuntimePodStatus,
+) -> bool {
+    let exited_for_good = |name: &str, policy: &str| {
+        instances(Some(rt), name)
+            .first()
+            .is_some_and(|i| i.state == EXITED && !should_restart(policy, i.exit_code))
+    };
+    let init_failed = policy == "Never"
+        && spec.init_containers.iter().flatten().any(|c| {
+            c.restart_policy.as_deref() != Some("Always")
+                && instances(Some(rt), &c.name)
+                    .first()
+                    .is_some_and(|i| i.state == EXITED && i.exit_code != 0)
+        });
+    let apps_done = !spec.containers.is_empty()
+        && spec
+            .containers
+            .iter()
+            .all(|c| exited_for_good(&c.name, policy));
+    init_failed || apps_done
 }
 
 /// The next attempt number for a container: one past the newest instance of that name.

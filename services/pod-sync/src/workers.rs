@@ -8,6 +8,16 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+/// Where a pod is in its life on this node (upstream `pod_workers.go`): syncing (its
+/// containers are driven to the spec), terminating (no source wants it, or it finished:
+/// its containers and sandbox are being stopped), terminated (nothing of it runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodWorkerState {
+    Syncing,
+    Terminating,
+    Terminated,
+}
+
 /// What one sync concluded.
 #[derive(Debug, PartialEq)]
 pub enum SyncOutcome {
@@ -102,10 +112,14 @@ impl PodSync {
                 Ok(SyncOutcome::Terminated) => {
                     let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
                     // A trigger that arrived meanwhile means there is more to do.
-                    if rx.try_recv().is_err() && self.lock().may_remove(&uid) {
+                    let mut st = self.lock();
+                    if rx.try_recv().is_err() && st.may_remove(&uid) {
+                        st.worker_states.remove(&uid);
+                        drop(st);
                         workers.remove(&uid);
                         return;
                     }
+                    drop(st);
                     drop(workers);
                     self.trigger(&uid);
                 }
@@ -133,10 +147,40 @@ impl PodSync {
             return Ok(SyncOutcome::RetryAfter(Duration::from_millis(500)));
         }
         let runtime = self.runtime_status(uid, newer_than).await?;
-        match desired {
-            Some(pod) => self.sync_pod(&pod, &runtime).await,
-            None if may_remove => self.kill_pod(uid, &runtime).await,
-            None => Ok(SyncOutcome::Idle),
+        let (state, outcome) = match desired {
+            Some(pod) => {
+                let outcome = self.sync_pod(&pod, &runtime).await;
+                // A finished pod (every container done, none to restart) is terminated:
+                // its sandbox was stopped, its record stays until its source drops it.
+                let finished = matches!(outcome, Ok(SyncOutcome::Terminated));
+                let state = if finished {
+                    PodWorkerState::Terminated
+                } else {
+                    PodWorkerState::Syncing
+                };
+                (
+                    state,
+                    outcome.map(|o| if finished { SyncOutcome::Idle } else { o }),
+                )
+            }
+            None if may_remove => {
+                self.set_worker_state(uid, PodWorkerState::Terminating);
+                let outcome = self.kill_pod(uid, &runtime).await;
+                (PodWorkerState::Terminated, outcome)
+            }
+            None => return Ok(SyncOutcome::Idle),
+        };
+        if outcome.is_ok() {
+            self.set_worker_state(uid, state);
+        }
+        outcome
+    }
+
+    fn set_worker_state(&self, uid: &str, state: PodWorkerState) {
+        let mut st = self.lock();
+        let previous = st.worker_states.insert(uid.to_string(), state);
+        if previous != Some(state) {
+            tracing::debug!(pod.uid = %uid, ?previous, ?state, "pod worker state");
         }
     }
 
