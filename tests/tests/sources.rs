@@ -616,3 +616,71 @@ async fn config_maps_and_secrets_reach_the_environment() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_node_registers_itself_and_renews_its_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node as KubeNode;
+    if !require_runtime("node registration") {
+        return;
+    }
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let options = NodeOptions {
+        kubeconfig: Some(server.kubeconfig()),
+        extra_config: "nodeLeaseDurationSeconds: 4\nnodeStatusUpdateFrequency: 1s\n".into(),
+        ..Default::default()
+    };
+    let node = Node::start("register", options).await;
+    let client = client(&server).await;
+    let nodes: Api<KubeNode> = Api::all(client.clone());
+    let registered = eventually("the Node registered and Ready", DEADLINE, || async {
+        let n = nodes.get(&node.name).await.map_err(|e| e.to_string())?;
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
+            .unwrap_or_default();
+        if ready == "True" {
+            Ok(n)
+        } else {
+            Err(format!("Ready={ready}"))
+        }
+    })
+    .await;
+    let status = registered.status.unwrap();
+    assert!(status.capacity.unwrap().contains_key("memory"));
+    assert!(
+        status
+            .node_info
+            .unwrap()
+            .container_runtime_version
+            .starts_with("containerd://")
+    );
+    assert_eq!(
+        registered.metadata.labels.unwrap()["kubernetes.io/hostname"],
+        node.name
+    );
+
+    let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+    let first = eventually("the node lease", DEADLINE, || async {
+        let l = leases.get(&node.name).await.map_err(|e| e.to_string())?;
+        l.spec
+            .and_then(|s| s.renew_time)
+            .ok_or_else(|| "no renewTime".to_string())
+    })
+    .await;
+    eventually("the lease renewed", DEADLINE, || async {
+        let l = leases.get(&node.name).await.map_err(|e| e.to_string())?;
+        let spec = l.spec.ok_or("no spec")?;
+        assert_eq!(spec.holder_identity.as_deref(), Some(node.name.as_str()));
+        assert_eq!(spec.lease_duration_seconds, Some(4));
+        match spec.renew_time {
+            Some(t) if t != first => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    node.stop().await;
+}

@@ -14,21 +14,9 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use nodeagent_proto::k8s;
 use nodeagent_transport::Shutdown;
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// A kube client from a kubeconfig file.
-pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| anyhow::anyhow!("reading kubeconfig {}: {e}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?;
-    Ok(kube::Client::try_from(config)?)
-}
+pub use nodeagent_config::kube_client as client_from_kubeconfig;
 
 pub struct ApiSource {
     client: kube::Client,

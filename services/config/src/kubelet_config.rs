@@ -52,6 +52,8 @@ pub struct KubeletConfiguration {
     #[serde(with = "serde_go")]
     pub node_status_update_frequency: Duration,
     pub pod_pids_limit: i64,
+    /// The node Lease's duration; it is renewed every quarter of it (upstream).
+    pub node_lease_duration_seconds: i32,
     pub enable_server: bool,
     pub serialize_image_pulls: bool,
 }
@@ -85,6 +87,7 @@ impl Default for KubeletConfiguration {
             runtime_request_timeout: Duration::from_secs(120),
             node_status_update_frequency: Duration::from_secs(10),
             pod_pids_limit: -1,
+            node_lease_duration_seconds: 40,
             enable_server: true,
             serialize_image_pulls: true,
         }
@@ -142,6 +145,12 @@ impl KubeletConfiguration {
         }
         if self.container_runtime_endpoint.is_empty() {
             errs.push("invalid configuration: containerRuntimeEndpoint must be set".into());
+        }
+        if self.node_lease_duration_seconds <= 0 {
+            errs.push(format!(
+                "invalid configuration: nodeLeaseDurationSeconds ({}) must be greater than zero",
+                self.node_lease_duration_seconds
+            ));
         }
         if self.max_pods == 0 {
             errs.push("invalid configuration: maxPods (0) must be greater than zero".into());

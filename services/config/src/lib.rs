@@ -270,5 +270,18 @@ fn endpoints(
     Ok(map)
 }
 
+/// A kube client from a kubeconfig file.
+pub async fn kube_client(path: &Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| anyhow::anyhow!("reading kubeconfig {}: {e}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,8 @@
 //! node-status: the Node object of this node, built from /proc, the container runtime
-//! (CRI Version and Status) and pleg's health. Standalone, it is served locally; with an
-//! API server it will also be written there (not implemented yet).
+//! (CRI Version and Status) and pleg's health. It is served locally; with an API server
+//! the Node is also registered there, its status kept current, and its Lease renewed.
 
+mod api;
 mod machine;
 
 pub use machine::{MachineInfo, read_machine_info};
@@ -19,6 +20,7 @@ use nodeagent_proto::api::pleg_client::PlegClient;
 use nodeagent_proto::api::{GetNodeRequest, GetNodeResponse, PlegHealthRequest};
 use nodeagent_transport::{Channel, Server, Shutdown};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 pub struct NodeStatusService {
@@ -32,7 +34,7 @@ pub struct NodeStatusService {
 
 /// Runs node-status until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let service = NodeStatusService {
+    let service = Arc::new(NodeStatusService {
         cri: Cri::connect(
             &config.runtime_endpoint,
             config.kubelet.runtime_request_timeout,
@@ -42,13 +44,29 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         port: config.kubelet.port,
         max_pods: config.kubelet.max_pods,
         root_dir: config.root_dir.clone(),
+    });
+    let reporter = match &config.kubeconfig {
+        Some(path) => {
+            let reporter = api::NodeReporter {
+                service: service.clone(),
+                client: nodeagent_config::kube_client(path).await?,
+                status_every: config.kubelet.node_status_update_frequency,
+                lease_seconds: config.kubelet.node_lease_duration_seconds,
+            };
+            Some(tokio::spawn(reporter.run(shutdown.clone())))
+        }
+        None => None,
     };
     let server = Server::new(
         config.endpoint(Service::NodeStatus).clone(),
-        tonic::service::Routes::new(NodeStatusServer::new(service)),
+        tonic::service::Routes::new(NodeStatusServer::from_arc(service)),
         &[<NodeStatusServer<NodeStatusService> as tonic::server::NamedService>::NAME],
     );
-    server.serve(shutdown).await?;
+    let served = server.serve(shutdown).await;
+    if let Some(r) = reporter {
+        r.abort();
+    }
+    served?;
     Ok(())
 }
 

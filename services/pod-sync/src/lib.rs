@@ -71,7 +71,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         config.kubelet.runtime_request_timeout,
     );
     let api = match &config.kubeconfig {
-        Some(path) => Some(config_source::api::client_from_kubeconfig(path).await?),
+        Some(path) => Some(nodeagent_config::kube_client(path).await?),
         None => None,
     };
     let host_ip = host_ip();

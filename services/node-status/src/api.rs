@@ -1,0 +1,118 @@
+//! With an API server: register the Node, patch its status every
+//! `nodeStatusUpdateFrequency`, and renew the node Lease (`kube-node-lease/<node>`) every
+//! quarter of `nodeLeaseDurationSeconds`, as upstream's node status manager and lease
+//! controller do.
+
+use crate::NodeStatusService;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodeagent_transport::Shutdown;
+use std::sync::Arc;
+use std::time::Duration;
+
+const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+pub struct NodeReporter {
+    pub service: Arc<NodeStatusService>,
+    pub client: kube::Client,
+    pub status_every: Duration,
+    pub lease_seconds: i32,
+}
+
+fn now_micro() -> MicroTime {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or_default();
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::from_nanosecond(nanos)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+impl NodeReporter {
+    pub async fn run(self, shutdown: Shutdown) {
+        let mut status_tick = tokio::time::interval(self.status_every);
+        let renew = Duration::from_millis(self.lease_seconds.max(1) as u64 * 250);
+        let mut lease_tick = tokio::time::interval(renew);
+        let mut node_uid: Option<String> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = status_tick.tick() => {
+                    match self.report_status().await {
+                        Ok(uid) => node_uid = Some(uid),
+                        Err(e) => tracing::warn!(error = %e, "updating the Node failed; will retry"),
+                    }
+                }
+                _ = lease_tick.tick() => {
+                    if let Some(uid) = &node_uid {
+                        if let Err(e) = self.renew_lease(uid).await {
+                            tracing::warn!(error = %e, "renewing the node lease failed; will retry");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers the Node if it is missing, then writes its status; returns its uid.
+    async fn report_status(&self) -> Result<String, kube::Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = self.service.build().await;
+        let name = self.service.node_name.clone();
+        let existing = match nodes.get_opt(&name).await? {
+            Some(n) => n,
+            None => {
+                let mut fresh = node.clone();
+                fresh.status = None;
+                let created = nodes.create(&PostParams::default(), &fresh).await?;
+                tracing::info!(node = %name, "registered the Node with the API server");
+                created
+            }
+        };
+        let patch = serde_json::json!({"status": node.status});
+        nodes
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(existing.metadata.uid.unwrap_or_default())
+    }
+
+    async fn renew_lease(&self, node_uid: &str) -> Result<(), kube::Error> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let name = &self.service.node_name;
+        let spec = LeaseSpec {
+            holder_identity: Some(name.clone()),
+            lease_duration_seconds: Some(self.lease_seconds),
+            renew_time: Some(now_micro()),
+            ..Default::default()
+        };
+        if leases.get_opt(name).await?.is_some() {
+            let patch = serde_json::json!({"spec": spec});
+            leases
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        } else {
+            let lease = Lease {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(LEASE_NAMESPACE.into()),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: name.clone(),
+                        uid: node_uid.to_string(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                },
+                spec: Some(spec),
+            };
+            leases.create(&PostParams::default(), &lease).await?;
+            tracing::info!(node = %name, "created the node lease");
+        }
+        Ok(())
+    }
+}
