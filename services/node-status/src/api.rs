@@ -48,11 +48,10 @@ impl NodeReporter {
                     }
                 }
                 _ = lease_tick.tick() => {
-                    if let Some(uid) = &node_uid {
-                        if let Err(e) = self.renew_lease(uid).await {
+                    if let Some(uid) = &node_uid
+                        && let Err(e) = self.renew_lease(uid).await {
                             tracing::warn!(error = %e, "renewing the node lease failed; will retry");
                         }
-                    }
                 }
             }
         }
