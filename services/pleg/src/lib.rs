@@ -27,13 +27,26 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
 
     let service = server::PlegService::new(cri, cache.clone(), events, shutdown.clone());
     let routes = tonic::service::Routes::new(PlegServer::new(service))
-        .add_service(MetricsServer::new(metrics::PlegMetrics(cache)));
+        .add_service(MetricsServer::new(metrics::PlegMetrics(cache.clone())));
+    // The systemd watchdog follows the relist loop: a loop stuck for this long (a relist
+    // normally takes milliseconds) gets pleg restarted, which disturbs no pod.
+    let stall = (config.pleg_relist_period * 5).max(std::time::Duration::from_secs(25));
+    let liveness_cache = cache.clone();
+    let liveness: nodeagent_transport::LivenessCheck = Arc::new(move || {
+        let cache = liveness_cache.lock().unwrap_or_else(|e| e.into_inner());
+        match cache.last_loop {
+            Some(t) if t.elapsed() > stall => {
+                Err(format!("no relist finished for {:?}", t.elapsed()))
+            }
+            _ => Ok(()),
+        }
+    });
     let server = Server::new(
         config.endpoint(Service::Pleg).clone(),
         routes,
         &[<PlegServer<server::PlegService> as tonic::server::NamedService>::NAME],
     );
-    let served = server.serve(shutdown.clone()).await;
+    let served = server.with_liveness(liveness).serve(shutdown.clone()).await;
     shutdown.wait().await;
     let _ = relist_task.await;
     served?;

@@ -27,6 +27,8 @@ pub struct RelistCache {
     pub last_relist_duration: Duration,
     pub last_error: Option<String>,
     pub relist_duration: crate::metrics::Histogram,
+    /// When the relist loop last finished an iteration, successful or not.
+    pub last_loop: Option<Instant>,
     pub relist_interval: crate::metrics::Histogram,
 }
 
@@ -97,6 +99,7 @@ impl Relister {
                 .await;
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.last_relist_duration = started.elapsed();
+            cache.last_loop = Some(Instant::now());
             let took = cache.last_relist_duration.as_secs_f64();
             cache.relist_duration.observe(took);
             match result {

@@ -231,6 +231,7 @@ pub async fn ticks(sync: Arc<PodSync>, resync: Duration, housekeeping: Duration)
 }
 
 async fn housekeep(sync: &Arc<PodSync>) {
+    sync.lock().heartbeat = Some(std::time::Instant::now());
     let (orphans, ready) = {
         let st = sync.lock();
         let ready = st.config_synced && st.sources_ready && st.pleg_synced;

@@ -129,7 +129,23 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         tonic::service::Routes::new(PodSyncServer::new(service)),
         &[<PodSyncServer<server::PodSyncService> as tonic::server::NamedService>::NAME],
     );
-    let served = server.serve(shutdown.clone()).await;
+    // The systemd watchdog follows the housekeeping loop, and the state lock: a stuck
+    // loop or a lock held for long stops the pings, and systemd restarts pod-sync, which
+    // disturbs no pod.
+    let watched = sync.clone();
+    let liveness: nodeagent_transport::LivenessCheck = Arc::new(move || {
+        let st = watched
+            .state
+            .try_lock()
+            .map_err(|_| "the state lock is held".to_string())?;
+        match st.heartbeat {
+            Some(t) if t.elapsed() > std::time::Duration::from_secs(25) => {
+                Err(format!("housekeeping has not run for {:?}", t.elapsed()))
+            }
+            _ => Ok(()),
+        }
+    });
+    let served = server.with_liveness(liveness).serve(shutdown.clone()).await;
     shutdown.wait().await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}

@@ -12,7 +12,7 @@ mod trace;
 mod watch;
 
 pub use client::{Channel, check_health, connect};
-pub use server::{ServeError, Server};
+pub use server::{LivenessCheck, ServeError, Server};
 pub use service_main::run_main;
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};
 pub use stream::{WatchStream, snapshot_then_deltas};

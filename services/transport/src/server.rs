@@ -34,10 +34,15 @@ pub enum ServeError {
 }
 
 /// One service's gRPC server.
+/// Whether the service's own main loop is alive; the systemd watchdog is pinged only
+/// while it says so.
+pub type LivenessCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 pub struct Server {
     address: Address,
     routes: Routes,
     service_names: Vec<&'static str>,
+    liveness: Option<LivenessCheck>,
 }
 
 impl Server {
@@ -48,7 +53,15 @@ impl Server {
             address,
             routes,
             service_names: service_names.to_vec(),
+            liveness: None,
         }
+    }
+
+    /// Ties the systemd watchdog to the service's main loop: pings stop while `check`
+    /// fails, so systemd restarts a service whose loop has stalled.
+    pub fn with_liveness(mut self, check: LivenessCheck) -> Self {
+        self.liveness = Some(check);
+        self
     }
 
     /// Binds, reports ready to systemd, serves until `shutdown`, then drains for at most
@@ -82,7 +95,7 @@ impl Server {
                             source,
                         },
                     })?;
-                    notify_ready(&address);
+                    notify_ready(&address, self.liveness.clone());
                     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
                         .filter(|conn| match conn {
                             Ok(stream) => peer_allowed(stream),
@@ -98,7 +111,7 @@ impl Server {
                                 address: address.clone(),
                                 source,
                             })?;
-                    notify_ready(&address);
+                    notify_ready(&address, self.liveness.clone());
                     Box::pin(router.serve_with_incoming_shutdown(listener.incoming(), signal))
                 }
             };
@@ -160,8 +173,9 @@ fn peer_allowed(stream: &tokio::net::UnixStream) -> bool {
     }
 }
 
-/// Tells systemd we are ready, and starts pinging its watchdog if it asked for that.
-fn notify_ready(address: &str) {
+/// Tells systemd we are ready, and starts pinging its watchdog if it asked for that (only
+/// while `liveness` passes).
+fn notify_ready(address: &str, liveness: Option<LivenessCheck>) {
     if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
         tracing::warn!(error = %e, "sd_notify READY failed");
     }
@@ -169,8 +183,17 @@ fn notify_ready(address: &str) {
         let address = address.to_string();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(period / 2);
+            let mut stalled = false;
             loop {
                 tick.tick().await;
+                if let Some(Err(why)) = liveness.as_ref().map(|check| check()) {
+                    if !stalled {
+                        tracing::error!(%address, reason = %why, "main loop stalled; no longer pinging the systemd watchdog");
+                    }
+                    stalled = true;
+                    continue;
+                }
+                stalled = false;
                 if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]) {
                     tracing::warn!(%address, error = %e, "sd_notify WATCHDOG failed");
                 }
