@@ -18,6 +18,8 @@ pub mod labels {
     pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
         "io.kubernetes.container.terminationMessagePolicy";
     pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+    /// Our own: the restart count at the last crash-loop back-off reset.
+    pub const CONTAINER_BACKOFF_BASE: &str = "nodeagent.io/backoff-base";
     /// The infra ("pause") container name upstream tools expect on a sandbox.
     pub const POD_INFRA_CONTAINER_NAME: &str = "POD";
     pub const KUBERNETES_MANAGED: &str = "io.kubernetes.managed-by";

@@ -287,6 +287,11 @@ pub(crate) async fn inspect_pod(
                 .cloned()
                 .unwrap_or_default(),
             sandbox_id: c.pod_sandbox_id.clone(),
+            backoff_base: c
+                .annotations
+                .get(labels::CONTAINER_BACKOFF_BASE)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             ..Default::default()
         };
         if status.name.is_empty() {

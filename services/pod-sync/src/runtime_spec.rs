@@ -461,6 +461,8 @@ pub struct ContainerInputs<'a> {
     pub pod: &'a Pod,
     pub container: &'a Container,
     pub attempt: u32,
+    /// Restart count at the last crash-loop back-off reset.
+    pub backoff_base: u32,
     pub volumes: &'a HashMap<String, String>,
     pub pod_ip: &'a str,
     pub node: &'a NodeContext,
@@ -533,6 +535,10 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         (
             labels::CONTAINER_RESTART_COUNT.to_string(),
             i.attempt.to_string(),
+        ),
+        (
+            labels::CONTAINER_BACKOFF_BASE.to_string(),
+            i.backoff_base.to_string(),
         ),
         (
             labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_string(),

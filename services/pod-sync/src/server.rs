@@ -41,6 +41,14 @@ impl PodSync {
             },
             previous.as_ref(),
         );
+        let mut status = status;
+        if status.pod_ip.is_none() {
+            // The sandbox is already stopped (a pod that finished quickly): keep its IP.
+            if let Some(ip) = st.sandbox_ips.get(uid) {
+                status.pod_ip = Some(ip.clone());
+                status.pod_ips = Some(vec![k8s_openapi::api::core::v1::PodIP { ip: ip.clone() }]);
+            }
+        }
         let mut with_status = pod;
         with_status.status = Some(status);
         // Metadata changes (labels, annotations) are published too, not only status.

@@ -70,6 +70,8 @@ pub struct State {
     /// the pod joins that trace.
     pub pending_trace: HashMap<String, nodeagent_proto::api::TraceContext>,
     pub status_revision: u64,
+    /// uid -> the IP its current sandbox got (a finished pod keeps it in its status).
+    pub sandbox_ips: HashMap<String, String>,
     /// When the housekeeping loop last ran (the watchdog follows it).
     pub heartbeat: Option<Instant>,
 }

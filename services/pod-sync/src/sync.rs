@@ -41,6 +41,16 @@ pub fn crash_backoff(restarts: u32, ran_for: Duration) -> Duration {
     (BACKOFF_INITIAL * factor).min(BACKOFF_MAX)
 }
 
+/// The back-off base of the container that replaces one that exited after running for
+/// `ran_for`: a run of 10 min or more resets the back-off, so restarts count from it.
+pub fn next_backoff_base(exited_attempt: u32, exited_base: u32, ran_for: Duration) -> u32 {
+    if ran_for >= BACKOFF_RESET {
+        exited_attempt + 1
+    } else {
+        exited_base
+    }
+}
+
 /// Whether an exited container is restarted under the pod's restart policy.
 pub fn should_restart(policy: &str, exit_code: i32) -> bool {
     match policy {
@@ -318,7 +328,8 @@ impl PodSync {
         let ran_for = Duration::from_nanos(
             (exited.finished_at_unix_nanos - exited.started_at_unix_nanos).max(0) as u64,
         );
-        let backoff = crash_backoff(exited.attempt, ran_for);
+        let restarts = exited.attempt.saturating_sub(exited.backoff_base);
+        let backoff = crash_backoff(restarts, ran_for);
         let since_exit = Duration::from_nanos(
             (crate::workers::now_nanos() - exited.finished_at_unix_nanos).max(0) as u64,
         );
@@ -337,8 +348,16 @@ impl PodSync {
             );
             return Ok(Some(left));
         }
+        let base = next_backoff_base(exited.attempt, exited.backoff_base, ran_for);
         let started = self
-            .start_container(pod, c, exited.attempt + 1, sandbox_id, pod_ip, volumes)
+            .start_container(
+                pod,
+                c,
+                (exited.attempt + 1, base),
+                sandbox_id,
+                pod_ip,
+                volumes,
+            )
             .await?;
         // Keep only the newest dead instance (it is the lastState); older ones go.
         self.remove_dead_except(uid, &c.name, &exited.id).await;
@@ -351,7 +370,7 @@ impl PodSync {
         self: &Arc<Self>,
         pod: &Pod,
         c: &Container,
-        attempt: u32,
+        (attempt, backoff_base): (u32, u32),
         sandbox_id: &str,
         pod_ip: &str,
         volumes: &HashMap<String, String>,
@@ -373,6 +392,7 @@ impl PodSync {
             pod,
             container: c,
             attempt,
+            backoff_base,
             volumes,
             pod_ip,
             node: &self.node,
@@ -572,6 +592,9 @@ impl PodSync {
             .map(|n| n.ip)
             .unwrap_or_default();
         tracing::info!(sandbox.id = %id, pod.ip = %ip, attempt, "sandbox running");
+        if !ip.is_empty() {
+            self.lock().sandbox_ips.insert(uid.clone(), ip.clone());
+        }
         Ok((id, ip))
     }
 
@@ -694,12 +717,13 @@ fn terminal(
     init_failed || apps_done
 }
 
-/// The next attempt number for a container: one past the newest instance of that name.
-fn next_attempt(rt: &RuntimePodStatus, name: &str) -> u32 {
+/// The next attempt number for a container, and its back-off base: one past the newest
+/// instance of that name, keeping that instance's base.
+fn next_attempt(rt: &RuntimePodStatus, name: &str) -> (u32, u32) {
     instances(Some(rt), name)
         .first()
-        .map(|c| c.attempt + 1)
-        .unwrap_or(0)
+        .map(|c| (c.attempt + 1, c.backoff_base))
+        .unwrap_or((0, 0))
 }
 
 /// The grace period to stop the pod's containers with: the deletion's own period when the
@@ -730,6 +754,15 @@ mod tests {
         assert_eq!(crash_backoff(10, short), Duration::from_secs(300));
         assert_eq!(crash_backoff(99, short), Duration::from_secs(300));
         assert_eq!(crash_backoff(5, Duration::from_secs(601)), Duration::ZERO);
+        // After a long run the count starts again: the next quick crash waits 0 s, then 10 s.
+        let long = Duration::from_secs(700);
+        let base = next_backoff_base(7, 0, long);
+        assert_eq!(base, 8);
+        assert_eq!(crash_backoff(8 - base, short), Duration::ZERO);
+        assert_eq!(
+            crash_backoff(9 - next_backoff_base(8, base, short), short),
+            Duration::from_secs(10)
+        );
     }
 
     #[test]

@@ -71,6 +71,7 @@ fn container_config_carries_upstream_labels_and_resources() {
     let node = node();
     let cfg = container_config(ContainerInputs {
         env_refs: &EnvRefs::default(),
+        backoff_base: 0,
         pod: &p,
         container: c,
         attempt: 2,
@@ -102,6 +103,7 @@ fn missing_volume_is_a_config_error() {
     let node = node();
     let err = container_config(ContainerInputs {
         env_refs: &EnvRefs::default(),
+        backoff_base: 0,
         pod: &p,
         container: c,
         attempt: 0,
