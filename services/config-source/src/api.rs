@@ -119,14 +119,7 @@ impl ApiSource {
                 }
             }
         }
-        let refused = self
-            .store
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_source("api", valid);
-        for name in refused {
-            tracing::error!(source = "api", pod = %name, "duplicate pod name; only the first definition is used");
-        }
+        crate::store::publish(&self.store, "api", valid);
     }
 
     /// Records a Warning Event on the pod (reason FailedValidation, as upstream).

@@ -123,14 +123,7 @@ impl FileSource {
         }
         self.reported.retain(|p, _| p.exists());
         self.last_good = good;
-        let refused = self
-            .store
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_source("file", pods);
-        for name in refused {
-            tracing::error!(source = "file", pod = %name, "duplicate pod name; only the first definition is used");
-        }
+        crate::store::publish(&self.store, "file", pods);
     }
 }
 

@@ -29,14 +29,7 @@ impl HttpSource {
                         tracing::info!(source = "http", url = %self.url, "static pod URL readable again");
                     }
                     last_error.clear();
-                    let refused = self
-                        .store
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .set_source("http", pods);
-                    for name in refused {
-                        tracing::error!(source = "http", pod = %name, "duplicate pod name; only the first definition is used");
-                    }
+                    crate::store::publish(&self.store, "http", pods);
                 }
                 Err(reason) => {
                     if reason != last_error {

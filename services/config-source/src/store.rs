@@ -154,6 +154,17 @@ impl PodStore {
     }
 }
 
+/// Hands one source's complete set to the store and reports the pods it refused.
+pub fn publish(store: &std::sync::Mutex<PodStore>, source: &str, pods: Vec<Pod>) {
+    let refused = store
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .set_source(source, pods);
+    for name in refused {
+        tracing::error!(source, pod = %name, "duplicate pod name; only the first definition is used");
+    }
+}
+
 fn change_span(op: Op, pod: &SourcePod) -> tracing::Span {
     let decoded = k8s::decode_pod(&pod.pod_json).unwrap_or_default();
     tracing::info_span!(

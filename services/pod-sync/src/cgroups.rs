@@ -95,19 +95,10 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
     };
     let (mut req_milli, mut lim_milli, mut mem) = (0i64, Some(0i64), Some(0i64));
     for c in &spec.containers {
-        let res = c.resources.clone().unwrap_or_default();
-        let limits = res.limits.unwrap_or_default();
-        let requests = res.requests.unwrap_or_default();
-        let cpu_limit = limits.get("cpu").and_then(|q| quantity::cpu_millis(&q.0));
-        let cpu_req = requests
-            .get("cpu")
-            .and_then(|q| quantity::cpu_millis(&q.0))
-            .or(cpu_limit);
-        req_milli += cpu_req.unwrap_or(0);
-        lim_milli = lim_milli.zip(cpu_limit).map(|(a, b)| a + b);
-        mem = mem
-            .zip(limits.get("memory").and_then(|q| quantity::bytes(&q.0)))
-            .map(|(a, b)| a + b);
+        let r = quantity::ContainerResources::of(c);
+        req_milli += r.cpu_request.unwrap_or(0);
+        lim_milli = lim_milli.zip(r.cpu_limit).map(|(a, b)| a + b);
+        mem = mem.zip(r.memory_limit).map(|(a, b)| a + b);
     }
     if spec.containers.is_empty() {
         lim_milli = None;

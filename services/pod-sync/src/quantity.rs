@@ -1,5 +1,31 @@
 //! Kubernetes resource quantities ("100m", "0.5", "128Mi", "1G", "1e3") as numbers.
 
+/// A container's CPU request and limit (millicores; the request defaults to the limit)
+/// and memory limit (bytes), as the runtime and the pod cgroup need them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContainerResources {
+    pub cpu_request: Option<i64>,
+    pub cpu_limit: Option<i64>,
+    pub memory_limit: Option<i64>,
+}
+
+impl ContainerResources {
+    pub fn of(c: &k8s_openapi::api::core::v1::Container) -> Self {
+        let res = c.resources.clone().unwrap_or_default();
+        let limits = res.limits.unwrap_or_default();
+        let requests = res.requests.unwrap_or_default();
+        let cpu_limit = limits.get("cpu").and_then(|q| cpu_millis(&q.0));
+        Self {
+            cpu_request: requests
+                .get("cpu")
+                .and_then(|q| cpu_millis(&q.0))
+                .or(cpu_limit),
+            cpu_limit,
+            memory_limit: limits.get("memory").and_then(|q| bytes(&q.0)),
+        }
+    }
+}
+
 /// CPU in millicores, rounded up as upstream does (`MilliValue`).
 pub fn cpu_millis(q: &str) -> Option<i64> {
     let value = parse(q)?;

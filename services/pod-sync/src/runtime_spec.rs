@@ -611,18 +611,12 @@ fn create_world_writable(file: &Path) -> std::io::Result<()> {
 /// CPU shares from the request, CFS quota from the limit, memory limit (upstream
 /// `generateLinuxContainerResources` with the cgroupfs driver).
 pub fn linux_resources(c: &Container) -> LinuxContainerResources {
-    let res = c.resources.clone().unwrap_or_default();
-    let limits = res.limits.unwrap_or_default();
-    let requests = res.requests.unwrap_or_default();
-    let cpu_limit = limits.get("cpu").and_then(|q| quantity::cpu_millis(&q.0));
-    let cpu_request = requests
-        .get("cpu")
-        .and_then(|q| quantity::cpu_millis(&q.0))
-        .or(cpu_limit);
-    let memory_limit = limits
-        .get("memory")
-        .and_then(|q| quantity::bytes(&q.0))
-        .unwrap_or(0);
+    let quantity::ContainerResources {
+        cpu_request,
+        cpu_limit,
+        memory_limit,
+    } = quantity::ContainerResources::of(c);
+    let memory_limit = memory_limit.unwrap_or(0);
     const PERIOD: i64 = 100_000;
     LinuxContainerResources {
         cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2),
