@@ -383,15 +383,19 @@ fn list(state: &ApiState, t: &Target, query: &HashMap<String, String>) -> Respon
     )
 }
 
+fn not_found(t: &Target, name: &str) -> Response {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("{} \"{name}\" not found", t.plural),
+    )
+}
+
 fn get(state: &ApiState, t: &Target, name: &str) -> Response {
     let s = state.store.lock().unwrap();
     match s.objects.get(&key(t, name)) {
         Some(v) => json_response(StatusCode::OK, v),
-        None => status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            format!("{} \"{name}\" not found", t.plural),
-        ),
+        None => not_found(t, name),
     }
 }
 
@@ -511,11 +515,7 @@ fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
     let mut s = state.store.lock().unwrap();
     let k = key(t, name);
     let Some(current) = s.objects.get(&k).cloned() else {
-        return status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            format!("{} \"{name}\" not found", t.plural),
-        );
+        return not_found(t, name);
     };
     if let Some(conflict) = stale(t, name, &body, &current) {
         return conflict;
@@ -611,11 +611,7 @@ fn patch(state: &ApiState, t: &Target, name: &str, ctype: &str, body: Value) -> 
     let mut s = state.store.lock().unwrap();
     let k = key(t, name);
     let Some(current) = s.objects.get(&k).cloned() else {
-        return status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            format!("{} \"{name}\" not found", t.plural),
-        );
+        return not_found(t, name);
     };
     let mut next = current.clone();
     match ctype.split(';').next().unwrap_or_default() {
@@ -647,11 +643,7 @@ fn delete(
     let mut s = state.store.lock().unwrap();
     let k = key(t, name);
     let Some(current) = s.objects.get(&k).cloned() else {
-        return status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            format!("{} \"{name}\" not found", t.plural),
-        );
+        return not_found(t, name);
     };
     let grace = body["gracePeriodSeconds"]
         .as_i64()

@@ -2,6 +2,7 @@
 //! GET, a TCP connect. Probes and lifecycle hooks are made of these.
 
 use crate::Cri;
+use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nodeagent_proto::cri::ExecSyncRequest;
 use std::time::Duration;
@@ -103,4 +104,57 @@ pub fn resolve_port(p: &IntOrString, named: &[(String, i32)]) -> Result<u16, Str
             .or_else(|| s.parse().ok())
             .ok_or_else(|| format!("unknown port name {s:?}")),
     }
+}
+
+/// The container's named ports, to resolve a handler's `port: name`.
+pub fn named_ports(c: &Container) -> Vec<(String, i32)> {
+    c.ports
+        .iter()
+        .flatten()
+        .filter_map(|p| Some((p.name.clone()?, p.container_port)))
+        .collect()
+}
+
+/// Where a handler runs: the container, and its pod's IP (the default host) and named ports.
+pub struct Target<'a> {
+    pub container_id: &'a str,
+    pub pod_ip: &'a str,
+    pub named_ports: &'a [(String, i32)],
+}
+
+/// Runs whichever of exec, httpGet and tcpSocket is set (probes and lifecycle hooks share
+/// these); `None` when none is.
+pub async fn run_handler(
+    cri: &Cri,
+    target: &Target<'_>,
+    exec_action: Option<&ExecAction>,
+    http: Option<&HTTPGetAction>,
+    tcp: Option<&TCPSocketAction>,
+    timeout: Duration,
+) -> Option<Result<(), String>> {
+    let host = |h: &Option<String>| {
+        h.clone()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| target.pod_ip.to_string())
+    };
+    if let Some(e) = exec_action {
+        let cmd = e.command.clone().unwrap_or_default();
+        return Some(exec(cri, target.container_id, cmd, timeout).await);
+    }
+    if let Some(h) = http {
+        let port = match resolve_port(&h.port, target.named_ports) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let path = h.path.clone().unwrap_or_else(|| "/".into());
+        return Some(http_get(&host(&h.host), port, &path, timeout).await);
+    }
+    if let Some(t) = tcp {
+        let port = match resolve_port(&t.port, target.named_ports) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        return Some(tcp_connect(&host(&t.host), port, timeout).await);
+    }
+    None
 }

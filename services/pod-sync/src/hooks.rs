@@ -21,46 +21,32 @@ impl PodSync {
         handler: &LifecycleHandler,
         timeout: Duration,
     ) -> Result<(), String> {
-        let pod_ip = || {
-            self.lock()
-                .runtime
-                .get(k8s::pod_uid(pod))
-                .and_then(|r| {
-                    r.sandboxes
-                        .iter()
-                        .find(|s| s.state == 0)
-                        .map(|s| s.ip.clone())
-                })
-                .unwrap_or_default()
+        let pod_ip = self
+            .lock()
+            .runtime
+            .get(k8s::pod_uid(pod))
+            .and_then(|r| {
+                r.sandboxes
+                    .iter()
+                    .find(|s| s.state == 0)
+                    .map(|s| s.ip.clone())
+            })
+            .unwrap_or_default();
+        let named = actions::named_ports(c);
+        let target = actions::Target {
+            container_id,
+            pod_ip: &pod_ip,
+            named_ports: &named,
         };
-        let named: Vec<(String, i32)> = c
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| Some((p.name.clone()?, p.container_port)))
-            .collect();
-        if let Some(exec) = &handler.exec {
-            let cmd = exec.command.clone().unwrap_or_default();
-            return actions::exec(&self.cri, container_id, cmd, timeout).await;
-        }
-        if let Some(http) = &handler.http_get {
-            let host = http
-                .host
-                .clone()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(pod_ip);
-            let port = actions::resolve_port(&http.port, &named)?;
-            let path = http.path.clone().unwrap_or_else(|| "/".into());
-            return actions::http_get(&host, port, &path, timeout).await;
-        }
-        if let Some(tcp) = &handler.tcp_socket {
-            let host = tcp
-                .host
-                .clone()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(pod_ip);
-            let port = actions::resolve_port(&tcp.port, &named)?;
-            return actions::tcp_connect(&host, port, timeout).await;
+        let (exec, http, tcp) = (
+            handler.exec.as_ref(),
+            handler.http_get.as_ref(),
+            handler.tcp_socket.as_ref(),
+        );
+        if let Some(result) =
+            actions::run_handler(&self.cri, &target, exec, http, tcp, timeout).await
+        {
+            return result;
         }
         if let Some(sleep) = &handler.sleep {
             tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(timeout)).await;

@@ -18,30 +18,21 @@ pub struct ProbeCheck {
 pub async fn run_check(cri: &Cri, check: &ProbeCheck) -> Result<(), String> {
     let timeout = Duration::from_secs(check.probe.timeout_seconds.unwrap_or(1).max(1) as u64);
     let p = &check.probe;
-    if let Some(exec) = &p.exec {
-        let cmd = exec.command.clone().unwrap_or_default();
-        return actions::exec(cri, &check.container_id, cmd, timeout).await;
-    }
-    if let Some(http) = &p.http_get {
-        let host = http
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| check.pod_ip.clone());
-        let port = actions::resolve_port(&http.port, &check.named_ports)?;
-        let path = http.path.clone().unwrap_or_else(|| "/".into());
-        return actions::http_get(&host, port, &path, timeout).await;
-    }
-    if let Some(tcp) = &p.tcp_socket {
-        let host = tcp
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| check.pod_ip.clone());
-        let port = actions::resolve_port(&tcp.port, &check.named_ports)?;
-        return actions::tcp_connect(&host, port, timeout).await;
-    }
-    Err("the probe has no handler (exec, httpGet or tcpSocket)".into())
+    let target = actions::Target {
+        container_id: &check.container_id,
+        pod_ip: &check.pod_ip,
+        named_ports: &check.named_ports,
+    };
+    actions::run_handler(
+        cri,
+        &target,
+        p.exec.as_ref(),
+        p.http_get.as_ref(),
+        p.tcp_socket.as_ref(),
+        timeout,
+    )
+    .await
+    .unwrap_or_else(|| Err("the probe has no handler (exec, httpGet or tcpSocket)".into()))
 }
 
 #[cfg(test)]

@@ -145,12 +145,7 @@ impl ProbeManager {
                         probe,
                         container_id: id.to_string(),
                         pod_ip: pod_ip.clone(),
-                        named_ports: c
-                            .ports
-                            .iter()
-                            .flatten()
-                            .filter_map(|p| Some((p.name.clone()?, p.container_port)))
-                            .collect(),
+                        named_ports: nodeagent_cri::actions::named_ports(c),
                     };
                     wanted.insert(
                         (uid.clone(), c.name.clone(), kind as i32),
