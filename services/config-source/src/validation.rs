@@ -1,7 +1,8 @@
 //! The upstream validation rules that matter on a node, with upstream's error wording
 //! (`field.ErrorList`: "<path>: <type>: <detail>").
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use nodeagent_transport::MAX_POD_JSON_BYTES;
 use std::collections::HashSet;
 
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -45,6 +46,7 @@ pub fn is_quantity(q: &str) -> bool {
 /// Validates a pod; the error lists every problem found, separated by "; ".
 pub fn validate_pod(pod: &Pod) -> Result<(), String> {
     let mut errs = Vec::new();
+    errs.extend(size_error(pod));
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     if !is_dns1123_subdomain(name) {
         errs.push(format!(
@@ -57,10 +59,16 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             "metadata.namespace: Invalid value: {ns:?}: {DNS1123_LABEL_MSG}"
         ));
     }
+    if let Some(uid) = pod.metadata.uid.as_deref()
+        && let Err(e) = nodeagent_hostpath::uid(uid)
+    {
+        errs.push(format!("metadata.uid: Invalid value: {e}"));
+    }
     let Some(spec) = &pod.spec else {
         errs.push("spec: Required value".into());
         return Err(errs.join("; "));
     };
+    let volumes = validate_volumes(spec.volumes.as_deref().unwrap_or_default(), &mut errs);
     if spec.containers.is_empty() {
         errs.push("spec.containers: Required value".into());
     }
@@ -88,6 +96,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             if c.image.as_deref().unwrap_or_default().trim().is_empty() {
                 errs.push(format!("{p}.image: Required value"));
             }
+            validate_volume_mounts(c, &p, &volumes, &mut errs);
             if let Some(res) = &c.resources {
                 for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
                     for (name, q) in map.iter().flatten() {
@@ -127,6 +136,107 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
     } else {
         Err(errs.join("; "))
     }
+}
+
+/// Volume names are unique DNS-1123 labels (upstream `validateVolumes`); returns them.
+fn validate_volumes(volumes: &[Volume], errs: &mut Vec<String>) -> HashSet<String> {
+    let mut names = HashSet::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let p = format!("spec.volumes[{i}].name");
+        if v.name.is_empty() {
+            errs.push(format!("{p}: Required value"));
+        } else if !is_dns1123_label(&v.name) {
+            errs.push(format!(
+                "{p}: Invalid value: {:?}: {DNS1123_LABEL_MSG}",
+                v.name
+            ));
+        } else if !names.insert(v.name.clone()) {
+            errs.push(format!("{p}: Duplicate value: {:?}", v.name));
+        }
+    }
+    names
+}
+
+/// Every mount names a volume, mount paths are unique and have no ':', subPaths stay in
+/// their volume (upstream `ValidateVolumeMounts`, `ValidateVolumeDevices`).
+fn validate_volume_mounts(
+    c: &Container,
+    p: &str,
+    volumes: &HashSet<String>,
+    errs: &mut Vec<String>,
+) {
+    let mut paths = HashSet::new();
+    for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let mp = format!("{p}.volumeMounts[{j}]");
+        if m.name.is_empty() {
+            errs.push(format!("{mp}.name: Required value"));
+        } else if !volumes.contains(&m.name) {
+            errs.push(format!("{mp}.name: Not found: {:?}", m.name));
+        }
+        if m.mount_path.is_empty() {
+            errs.push(format!("{mp}.mountPath: Required value"));
+        } else if !paths.insert(m.mount_path.clone()) {
+            errs.push(format!(
+                "{mp}.mountPath: Invalid value: {:?}: must be unique",
+                m.mount_path
+            ));
+        }
+        if m.mount_path.contains(':') {
+            errs.push(format!(
+                "{mp}.mountPath: Invalid value: {:?}: must not contain ':'",
+                m.mount_path
+            ));
+        }
+        let sub = m.sub_path.as_deref().unwrap_or_default();
+        let expr = m.sub_path_expr.as_deref().unwrap_or_default();
+        local_descending_path(sub, &format!("{mp}.subPath"), errs);
+        if !expr.is_empty() && !sub.is_empty() {
+            errs.push(format!(
+                "{mp}.subPathExpr: Invalid value: {expr:?}: subPathExpr and subPath are mutually exclusive"
+            ));
+        }
+        local_descending_path(expr, &format!("{mp}.subPathExpr"), errs);
+    }
+    for (j, d) in c.volume_devices.iter().flatten().enumerate() {
+        let dp = format!("{p}.volumeDevices[{j}]");
+        if d.name.is_empty() {
+            errs.push(format!("{dp}.name: Required value"));
+        } else if !volumes.contains(&d.name) {
+            errs.push(format!("{dp}.name: Not found: {:?}", d.name));
+        }
+        if !paths.insert(d.device_path.clone()) {
+            errs.push(format!(
+                "{dp}.devicePath: Invalid value: {:?}: must be unique",
+                d.device_path
+            ));
+        }
+    }
+}
+
+/// upstream `validateLocalDescendingPath`: relative, no '..' component.
+fn local_descending_path(path: &str, field: &str, errs: &mut Vec<String>) {
+    if path.starts_with('/') {
+        errs.push(format!(
+            "{field}: Invalid value: {path:?}: must be a relative path"
+        ));
+    }
+    if path.split('/').any(|p| p == "..") {
+        errs.push(format!(
+            "{field}: Invalid value: {path:?}: must not contain '..'"
+        ));
+    }
+}
+
+/// A pod larger than the API server would accept is refused at the source, before it can
+/// reach a stream: every message must stay under the transport's limit.
+fn size_error(pod: &Pod) -> Option<String> {
+    let len = serde_json::to_vec(pod).map_or(usize::MAX, |json| json.len());
+    (len > MAX_POD_JSON_BYTES).then(|| {
+        format!(
+            "the pod is {len} bytes as JSON; the limit is {MAX_POD_JSON_BYTES} bytes (the API \
+             server's request size limit)"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -172,6 +282,64 @@ mod tests {
     }
 
     #[test]
+    fn volumes_that_would_leave_the_pod_dir_are_refused() {
+        let err = validate_pod(&pod(
+            r#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"i",
+                "volumeMounts":[{"name":"../../../../tmp/x","mountPath":"/d"}]}],
+                "volumes":[{"name":"../../../../tmp/x","emptyDir":{}}]}}"#,
+        ))
+        .unwrap_err();
+        assert!(
+            err.starts_with("spec.volumes[0].name: Invalid value: \"../../../../tmp/x\": a lowercase RFC 1123 label"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn volume_names_and_mounts_are_checked() {
+        let err = validate_pod(&pod(r#"{"metadata":{"name":"a"},"spec":{
+                "volumes":[{"name":"d","emptyDir":{}},{"name":"d","emptyDir":{}}],
+                "containers":[{"name":"c","image":"i",
+                "volumeMounts":[{"name":"d","mountPath":"/a"},{"name":"nope","mountPath":"/a"},
+                    {"name":"d","mountPath":"/b:c","subPath":"../x"},
+                    {"name":"d","mountPath":"/e","subPath":"s","subPathExpr":"/$(X)"}],
+                "volumeDevices":[{"name":"gone","devicePath":"/dev/x"}]}]}}"#))
+        .unwrap_err();
+        for want in [
+            "spec.volumes[1].name: Duplicate value: \"d\"",
+            "spec.containers[0].volumeMounts[1].name: Not found: \"nope\"",
+            "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/a\": must be unique",
+            "spec.containers[0].volumeMounts[2].mountPath: Invalid value: \"/b:c\": must not contain ':'",
+            "spec.containers[0].volumeMounts[2].subPath: Invalid value: \"../x\": must not contain '..'",
+            "spec.containers[0].volumeMounts[3].subPathExpr: Invalid value: \"/$(X)\": subPathExpr and subPath are mutually exclusive",
+            "spec.containers[0].volumeMounts[3].subPathExpr: Invalid value: \"/$(X)\": must be a relative path",
+            "spec.containers[0].volumeDevices[0].name: Not found: \"gone\"",
+        ] {
+            assert!(err.contains(want), "missing {want}\n in {err}");
+        }
+    }
+
+    #[test]
+    fn uids_must_be_one_safe_path_component() {
+        for bad in ["../../x", "..", "a/b", "a\0b"] {
+            let json = serde_json::json!({"metadata":{"name":"a","uid":bad},
+                "spec":{"containers":[{"name":"c","image":"i"}]}});
+            let err = validate_pod(&serde_json::from_value(json).unwrap()).unwrap_err();
+            assert!(
+                err.starts_with("metadata.uid: Invalid value: "),
+                "{bad:?}: {err}"
+            );
+        }
+        let long = "u".repeat(129);
+        let json = serde_json::json!({"metadata":{"name":"a","uid":long},
+            "spec":{"containers":[{"name":"c","image":"i"}]}});
+        assert!(validate_pod(&serde_json::from_value(json).unwrap()).is_err());
+        assert!(validate_pod(&pod(
+            r#"{"metadata":{"name":"a","uid":"6f0c6f1e-8a2b-4c1d-9e3f-0a1b2c3d4e5f"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#
+        )).is_ok());
+    }
+
+    #[test]
     fn quantities() {
         for ok in ["100m", "1", "0.5", "128Mi", "1G", "1e3", "2E+2"] {
             assert!(is_quantity(ok), "{ok}");
@@ -196,5 +364,31 @@ mod tests {
         assert!(!is_dns1123_label("Web"));
         assert!(is_dns1123_subdomain("web.node-1"));
         assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_over_the_size_limit_is_refused_naming_the_limit() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "big", "namespace": "default", "annotations": {}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        }))
+        .unwrap();
+        let mut annotate = |value: String| {
+            let annotations = pod.metadata.annotations.as_mut().unwrap();
+            annotations.insert("a".into(), value);
+            pod.clone()
+        };
+        assert_eq!(
+            size_error(&annotate("x".repeat(MAX_POD_JSON_BYTES - 1024))),
+            None
+        );
+        let pod = annotate("x".repeat(MAX_POD_JSON_BYTES));
+        let err = validate_pod(&pod).unwrap_err();
+        assert!(err.contains("the limit is 1572864 bytes"), "{err}");
     }
 }

@@ -67,7 +67,9 @@ pub fn pod_cgroup_parent(pod: &Pod, cgroups_per_qos: bool, cgroup_root: &str) ->
     if !cgroups_per_qos {
         return None;
     }
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    // Not a safe single component: no cgroup of ours can be named after it (sync refuses
+    // such a pod before any sandbox; removal then touches nothing).
+    let uid = nodeagent_hostpath::uid(pod.metadata.uid.as_deref().unwrap_or_default()).ok()?;
     let qos = match qos_class(pod) {
         QosClass::Guaranteed => String::new(),
         QosClass::Burstable => "/burstable".into(),

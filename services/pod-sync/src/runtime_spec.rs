@@ -2,15 +2,17 @@
 //! annotations upstream puts on them so that a restarted pod-sync (or crictl) recognises
 //! every object.
 
-use crate::expansion::expand;
+use crate::expansion::{Budget, expand};
 use crate::quantity;
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, VolumeMount};
+use nodeagent_hostpath::{HostPath, PathError};
 use nodeagent_proto::cri::{
     Capability, ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
     PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol,
 };
+use nodeagent_proto::api::SubPathMount;
 use nodeagent_proto::k8s::{self, labels};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -36,22 +38,46 @@ pub struct NodeContext {
 /// The host file mounted at a container's terminationMessagePath (upstream:
 /// `<root>/pods/<uid>/containers/<name>/<id>`; we name it by attempt so that the file of
 /// any container instance can be found again from its CRI metadata alone).
-pub fn termination_message_file(root: &Path, uid: &str, name: &str, attempt: u32) -> PathBuf {
-    root.join("pods")
-        .join(uid)
-        .join("containers")
-        .join(name)
-        .join(attempt.to_string())
+pub fn termination_message_file(
+    root: &Path,
+    uid: &str,
+    name: &str,
+    attempt: u32,
+) -> Result<PathBuf, PathError> {
+    let uid = nodeagent_hostpath::uid(uid)?;
+    HostPath::new(
+        root,
+        &["pods", uid, "containers", name, &attempt.to_string()],
+    )
+    .map(HostPath::into_path_buf)
 }
 
 /// `/var/log/pods/<namespace>_<name>_<uid>`.
-pub fn pod_log_dir(logs_dir: &Path, pod: &Pod) -> PathBuf {
-    logs_dir.join(format!(
-        "{}_{}_{}",
-        k8s::pod_namespace(pod),
-        k8s::pod_name(pod),
-        k8s::pod_uid(pod)
-    ))
+pub fn pod_log_dir(logs_dir: &Path, pod: &Pod) -> Result<PathBuf, PathError> {
+    let uid = nodeagent_hostpath::uid(k8s::pod_uid(pod))?;
+    let name = format!(
+        "{}_{}_{uid}",
+        nodeagent_hostpath::component(k8s::pod_namespace(pod))?,
+        nodeagent_hostpath::component(k8s::pod_name(pod))?,
+    );
+    HostPath::new(logs_dir, &[name]).map(HostPath::into_path_buf)
+}
+
+/// Refuses a pod whose identity cannot name host paths safely (its log dir, its cgroup,
+/// its container log and termination message files), whatever config-source let through.
+pub fn check_pod_paths(pod: &Pod, node: &NodeContext) -> Result<(), String> {
+    let err = |e: PathError| format!("refusing pod {}: {e}", k8s::pod_full_name(pod));
+    pod_log_dir(&node.pod_logs_dir, pod).map_err(err)?;
+    let spec = pod.spec.clone().unwrap_or_default();
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        termination_message_file(&node.root_dir, k8s::pod_uid(pod), &c.name, 0).map_err(err)?;
+    }
+    Ok(())
 }
 
 /// Hash of a container's spec; a running container whose hash differs is replaced.
@@ -136,9 +162,10 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> PodSandbox
             attempt,
         }),
         hostname,
+        // check_pod_paths refused a pod without a safe log dir before any sandbox.
         log_directory: pod_log_dir(&node.pod_logs_dir, pod)
-            .to_string_lossy()
-            .into_owned(),
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         dns_config: Some(dns_config(pod, node)),
         port_mappings,
         labels: pod_labels(pod),
@@ -481,17 +508,16 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
                 m.name
             )
         })?;
-        let mut host_path = PathBuf::from(host);
-        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            if sub.starts_with('/') || sub.split('/').any(|p| p == "..") {
-                return Err(format!("volumeMount {:?}: invalid subPath {sub:?}", m.name));
-            }
-            host_path = host_path.join(sub);
-            std::fs::create_dir_all(&host_path).map_err(|e| format!("subPath {sub:?}: {e}"))?;
-        }
+        // A subPath is never joined here: the volume service resolves it without following
+        // symlinks out of the volume, and set_sub_path_mounts fills in its bind mount.
+        let host_path = if has_sub_path(&m) {
+            String::new()
+        } else {
+            host.clone()
+        };
         mounts.push(Mount {
             container_path: m.mount_path.clone(),
-            host_path: host_path.to_string_lossy().into_owned(),
+            host_path,
             readonly: m.read_only.unwrap_or(false),
             propagation: match m.mount_propagation.as_deref() {
                 Some("HostToContainer") => 2,
@@ -507,7 +533,8 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         .filter(|p| !p.is_empty())
     {
         let file =
-            termination_message_file(&i.node.root_dir, k8s::pod_uid(i.pod), &c.name, i.attempt);
+            termination_message_file(&i.node.root_dir, k8s::pod_uid(i.pod), &c.name, i.attempt)
+                .map_err(|e| format!("termination message file: {e}"))?;
         create_world_writable(&file)
             .map_err(|e| format!("termination message file {}: {e}", file.display()))?;
         mounts.push(Mount {
@@ -586,7 +613,9 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         mounts,
         labels: labels_map,
         annotations,
-        log_path: format!("{}/{}.log", c.name, i.attempt),
+        log_path: HostPath::new(Path::new(""), &[&c.name, &format!("{}.log", i.attempt)])
+            .map_err(|e| format!("container log path: {e}"))?
+            .to_string_lossy(),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
@@ -596,6 +625,69 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         }),
         ..Default::default()
     })
+}
+
+fn has_sub_path(m: &VolumeMount) -> bool {
+    m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+        || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+}
+
+/// The container's subPath mounts, expanded (subPathExpr from the container's env, as
+/// upstream `ExpandContainerVolumeMounts`) and checked (upstream `makeMounts`); the volume
+/// service resolves and mounts them.
+pub fn sub_path_mounts(
+    c: &Container,
+    env: &[(String, String)],
+) -> Result<Vec<SubPathMount>, String> {
+    let vars: HashMap<String, String> = env.iter().cloned().collect();
+    let mut out = Vec::new();
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let sub = match (
+            m.sub_path.as_deref().filter(|s| !s.is_empty()),
+            m.sub_path_expr.as_deref().filter(|s| !s.is_empty()),
+        ) {
+            (Some(sub), _) => sub.to_string(),
+            (None, Some(expr)) => Budget::default().expand("subPathExpr", expr, &vars)?,
+            (None, None) => continue,
+        };
+        if sub.starts_with('/') {
+            return Err(format!(
+                "error SubPath `{sub}` must not be an absolute path"
+            ));
+        }
+        if let Err(e) = nodeagent_hostpath::relative_components(&sub) {
+            return Err(format!("unable to provision SubPath `{sub}`: {e}"));
+        }
+        out.push(SubPathMount {
+            volume_name: m.name.clone(),
+            sub_path: sub,
+            mount_index: i as u32,
+        });
+    }
+    Ok(out)
+}
+
+/// Points each subPath mount of `config` at the bind mount the volume service prepared
+/// (mount index -> host path); a subPath mount without one is an error, never the volume.
+pub fn set_sub_path_mounts(
+    config: &mut ContainerConfig,
+    c: &Container,
+    prepared: &HashMap<u32, String>,
+) -> Result<(), String> {
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        if !has_sub_path(m) {
+            continue;
+        }
+        let host = prepared
+            .get(&(i as u32))
+            .ok_or_else(|| format!("volumeMount {:?}: subPath was not prepared", m.name))?;
+        for mount in config.mounts.iter_mut() {
+            if mount.container_path == m.mount_path {
+                mount.host_path = host.clone();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An empty file any container user can write its termination message into.

@@ -9,7 +9,9 @@ use crate::state::Backoff;
 use crate::status::{Waiting, instances};
 use crate::workers::SyncOutcome;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use nodeagent_proto::api::{EnsurePodVolumesRequest, RuntimeContainer, RuntimePodStatus};
+use nodeagent_proto::api::{
+    EnsurePodVolumesRequest, PrepareSubPathsRequest, RuntimeContainer, RuntimePodStatus,
+};
 use nodeagent_proto::cri::{
     self, CreateContainerRequest, ImageSpec, ImageStatusRequest, PullImageRequest,
     RemoveContainerRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
@@ -86,6 +88,14 @@ impl PodSync {
             Err(outcome) => return Ok(outcome),
             Ok(left) => left,
         };
+
+        // Refused, not sanitized: a pod whose names cannot form safe host paths never runs,
+        // even if config-source were bypassed.
+        if let Err(message) = runtime_spec::check_pod_paths(pod, &self.node) {
+            tracing::error!(%message, "pod refused");
+            self.set_waiting_all(pod, "CreateContainerConfigError", &message);
+            return Ok(SyncOutcome::RetryAfter(Duration::from_secs(60)));
+        }
 
         // Volumes first: nothing starts without them. Idempotent, so done every sync.
         let volumes = match self.ensure_volumes(pod).await {
@@ -388,6 +398,14 @@ impl PodSync {
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
+        let sub_paths = match self.prepare_sub_paths(pod, c, pod_ip, &env_refs).await {
+            Ok(paths) => paths,
+            Err(message) => {
+                tracing::warn!(k8s.container.name = %c.name, %message, "subPath refused");
+                self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
         let config = match runtime_spec::container_config(ContainerInputs {
             pod,
             container: c,
@@ -397,6 +415,9 @@ impl PodSync {
             pod_ip,
             node: &self.node,
             env_refs: &env_refs,
+        })
+        .and_then(|mut cfg| {
+            runtime_spec::set_sub_path_mounts(&mut cfg, c, &sub_paths).map(|()| cfg)
         }) {
             Ok(cfg) => cfg,
             Err(message) => {
@@ -548,6 +569,40 @@ impl PodSync {
             .await
             .map(|r| r.into_inner().host_paths.into_iter().collect())
             .map_err(|e| format!("volumes: {}", e.message()))
+    }
+
+    /// Has the volume service resolve and bind-mount the container's subPaths (it runs in
+    /// the host mount namespace and never follows a symlink out of a volume); returns mount
+    /// index -> host path.
+    async fn prepare_sub_paths(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ip: &str,
+        env_refs: &runtime_spec::EnvRefs,
+    ) -> Result<HashMap<u32, String>, String> {
+        let env = runtime_spec::container_env(pod, c, &self.node, pod_ip, env_refs)?;
+        let mounts = runtime_spec::sub_path_mounts(c, &env)?;
+        if mounts.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut volume = self.volume.clone();
+        volume
+            .prepare_sub_paths(PrepareSubPathsRequest {
+                pod_json: k8s::encode_pod(pod),
+                container_name: c.name.clone(),
+                mounts,
+                trace: nodeagent_telemetry::current_trace_context(),
+            })
+            .await
+            .map(|r| r.into_inner().host_paths.into_iter().collect())
+            .map_err(|e| {
+                format!(
+                    "failed to prepare subPath for container {:?}: {}",
+                    c.name,
+                    e.message()
+                )
+            })
     }
 
     async fn run_sandbox(&self, pod: &Pod, attempt: u32) -> anyhow::Result<(String, String)> {

@@ -1,10 +1,14 @@
 //! Where pod volumes live on disk and how each kind is set up and torn down.
 
+use crate::subpath::{self, SubPath, SubPathError};
 use k8s_openapi::api::core::v1::Pod;
+use nodeagent_hostpath::{HostPath, PathError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+/// Where subPath bind mounts live, under the pod's directory.
+const SUBPATHS: &str = "volume-subpaths";
 
 /// Why a volume could not be set up or torn down.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +36,12 @@ pub enum VolumeError {
     /// Something is still mounted under a directory we were asked to remove.
     #[error("refusing to remove {0:?}: something is still mounted under it")]
     StillMounted(PathBuf),
+    /// A name from the pod is not a safe path component; refused, never sanitized.
+    #[error("invalid pod: {0}")]
+    BadPath(#[from] PathError),
+    /// A subPath cannot be mounted safely.
+    #[error(transparent)]
+    SubPath(#[from] SubPathError),
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
@@ -60,20 +70,30 @@ impl PodVolumeLayout {
         Self { root }
     }
 
-    pub fn pod_dir(&self, uid: &str) -> PathBuf {
-        self.root.join("pods").join(uid)
+    pub fn pod_dir(&self, uid: &str) -> Result<HostPath, PathError> {
+        HostPath::new(&self.root, &["pods", nodeagent_hostpath::uid(uid)?])
     }
 
-    fn volume_dir(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
-        self.pod_dir(uid).join("volumes").join(plugin).join(name)
+    fn volume_dir(&self, uid: &str, plugin: &str, name: &str) -> Result<HostPath, PathError> {
+        HostPath::new(self.pod_dir(uid)?.as_path(), &["volumes", plugin, name])
+    }
+
+    /// `<pod>/volume-subpaths/<volume>/<container>/<index>` (upstream's layout).
+    fn sub_path_target(
+        &self,
+        uid: &str,
+        volume: &str,
+        container: &str,
+        index: u32,
+    ) -> Result<HostPath, PathError> {
+        let base = self.pod_dir(uid)?.join(SUBPATHS)?;
+        HostPath::new(base.as_path(), &[volume, container, &index.to_string()])
     }
 
     /// Idempotent: makes every volume of `pod` ready; returns name -> host path.
     pub fn ensure(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if uid.is_empty() || uid.contains('/') || uid.contains("..") {
-            return Err(VolumeError::InvalidPod(format!("bad uid {uid:?}")));
-        }
+        self.pod_dir(uid)?;
         let mut paths = BTreeMap::new();
         let volumes = pod
             .spec
@@ -81,6 +101,14 @@ impl PodVolumeLayout {
             .and_then(|s| s.volumes.clone())
             .unwrap_or_default();
         for v in volumes {
+            // Checked before anything is created: a name is one plain path component.
+            nodeagent_hostpath::component(&v.name)?;
+            if paths.contains_key(&v.name) {
+                return Err(VolumeError::InvalidPod(format!(
+                    "duplicate volume name {:?}",
+                    v.name
+                )));
+            }
             let path = if let Some(empty) = &v.empty_dir {
                 if empty.medium.as_deref() == Some("Memory") {
                     return Err(VolumeError::Unsupported {
@@ -88,10 +116,10 @@ impl PodVolumeLayout {
                         kind: "emptyDir medium Memory",
                     });
                 }
-                let dir = self.volume_dir(uid, EMPTY_DIR, &v.name);
+                let dir = self.volume_dir(uid, EMPTY_DIR, &v.name)?;
                 std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
                 set_mode(&dir, 0o777)?;
-                dir
+                dir.into_path_buf()
             } else if let Some(host) = &v.host_path {
                 ensure_host_path(
                     &v.name,
@@ -117,20 +145,63 @@ impl PodVolumeLayout {
         Ok(paths)
     }
 
-    /// Idempotent: removes every volume of the pod and the pod's directory.
+    /// Idempotent: removes every volume of the pod and the pod's directory, after
+    /// unmounting the pod's subPath bind mounts (which are ours).
     pub fn release(&self, uid: &str) -> Result<(), VolumeError> {
-        if uid.is_empty() || uid.contains('/') || uid.contains("..") {
-            return Err(VolumeError::InvalidPod(format!("bad uid {uid:?}")));
-        }
-        let dir = self.pod_dir(uid);
+        let dir = self.pod_dir(uid)?;
         if !dir.exists() {
             return Ok(());
         }
+        subpath::unmount_under(dir.join(SUBPATHS)?.as_path())?;
         // Never delete through a mount: that would delete the mounted filesystem's files.
         if mounted_under(&dir).map_err(io("read mounts for", &dir))? {
-            return Err(VolumeError::StillMounted(dir));
+            return Err(VolumeError::StillMounted(dir.into_path_buf()));
         }
         std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
+    }
+
+    /// Idempotent: resolves each subPath of `container` safely inside its volume and
+    /// bind-mounts it at a stable path; returns mount index -> that path.
+    pub fn prepare_sub_paths(
+        &self,
+        pod: &Pod,
+        container: &str,
+        mounts: &[(String, String, u32)],
+    ) -> Result<BTreeMap<u32, PathBuf>, VolumeError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let mut out = BTreeMap::new();
+        for (volume, sub_path, index) in mounts {
+            let target = self.sub_path_target(uid, volume, container, *index)?;
+            let volume_dir = self.volume_base(pod, volume)?;
+            let fd = SubPath {
+                volume_name: volume,
+                volume_dir: &volume_dir,
+                sub_path,
+            }
+            .open_beneath()?;
+            subpath::bind_at(&fd, &target)?;
+            out.insert(*index, target.into_path_buf());
+        }
+        Ok(out)
+    }
+
+    /// The directory a volume of `pod` lives in (set up by `ensure`).
+    fn volume_base(&self, pod: &Pod, name: &str) -> Result<PathBuf, VolumeError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let v = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|vs| vs.iter().find(|v| v.name == name))
+            .ok_or_else(|| VolumeError::InvalidPod(format!("no volume named {name:?}")))?;
+        match (&v.empty_dir, &v.host_path) {
+            (Some(_), _) => Ok(self.volume_dir(uid, EMPTY_DIR, name)?.into_path_buf()),
+            (None, Some(host)) => Ok(PathBuf::from(&host.path)),
+            _ => Err(VolumeError::Unsupported {
+                name: name.into(),
+                kind: "subPath on this kind of",
+            }),
+        }
     }
 
     /// Every volume directory on disk.
@@ -213,13 +284,7 @@ fn ensure_host_path(name: &str, path: &str, kind: &str) -> Result<PathBuf, Volum
 
 /// True if any mount point lies under `dir` (from /proc/self/mountinfo).
 fn mounted_under(dir: &Path) -> std::io::Result<bool> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let dir = dir.to_string_lossy();
-    let prefix = format!("{}/", dir.trim_end_matches('/'));
-    Ok(info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| m == dir || m.starts_with(&prefix)))
+    Ok(!subpath::mounts_under(dir)?.is_empty())
 }
 
 #[cfg(test)]
@@ -280,5 +345,43 @@ mod tests {
                 .contains("is not a directory")
         );
         assert!(layout.release("../etc").is_err());
+    }
+
+    #[test]
+    fn names_that_would_leave_the_pod_dir_are_refused_before_anything_is_made() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = PodVolumeLayout::new(root.path().join("r"));
+        let escape = "../../../../../../../x";
+        let p = pod("u4", serde_json::json!([{"name": escape, "emptyDir": {}}]));
+        let err = layout.ensure(&p).unwrap_err();
+        assert!(
+            err.to_string().contains("not a safe path component"),
+            "{err}"
+        );
+        assert!(!root.path().join("x").exists());
+        for uid in ["", "..", "a/../../b", "x\0"] {
+            let p = pod(uid, serde_json::json!([{"name": "d", "emptyDir": {}}]));
+            assert!(layout.ensure(&p).is_err(), "{uid:?}");
+            assert!(layout.release(uid).is_err(), "{uid:?}");
+        }
+        let p = pod(
+            "u5",
+            serde_json::json!([{"name": "d", "emptyDir": {}}, {"name": "d", "hostPath": {"path": "/"}}]),
+        );
+        assert!(
+            layout
+                .ensure(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("duplicate volume name")
+        );
+        let p = pod("u6", serde_json::json!([{"name": "d", "emptyDir": {}}]));
+        let err = layout
+            .prepare_sub_paths(&p, "../c", &[("d".into(), "s".into(), 0)])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not a safe path component"),
+            "{err}"
+        );
     }
 }

@@ -2,8 +2,10 @@
 //! and tears them down. It keeps no state: what exists is read back from disk, so a
 //! restarted volume service knows every mount its predecessor made.
 
+use nodeagent_transport::WithLimits;
 mod layout;
 mod server;
+mod subpath;
 
 pub use layout::{PodVolumeLayout, VolumeError};
 
@@ -23,7 +25,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let service = server::VolumeService { layout };
     let server = Server::new(
         config.endpoint(Service::Volume).clone(),
-        tonic::service::Routes::new(VolumeServer::new(service)),
+        tonic::service::Routes::new(VolumeServer::new(service).with_limits()),
         &[<VolumeServer<server::VolumeService> as tonic::server::NamedService>::NAME],
     );
     server.serve(shutdown).await?;

@@ -1,9 +1,11 @@
 //! volume's gRPC API; one function maps domain errors to gRPC status codes.
 
 use crate::layout::{PodVolumeLayout, VolumeError};
+use crate::subpath::SubPathError;
 use nodeagent_proto::api::{
     EnsurePodVolumesRequest, EnsurePodVolumesResponse, ListVolumesRequest, ListVolumesResponse,
-    PodVolume, ReleasePodRequest, ReleasePodResponse, volume_server::Volume,
+    PodVolume, PrepareSubPathsRequest, PrepareSubPathsResponse, ReleasePodRequest,
+    ReleasePodResponse, volume_server::Volume,
 };
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -15,9 +17,13 @@ pub struct VolumeService {
 fn to_status(e: VolumeError) -> Status {
     match e {
         VolumeError::Unsupported { .. } => Status::unimplemented(e.to_string()),
-        VolumeError::InvalidPod(_) | VolumeError::HostPath { .. } => {
+        VolumeError::InvalidPod(_)
+        | VolumeError::HostPath { .. }
+        | VolumeError::BadPath(_)
+        | VolumeError::SubPath(SubPathError::Invalid { .. } | SubPathError::Escapes { .. }) => {
             Status::invalid_argument(e.to_string())
         }
+        VolumeError::SubPath(SubPathError::Sys { .. }) => Status::internal(e.to_string()),
         VolumeError::StillMounted(_) => Status::failed_precondition(e.to_string()),
         VolumeError::Io { .. } => Status::internal(e.to_string()),
     }
@@ -75,6 +81,47 @@ impl Volume for VolumeService {
         .await?;
         tracing::info!(pod.uid = %req.pod_uid, "released pod volumes");
         Ok(Response::new(ReleasePodResponse {}))
+    }
+
+    async fn prepare_sub_paths(
+        &self,
+        request: Request<PrepareSubPathsRequest>,
+    ) -> Result<Response<PrepareSubPathsResponse>, Status> {
+        let req = request.into_inner();
+        let pod = nodeagent_proto::k8s::decode_pod(&req.pod_json)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let span = tracing::info_span!(
+            "prepare_sub_paths",
+            k8s.pod.uid = %nodeagent_proto::k8s::pod_uid(&pod),
+            k8s.container.name = %req.container_name,
+        );
+        nodeagent_telemetry::set_parent_from(&span, req.trace.as_ref());
+        let layout = self.layout.clone();
+        let mounts: Vec<_> = req
+            .mounts
+            .into_iter()
+            .map(|m| (m.volume_name, m.sub_path, m.mount_index))
+            .collect();
+        let container = req.container_name;
+        let paths = async move {
+            let prepared = tokio::task::spawn_blocking(move || {
+                layout.prepare_sub_paths(&pod, &container, &mounts)
+            })
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+            if let Err(e) = &prepared {
+                tracing::warn!(error = %e, "subPath refused");
+            }
+            prepared.map_err(to_status)
+        }
+        .instrument(span)
+        .await?;
+        Ok(Response::new(PrepareSubPathsResponse {
+            host_paths: paths
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string_lossy().into_owned()))
+                .collect(),
+        }))
     }
 
     async fn list(

@@ -191,3 +191,107 @@ fn config_map_and_secret_env_follow_upstream() {
     let offline = container_env(&p, c, &node(), "", &EnvRefs::default()).unwrap_err();
     assert!(offline.contains("no API server connection"), "{offline}");
 }
+
+fn with_mounts(mounts: serde_json::Value) -> Container {
+    serde_json::from_value(serde_json::json!({"name": "c", "image": "i", "volumeMounts": mounts}))
+        .unwrap()
+}
+
+#[test]
+fn sub_path_expr_is_expanded_from_the_env_and_never_climbs() {
+    let env = vec![
+        ("POD_NAME".to_string(), "web".to_string()),
+        ("UP".to_string(), "..".to_string()),
+        ("ROOT".to_string(), "/etc".to_string()),
+    ];
+    let c = with_mounts(serde_json::json!([
+        {"name": "data", "mountPath": "/all"},
+        {"name": "data", "mountPath": "/a", "subPath": "logs"},
+        {"name": "data", "mountPath": "/b", "subPathExpr": "pods/$(POD_NAME)"}
+    ]));
+    let got = sub_path_mounts(&c, &env).unwrap();
+    let got: Vec<_> = got
+        .iter()
+        .map(|m| (m.volume_name.as_str(), m.sub_path.as_str(), m.mount_index))
+        .collect();
+    assert_eq!(got, [("data", "logs", 1), ("data", "pods/web", 2)]);
+    let err = sub_path_mounts(
+        &with_mounts(
+            serde_json::json!([{"name": "d", "mountPath": "/x", "subPathExpr": "$(ROOT)"}]),
+        ),
+        &env,
+    )
+    .unwrap_err();
+    assert_eq!(err, "error SubPath `/etc` must not be an absolute path");
+    let err = sub_path_mounts(
+        &with_mounts(
+            serde_json::json!([{"name": "d", "mountPath": "/x", "subPathExpr": "a/$(UP)/$(UP)"}]),
+        ),
+        &env,
+    )
+    .unwrap_err();
+    assert!(
+        err.starts_with("unable to provision SubPath `a/../..`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sub_path_mount_gets_only_the_prepared_bind_mount() {
+    let mut p = pod();
+    p.spec.as_mut().unwrap().containers[0].volume_mounts = Some(vec![
+        serde_json::from_value(serde_json::json!(
+            {"name": "data", "mountPath": "/data", "subPath": "evil"}
+        ))
+        .unwrap(),
+    ]);
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let volumes = HashMap::from([("data".to_string(), "/vol/data".to_string())]);
+    let node = node();
+    let mut cfg = container_config(ContainerInputs {
+        env_refs: &EnvRefs::default(),
+        backoff_base: 0,
+        pod: &p,
+        container: &c,
+        attempt: 0,
+        volumes: &volumes,
+        pod_ip: "",
+        node: &node,
+    })
+    .unwrap();
+    // Never the old `volume.join(subPath)`: that follows a planted `evil -> /`.
+    assert_eq!(cfg.mounts[0].host_path, "");
+    assert!(set_sub_path_mounts(&mut cfg, &c, &HashMap::new()).is_err());
+    let prepared = HashMap::from([(0, "/root/pods/u1/volume-subpaths/data/c/0".to_string())]);
+    set_sub_path_mounts(&mut cfg, &c, &prepared).unwrap();
+    assert_eq!(cfg.mounts[0].host_path, prepared[&0]);
+}
+
+#[test]
+fn pods_that_cannot_name_host_paths_are_refused() {
+    let node = node();
+    assert!(check_pod_paths(&pod(), &node).is_ok());
+    for (field, bad) in [
+        ("uid", "../../x"),
+        ("uid", ".."),
+        ("name", "a/b"),
+        ("namespace", ".."),
+    ] {
+        let mut p = pod();
+        match field {
+            "uid" => p.metadata.uid = Some(bad.into()),
+            "name" => p.metadata.name = Some(bad.into()),
+            _ => p.metadata.namespace = Some(bad.into()),
+        }
+        assert!(check_pod_paths(&p, &node).is_err(), "{field}={bad}");
+        assert!(
+            pod_log_dir(&node.pod_logs_dir, &p).is_err(),
+            "{field}={bad}"
+        );
+    }
+    assert!(termination_message_file(Path::new("/r"), "u1", "../c", 0).is_err());
+    assert_eq!(
+        pod_log_dir(&node.pod_logs_dir, &pod()).unwrap(),
+        Path::new("/var/log/pods/ns_web_u1")
+    );
+}

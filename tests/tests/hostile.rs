@@ -1,0 +1,291 @@
+//! Host paths built from hostile pod data, against the real containerd: a volume name that
+//! climbs out of the pod dir is refused at the source; a symlink a container planted in an
+//! emptyDir does not get a later container the host root through subPath; and subPath and
+//! subPathExpr work normally and leave no mount and no pod dir behind.
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use nodeagent_config::Service;
+use nodeagent_tests::apiserver::{ApiServer, ApiState};
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn container_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["status"]["containerStatuses"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+/// Waits for container `c` of pod `pod` to run and returns its CRI id.
+async fn running_container(node: &Node, pod: &str, c: &str) -> String {
+    eventually(&format!("{pod}/{c} running"), DEADLINE, || async {
+        let p = node.pod(pod).await?;
+        if !container_status(&p, c).is_some_and(|s| s["state"]["running"].is_object()) {
+            return Err(p["status"].to_string());
+        }
+        node.container_id(pod, c)
+            .await
+            .ok_or_else(|| "no CRI container".to_string())
+    })
+    .await
+}
+
+/// Mount points at or under `dir` in our (the host's) mount namespace.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|m| m.starts_with(dir))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
+    if !require_runtime("hostile volume name") {
+        return;
+    }
+    let node = Node::start("climb", NodeOptions::default()).await;
+    node.write_manifest(
+        "good.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: good\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    let before = running_container(&node, "good", "c").await;
+    let target = format!("/tmp/{}", node.name);
+    let escape = format!("../../../../../../..{target}");
+    assert!(!Path::new(&target).exists());
+    node.write_manifest(
+        "evil.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: evil\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    volumeMounts:\n    - name: \"{escape}\"\n      mountPath: /data\n  volumes:\n  - name: \"{escape}\"\n    emptyDir: {{}}\n"
+        ),
+    );
+    let line = eventually("the manifest refused in the log", DEADLINE, || async {
+        node.log(Service::ConfigSource)
+            .lines()
+            .find(|l| l.contains("invalid static pod manifest") && l.contains("evil.yaml"))
+            .map(str::to_string)
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    assert!(
+        line.contains("spec.volumes[0].name: Invalid value")
+            && line.contains("a lowercase RFC 1123 label"),
+        "{line}"
+    );
+    // A pod written after it runs: config-source and pod-sync went on past the bad one.
+    node.write_manifest(
+        "later.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: later\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    running_container(&node, "later", "c").await;
+    assert!(!Path::new(&target).exists(), "{target} was created");
+    assert!(node.pod("evil").await.is_err(), "the evil pod is listed");
+    assert_eq!(node.container_id("evil", "c").await, None);
+    // The running pod is untouched: same container, still running.
+    assert_eq!(running_container(&node, "good", "c").await, before);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_symlink_to_the_host_root_is_refused_as_a_subpath() {
+    if !require_runtime("subPath symlink escape") {
+        return;
+    }
+    let node = Node::start("symlink", NodeOptions::default()).await;
+    node.write_manifest(
+        "plant.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: plant
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - name: plant
+    image: busybox:1.36
+    command: ["ln", "-s", "/", "/data/evil"]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  containers:
+  - name: app
+    image: busybox:1.36
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: data
+      mountPath: /host
+      subPath: evil
+  volumes:
+  - name: data
+    emptyDir: {}
+"#,
+    );
+    let message = eventually("app refused", DEADLINE, || async {
+        let p = node.pod("plant").await?;
+        let w = &container_status(&p, "app").ok_or("no status")?["state"]["waiting"];
+        if w["reason"] == "CreateContainerConfigError" {
+            Ok(w["message"].as_str().unwrap_or_default().to_string())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    assert!(
+        message.contains("subPath \"evil\" resolves outside of volume \"data\""),
+        "{message}"
+    );
+    // The link was planted (the init container ran), and nothing got mounted for it.
+    let root = node.path("root");
+    let link = std::fs::read_dir(root.join("pods"))
+        .expect("pods dir")
+        .flatten()
+        .map(|e| e.path().join("volumes/kubernetes.io~empty-dir/data/evil"))
+        .find(|p| p.is_symlink())
+        .expect("the planted link");
+    assert_eq!(std::fs::read_link(&link).unwrap(), Path::new("/"));
+    assert_eq!(mounts_under(&root), Vec::<PathBuf>::new());
+    assert_eq!(node.container_id("plant", "app").await, None);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_path_and_sub_path_expr_work_and_leave_nothing_behind() {
+    if !require_runtime("subPath") {
+        return;
+    }
+    let node = Node::start("subpath", NodeOptions::default()).await;
+    node.write_manifest(
+        "sub.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: sub
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - name: seed
+    image: busybox:1.36
+    command: ["sh", "-c", "mkdir -p /data/logs && echo one > /data/logs/f"]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  containers:
+  - name: app
+    image: busybox:1.36
+    command: ["sh", "-c", "echo hi > /mine/x; sleep 3600"]
+    env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    volumeMounts:
+    - name: data
+      mountPath: /logs
+      subPath: logs
+    - name: data
+      mountPath: /mine
+      subPathExpr: pods/$(POD_NAME)
+    - name: data
+      mountPath: /all
+  volumes:
+  - name: data
+    emptyDir: {}
+"#,
+    );
+    let id = running_container(&node, "sub", "app").await;
+    assert_eq!(
+        node.exec(&id, &["cat", "/logs/f"]).await.unwrap().trim(),
+        "one"
+    );
+    let full = node.pod_name("sub");
+    let written = format!("/all/pods/{full}/x");
+    let got = eventually("the subPathExpr file", DEADLINE, || async {
+        node.exec(&id, &["cat", &written]).await
+    })
+    .await;
+    assert_eq!(got.trim(), "hi");
+    let uid = node.pod("sub").await.unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pod_dir = node.path("root").join("pods").join(&uid);
+    let subpaths = pod_dir.join("volume-subpaths/data/app");
+    assert_eq!(
+        mounts_under(&node.path("root")),
+        vec![subpaths.join("0"), subpaths.join("1")]
+    );
+    node.remove_manifest("sub.yaml");
+    eventually("no mount and no pod dir left", DEADLINE, || async {
+        let mounts = mounts_under(&node.path("root"));
+        if mounts.is_empty() && !pod_dir.exists() {
+            Ok(())
+        } else {
+            Err(format!(
+                "mounts {mounts:?}, pod dir exists: {}",
+                pod_dir.exists()
+            ))
+        }
+    })
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event() {
+    if !require_runtime("hostile api pod") {
+        return;
+    }
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let options = NodeOptions {
+        kubeconfig: Some(server.kubeconfig()),
+        ..Default::default()
+    };
+    let node = Node::start("apiclimb", options).await;
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let name = format!("climb-{}", node.name);
+    let target = format!("/tmp/{name}");
+    let escape = format!("../../../../../../..{target}");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": escape, "mountPath": "/data"}]}],
+            "volumes": [{"name": escape, "emptyDir": {}}]
+        }
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(client, "default");
+    let event = eventually("a FailedValidation event", DEADLINE, || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .into_iter()
+            .find(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
+            .ok_or_else(|| "no event yet".to_string())
+    })
+    .await;
+    assert_eq!(event.reason.as_deref(), Some("FailedValidation"));
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("spec.volumes[0].name: Invalid value"),
+        "{message}"
+    );
+    assert!(!Path::new(&target).exists(), "{target} was created");
+    assert_eq!(node.container_id(&name, "c").await, None);
+    node.stop().await;
+}
