@@ -1,37 +1,136 @@
-//! A real gRPC round trip over vsock loopback (CID 1), where the kernel offers it.
+//! Real gRPC over vsock loopback (CID 1), where the kernel offers it: a round trip with
+//! the right secret from an allowed CID, Unauthenticated without it or with a wrong one,
+//! and connections from CIDs not allowed closed on accept. And a service configured with
+//! a vsock endpoint but no secret refuses to start.
 
-use nodeagent_config::Address;
-use nodeagent_transport::{Server, check_health, connect, shutdown_channel};
+use nodeagent_config::{Address, Service, VsockAuth};
+use nodeagent_tests::binary;
+use nodeagent_transport::{Server, connect_with_secret, shutdown_channel};
 use std::time::Duration;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_round_trip_over_vsock_loopback() {
-    // Port from the pid so parallel runs do not collide.
-    let port = 20_000 + std::process::id() % 20_000;
-    let probe = tokio_vsock::VsockListener::bind(tokio_vsock::VsockAddr::new(1, port));
-    if let Err(e) = probe {
-        eprintln!(
-            "SKIPPED: vsock loopback (CID 1) is not available on this kernel: {e}; address handling is unit-tested in nodeagent-config"
-        );
-        return;
-    }
-    drop(probe);
-    let address = Address::Vsock { cid: 1, port };
-    let (trigger, shutdown) = shutdown_channel();
-    let server = Server::new(address.clone(), tonic::service::Routes::default(), &[]);
-    let serving = tokio::spawn(server.serve(shutdown));
-    let result = async {
-        let until = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match check_health(connect(&address), "", Duration::from_secs(1)).await {
-                Ok(()) => return Ok(()),
-                Err(e) if tokio::time::Instant::now() >= until => return Err(e),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
+/// A free vsock port on loopback, or None (printing why) where the kernel has no vsock
+/// loopback. `salt` keeps the tests of one run apart.
+fn loopback_port(salt: u32) -> Option<u32> {
+    let port = 20_000 + (std::process::id() * 8 + salt) % 20_000;
+    match tokio_vsock::VsockListener::bind(tokio_vsock::VsockAddr::new(1, port)) {
+        Ok(_) => Some(port),
+        Err(e) => {
+            eprintln!(
+                "SKIPPED: vsock loopback (CID 1) is not available on this kernel: {e}; address handling is unit-tested in nodeagent-config"
+            );
+            None
         }
     }
-    .await;
+}
+
+fn auth(allowed_cids: Vec<u32>) -> VsockAuth {
+    VsockAuth {
+        allowed_cids,
+        secret: b"right-secret".as_slice().into(),
+    }
+}
+
+/// One health call with `secret`: its gRPC code (Ok for a SERVING answer).
+async fn call(address: &Address, secret: Option<&[u8]>) -> tonic::Code {
+    let mut client = HealthClient::new(connect_with_secret(address, secret));
+    let request = HealthCheckRequest {
+        service: String::new(),
+    };
+    match tokio::time::timeout(Duration::from_secs(5), client.check(request)).await {
+        Ok(Ok(_)) => tonic::Code::Ok,
+        Ok(Err(status)) => status.code(),
+        Err(_) => tonic::Code::DeadlineExceeded,
+    }
+}
+
+/// Serves on `vsock://1:port` with `auth` until `f` is done.
+async fn with_server<F, Fut>(port: u32, auth: VsockAuth, f: F)
+where
+    F: FnOnce(Address) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let address = Address::Vsock { cid: 1, port };
+    let (trigger, shutdown) = shutdown_channel();
+    let server =
+        Server::new(address.clone(), tonic::service::Routes::default(), &[]).with_vsock_auth(auth);
+    let serving = tokio::spawn(server.serve(shutdown));
+    f(address).await;
     trigger.trigger();
     serving.await.unwrap().unwrap();
-    result.expect("health check over vsock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_right_secret_from_an_allowed_cid_is_served_and_others_are_refused() {
+    let Some(port) = loopback_port(0) else {
+        return;
+    };
+    // Loopback peers have CID 1.
+    with_server(port, auth(vec![1]), |address| async move {
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        while call(&address, Some(b"right-secret")).await != tonic::Code::Ok {
+            assert!(tokio::time::Instant::now() < until, "never served");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            call(&address, Some(b"wrong-secret")).await,
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            call(&address, Some(b"right-secre")).await,
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(call(&address, None).await, tonic::Code::Unauthenticated);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cid_that_is_not_allowed_gets_its_connection_closed() {
+    let Some(port) = loopback_port(1) else {
+        return;
+    };
+    with_server(port, auth(vec![3]), |address| async move {
+        // Give the server time to listen: a refused connection looks the same as none.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for _ in 0..3 {
+            let code = call(&address, Some(b"right-secret")).await;
+            assert!(
+                matches!(code, tonic::Code::Unavailable | tonic::Code::Unknown),
+                "{code:?}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vsock_without_authentication_is_refused() {
+    // The library refuses to serve vsock without settings...
+    let address = Address::Vsock {
+        cid: 1,
+        port: 40_123,
+    };
+    let (_trigger, shutdown) = shutdown_channel();
+    let err = Server::new(address, tonic::service::Routes::default(), &[])
+        .serve(shutdown)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("without vsock authentication"),
+        "{err}"
+    );
+
+    // ...and a service configured with a vsock endpoint but no secret does not start.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(binary(Service::ConfigSource))
+        .args(["--socket-dir", &dir.path().display().to_string()])
+        .args(["--hostname-override", "vsock-test"])
+        .args(["--service-endpoint", "config-source=vsock://1:40124"])
+        .output()
+        .expect("run config-source");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--vsock-secret-file"), "{stderr}");
 }

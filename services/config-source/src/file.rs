@@ -1,13 +1,17 @@
 //! The static pod file source: a directory of manifests (or one file), re-read on inotify
-//! events and every `fileCheckFrequency`. Files whose names start with "." are ignored.
+//! events and every `fileCheckFrequency`. Files whose names start with "." are ignored,
+//! and so are files that are not regular files (a FIFO would block a reader forever). A
+//! scan runs on the blocking pool and reads at most the manifest size limit per file.
 
 use crate::manifest::{self, Origin};
 use crate::store::PodStore;
 use k8s_openapi::api::core::v1::Pod;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use nodeagent_transport::Shutdown;
+use nodeagent_transport::{Heartbeat, Shutdown};
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,7 +50,14 @@ impl FileSource {
         }
     }
 
-    pub async fn run(mut self, shutdown: Shutdown) {
+    /// How long the loop may go without a beat: its longest wait plus a generous scan.
+    pub fn max_silence(&self) -> Duration {
+        self.period + SETTLE + Duration::from_secs(60)
+    }
+
+    /// Scans on every change and every period until `shutdown`, beating `heartbeat`
+    /// after every scan.
+    pub async fn run(mut self, shutdown: Shutdown, heartbeat: Heartbeat) {
         let mut watcher = None;
         loop {
             if watcher.is_none() {
@@ -54,7 +65,21 @@ impl FileSource {
                     .inspect_err(|e| tracing::debug!(path = %self.path.display(), error = %e, "inotify unavailable; relying on the periodic re-scan"))
                     .ok();
             }
-            self.scan();
+            // Reading files blocks; keep it off the async workers.
+            self = match tokio::task::spawn_blocking(move || {
+                self.scan();
+                self
+            })
+            .await
+            {
+                Ok(source) => source,
+                Err(e) => {
+                    // The heartbeat stops, so health reports the file source stale.
+                    tracing::error!(error = %e, "the static pod file scan failed; the file source stopped");
+                    return;
+                }
+            };
+            heartbeat.beat();
             let changed = async {
                 match &watcher {
                     Some(w) => wait_for_change(w).await,
@@ -96,20 +121,30 @@ impl FileSource {
         let mut good = BTreeMap::new();
         for file in files {
             let shown = file.display().to_string();
-            let result = std::fs::read(&file)
-                .map_err(|e| format!("cannot read: {e}"))
-                .and_then(|data| manifest::decode_pod(&data))
-                .and_then(|pod| manifest::static_pod(pod, Origin::File(&shown), &self.node_name));
+            let result = read_manifest(&file)
+                .and_then(|data| manifest::decode_pod(&data).map_err(Unread::Invalid))
+                .and_then(|pod| {
+                    manifest::static_pod(pod, Origin::File(&shown), &self.node_name)
+                        .map_err(Unread::Invalid)
+                });
             match result {
                 Ok(pod) => {
                     self.reported.remove(&file);
                     good.insert(file, pod.clone());
                     pods.push(pod);
                 }
-                Err(reason) => {
+                Err(unread) => {
+                    let reason = unread.to_string();
                     if self.reported.get(&file) != Some(&reason) {
                         let kept = self.last_good.contains_key(&file);
-                        tracing::error!(source = "file", path = %shown, %reason, kept_previous_version = kept, "invalid static pod manifest");
+                        match unread {
+                            Unread::NotRegular(_) => {
+                                tracing::warn!(source = "file", path = %shown, %reason, kept_previous_version = kept, "skipped a file in the static pod path that is not a regular file")
+                            }
+                            Unread::Invalid(_) => {
+                                tracing::error!(source = "file", path = %shown, %reason, kept_previous_version = kept, "invalid static pod manifest")
+                            }
+                        }
                         self.reported.insert(file.clone(), reason);
                     }
                     // Keep running what this file last described; a half-written file
@@ -125,6 +160,77 @@ impl FileSource {
         self.last_good = good;
         crate::store::publish(&self.store, "file", pods);
     }
+}
+
+/// Why a file in the static pod path gave no pod.
+#[derive(Debug)]
+enum Unread {
+    /// A FIFO, socket or device: never read (a FIFO would block the reader forever).
+    NotRegular(&'static str),
+    /// Unreadable, too big, or not a valid pod.
+    Invalid(String),
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::NotRegular(kind) => write!(f, "not a regular file but a {kind}; skipped"),
+            Unread::Invalid(reason) => f.write_str(reason),
+        }
+    }
+}
+
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "device"
+    } else if t.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
+}
+
+/// Reads one manifest, race-free: it opens without blocking (O_NONBLOCK, so even a file
+/// swapped for a FIFO after the listing cannot hang us), refuses what the open descriptor
+/// says is not a regular file, checks the size before reading, and reads at most the
+/// limit (a file growing meanwhile cannot make us read more).
+fn read_manifest(path: &Path) -> Result<Vec<u8>, Unread> {
+    let unreadable = |e: std::io::Error| Unread::Invalid(format!("cannot read: {e}"));
+    // Not even opened when the listing already shows it is no regular file.
+    let listed = std::fs::metadata(path).map_err(unreadable)?;
+    if !listed.is_file() {
+        return Err(Unread::NotRegular(kind_of(listed.file_type())));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits()) // std adds O_CLOEXEC
+        .open(path)
+        .map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?; // fstat of what we opened
+    if !meta.is_file() {
+        return Err(Unread::NotRegular(kind_of(meta.file_type())));
+    }
+    let too_big = |len: u64| {
+        Unread::Invalid(format!(
+            "the manifest is {len} bytes; the limit is {}",
+            manifest::MAX_MANIFEST_BYTES
+        ))
+    };
+    if meta.len() > manifest::MAX_MANIFEST_BYTES as u64 {
+        return Err(too_big(meta.len()));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(manifest::MAX_MANIFEST_BYTES as u64 + 1)
+        .read_to_end(&mut data)
+        .map_err(unreadable)?;
+    if data.len() > manifest::MAX_MANIFEST_BYTES {
+        return Err(too_big(data.len() as u64));
+    }
+    Ok(data)
 }
 
 /// The manifest files under `path` (or `path` itself when it is a file), sorted.
@@ -207,6 +313,66 @@ async fn wait_for_change(fd: &AsyncFd<InotifyFd>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO, a 100 MiB sparse file and a file swapped for nothing: the scan finishes
+    /// (before, reading the FIFO blocked it forever), skips each with a reason, and still
+    /// reads the good manifest.
+    #[test]
+    fn a_fifo_and_an_oversized_file_are_skipped_without_blocking_the_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+        std::fs::write(dir.path().join("web.yaml"), good).unwrap();
+        let fifo = dir.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let sparse = dir.path().join("sparse.yaml");
+        std::fs::File::create(&sparse)
+            .unwrap()
+            .set_len(100 << 20)
+            .unwrap();
+        let store = Arc::new(Mutex::new(PodStore::new(["file"])));
+        let mut source = FileSource::new(
+            dir.path().into(),
+            "n1".into(),
+            Duration::from_secs(20),
+            store.clone(),
+        );
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            source.scan();
+            let _ = done_tx.send(source);
+        });
+        let source = done
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the scan must not block on a FIFO");
+        assert_eq!(
+            source.reported.get(&fifo).map(String::as_str),
+            Some("not a regular file but a FIFO; skipped")
+        );
+        let big = source
+            .reported
+            .get(&sparse)
+            .expect("the sparse file is reported");
+        assert!(
+            big.contains("104857600 bytes; the limit is 10485760"),
+            "{big}"
+        );
+        let (snap, _) = store.lock().unwrap().subscribe();
+        assert_eq!(snap.pods.len(), 1);
+    }
+
+    #[test]
+    fn a_manifest_at_the_limit_is_read_and_one_byte_more_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.yaml");
+        std::fs::write(&path, vec![b'#'; manifest::MAX_MANIFEST_BYTES]).unwrap();
+        assert_eq!(
+            read_manifest(&path).unwrap().len(),
+            manifest::MAX_MANIFEST_BYTES
+        );
+        std::fs::write(&path, vec![b'#'; manifest::MAX_MANIFEST_BYTES + 1]).unwrap();
+        let err = read_manifest(&path).unwrap_err().to_string();
+        assert!(err.contains("the limit is"), "{err}");
+    }
 
     #[test]
     fn scan_reads_good_files_keeps_last_good_and_skips_dotfiles() {

@@ -5,7 +5,7 @@
 
 use crate::manifest::{self, Origin};
 use crate::store::PodStore;
-use nodeagent_transport::Shutdown;
+use nodeagent_transport::{Heartbeat, Shutdown};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,10 +19,23 @@ pub struct HttpSource {
     pub store: Arc<Mutex<PodStore>>,
 }
 
+/// Longest response head we read before the body.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// How long one fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl HttpSource {
-    pub async fn run(self, shutdown: Shutdown) {
+    /// How long the loop may go without a beat: a period, a fetch, and slack.
+    pub fn max_silence(&self) -> Duration {
+        self.period + FETCH_TIMEOUT + Duration::from_secs(30)
+    }
+
+    /// Fetches every period until `shutdown`, beating `heartbeat` after every fetch.
+    pub async fn run(self, shutdown: Shutdown, heartbeat: Heartbeat) {
         let mut last_error = String::new();
         loop {
+            heartbeat.beat();
             match self.fetch().await.and_then(|body| self.pods(&body)) {
                 Ok(pods) => {
                     if !last_error.is_empty() {
@@ -85,21 +98,31 @@ impl HttpSource {
                 .write_all(request.as_bytes())
                 .await
                 .map_err(|e| e.to_string())?;
+            // One byte over the limits tells "too big" from "just fits".
             let mut buf = Vec::new();
             stream
-                .take(manifest::MAX_MANIFEST_BYTES as u64 + 64 * 1024)
+                .take((MAX_HEAD_BYTES + manifest::MAX_MANIFEST_BYTES + 1) as u64)
                 .read_to_end(&mut buf)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>(buf)
         };
-        let buf = tokio::time::timeout(Duration::from_secs(30), exchange)
+        let buf = tokio::time::timeout(FETCH_TIMEOUT, exchange)
             .await
             .map_err(|_| format!("GET {}: timed out", self.url))??;
         let split = buf
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
-            .ok_or("malformed HTTP response")?;
+            .filter(|split| *split <= MAX_HEAD_BYTES)
+            .ok_or("malformed HTTP response (no end of the head within 64 KiB)")?;
+        let body_len = buf.len() - (split + 4);
+        if body_len > manifest::MAX_MANIFEST_BYTES {
+            return Err(format!(
+                "GET {}: the body is over the limit of {} bytes",
+                self.url,
+                manifest::MAX_MANIFEST_BYTES
+            ));
+        }
         let head = String::from_utf8_lossy(&buf[..split]);
         let code: u16 = head
             .split_whitespace()

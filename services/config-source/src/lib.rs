@@ -11,7 +11,7 @@ pub mod validation;
 
 use nodeagent_config::{Config, Service};
 use nodeagent_proto::api::config_source_server::ConfigSourceServer;
-use nodeagent_transport::{Server, Shutdown};
+use nodeagent_transport::{LoopHealth, Server, Shutdown};
 use std::sync::{Arc, Mutex};
 
 /// Runs config-source until `shutdown`.
@@ -28,6 +28,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     }
     let store = Arc::new(Mutex::new(store::PodStore::new(sources)));
     let mut tasks = tokio::task::JoinSet::new();
+    // A source loop that stops beating makes config-source report NOT_SERVING.
+    let loops = LoopHealth::default();
     if let Some(path) = config.kubelet.static_pod_path.clone() {
         tracing::info!(path = %path.display(), "watching static pod path");
         let source = file::FileSource::new(
@@ -36,7 +38,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             config.kubelet.file_check_frequency,
             store.clone(),
         );
-        tasks.spawn(source.run(shutdown.clone()));
+        let heartbeat = loops.register("file source", source.max_silence());
+        tasks.spawn(source.run(shutdown.clone(), heartbeat));
     }
     if let Some(url) = config.kubelet.static_pod_url.clone() {
         tracing::info!(%url, "fetching static pods from URL");
@@ -47,7 +50,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             period: config.kubelet.http_check_frequency,
             store: store.clone(),
         };
-        tasks.spawn(source.run(shutdown.clone()));
+        let heartbeat = loops.register("http source", source.max_silence());
+        tasks.spawn(source.run(shutdown.clone(), heartbeat));
     }
     if let Some(path) = &config.kubeconfig {
         let client = api::client_from_kubeconfig(path).await?;
@@ -64,7 +68,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         tonic::service::Routes::new(ConfigSourceServer::new(service)),
         &[<ConfigSourceServer<server::ConfigSourceService> as tonic::server::NamedService>::NAME],
     );
-    let served = server.serve(shutdown.clone()).await;
+    let served = server.with_loop_health(loops).serve(shutdown.clone()).await;
     shutdown.wait().await;
     while tasks.join_next().await.is_some() {}
     served?;

@@ -5,9 +5,11 @@
 mod address;
 pub mod duration;
 mod kubelet_config;
+mod vsock;
 
 pub use address::Address;
 pub use kubelet_config::{API_VERSION, KIND, KubeletConfiguration};
+pub use vsock::VsockAuth;
 
 use clap::Args;
 use std::collections::BTreeMap;
@@ -81,6 +83,14 @@ pub struct KubeletFlags {
     /// Override one service's address, as NAME=ADDRESS (e.g. probe=vsock://3:1024); repeatable.
     #[arg(long = "service-endpoint", value_name = "NAME=ADDRESS")]
     pub service_endpoints: Vec<String>,
+    /// Peer CIDs allowed to connect to our vsock endpoints, comma-separated (required with
+    /// any vsock endpoint).
+    #[arg(long, value_delimiter = ',', value_name = "CID,...")]
+    pub vsock_allowed_cids: Vec<u32>,
+    /// File holding the shared secret that every call over vsock carries (required with
+    /// any vsock endpoint; not readable by others).
+    #[arg(long, value_name = "PATH")]
+    pub vsock_secret_file: Option<PathBuf>,
     /// Read-only kubelet API port (overrides readOnlyPort; 0 disables).
     #[arg(long)]
     pub read_only_port: Option<u16>,
@@ -127,6 +137,8 @@ pub struct Config {
     pub node_name: String,
     pub runtime_endpoint: Address,
     pub endpoints: BTreeMap<Service, Address>,
+    /// Set when any endpoint is vsock (then it is required).
+    pub vsock_auth: Option<VsockAuth>,
     pub pleg_relist_period: Duration,
     pub logging_format: String,
     pub verbosity: u8,
@@ -161,6 +173,11 @@ impl Config {
             .parse()
             .map_err(|e| ConfigError::Invalid(format!("containerRuntimeEndpoint: {e}")))?;
         let endpoints = endpoints(&flags.socket_dir, &flags.service_endpoints)?;
+        let vsock_auth = vsock::resolve(
+            endpoints.values(),
+            &flags.vsock_allowed_cids,
+            flags.vsock_secret_file.as_deref(),
+        )?;
         if !matches!(flags.logging_format.as_str(), "text" | "json") {
             return Err(ConfigError::Invalid(format!(
                 "--logging-format {:?}: want \"text\" or \"json\"",
@@ -192,6 +209,7 @@ impl Config {
             node_name,
             runtime_endpoint,
             endpoints,
+            vsock_auth,
             pleg_relist_period: flags.pleg_relist_period,
             logging_format: flags.logging_format.clone(),
             verbosity: flags.v,

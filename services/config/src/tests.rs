@@ -86,7 +86,18 @@ fn invalid_configs_are_refused_readably() {
 
 #[test]
 fn service_endpoint_overrides() {
-    let c = Config::load(&flags(&["--service-endpoint", "probe=vsock://3:1024"])).unwrap();
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "s3cret\n").unwrap();
+    let secret_file = secret.path().to_str().unwrap();
+    let c = Config::load(&flags(&[
+        "--service-endpoint",
+        "probe=vsock://3:1024",
+        "--vsock-allowed-cids",
+        "3,4",
+        "--vsock-secret-file",
+        secret_file,
+    ]))
+    .unwrap();
     assert_eq!(
         c.endpoint(Service::Probe),
         &Address::Vsock { cid: 3, port: 1024 }

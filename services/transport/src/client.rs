@@ -12,8 +12,18 @@ use tonic_health::pb::health_client::HealthClient;
 pub type Channel = ClientTrace<tonic::transport::Channel>;
 
 /// A lazily connecting channel: it connects on first use and reconnects after the peer
-/// restarts, so services may start in any order.
+/// restarts, so services may start in any order. Calls to a vsock peer carry the
+/// process's vsock secret (see [`crate::install_vsock_auth`]).
 pub fn connect(address: &Address) -> Channel {
+    let secret = match address {
+        Address::Vsock { .. } => crate::vsock_auth::installed().map(|a| &a.secret[..]),
+        Address::Unix(_) => None,
+    };
+    connect_with_secret(address, secret)
+}
+
+/// [`connect`] with an explicit vsock secret (`None`: send none).
+pub fn connect_with_secret(address: &Address, secret: Option<&[u8]>) -> Channel {
     // The URI is required by tonic but unused: the connector decides where to go.
     let endpoint = Endpoint::from_static("http://nodeagent.local")
         .connect_timeout(Duration::from_secs(5))
@@ -38,7 +48,12 @@ pub fn connect(address: &Address) -> Channel {
             }))
         }
     };
-    ClientTrace::new(channel)
+    let channel = ClientTrace::new(channel);
+    // A secret that is not a valid header value is refused when the config is loaded.
+    match secret.and_then(|s| http::HeaderValue::from_bytes(s).ok()) {
+        Some(value) => channel.with_secret(value),
+        None => channel,
+    }
 }
 
 /// Asks a peer's `grpc.health.v1` service whether `service` ("" for the whole server)

@@ -3,20 +3,26 @@
 //! watchdog, W3C trace context on every call, the shutdown signal, and the resubscribing
 //! watch helper that every stream consumer uses.
 
+mod bind;
 mod client;
+mod loop_health;
 mod server;
 mod service_main;
 mod shutdown;
 mod stream;
 mod trace;
+mod vsock_auth;
 mod watch;
 
-pub use client::{Channel, check_health, connect};
-pub use server::{LivenessCheck, ServeError, Server};
+pub use bind::BIND_WINDOW;
+pub use client::{Channel, check_health, connect, connect_with_secret};
+pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
+pub use server::{ServeError, Server};
 pub use service_main::run_main;
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};
 pub use stream::{WatchStream, snapshot_then_deltas};
 pub use trace::{ClientTrace, ServerTrace, ServerTraceLayer};
+pub use vsock_auth::{SECRET_HEADER, SecretCheck, SecretCheckLayer, install_vsock_auth};
 pub use watch::{WatchEvent, watch_with_retry};
 
 pub use nodeagent_config::Address;

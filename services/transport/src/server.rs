@@ -1,23 +1,34 @@
-//! Serving a service's gRPC API on its address, with the health service, systemd
-//! notification, peer-credential checks and a bounded graceful drain.
+//! Serving a service's gRPC API on its address, with the health service (which follows
+//! the service's main loops), systemd notification, peer checks (credentials on unix,
+//! CID and secret on vsock) and a bounded graceful drain.
 
+use crate::bind::{BIND_WINDOW, BindError, bind_unix};
+use crate::loop_health::{LivenessCheck, LoopHealth};
+use crate::vsock_auth::{SecretCheckLayer, peer_cid_allowed};
 use crate::{ServerTraceLayer, Shutdown};
-use nodeagent_config::Address;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use nodeagent_config::{Address, VsockAuth};
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio_stream::StreamExt;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 /// How long in-flight calls get to finish after shutdown before the server stops anyway.
 const DRAIN_GRACE: Duration = Duration::from_secs(3);
 
+/// How often the main loops' health is sampled.
+const HEALTH_PERIOD: Duration = Duration::from_secs(1);
+
 /// Why a server could not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// Another live process already serves on this unix socket.
-    #[error("another process is already serving on {0}")]
+    /// Another live process still serves on this unix socket after the bind window.
+    #[error(
+        "another process is still serving on {} after waiting {BIND_WINDOW:?} (lock {}); stop it first",
+        .0.display(),
+        crate::bind::lock_path(.0).display()
+    )]
     AddressInUse(PathBuf),
     /// Binding or preparing the socket failed.
     #[error("cannot listen on {address}: {source}")]
@@ -25,6 +36,11 @@ pub enum ServeError {
         address: String,
         source: std::io::Error,
     },
+    /// A vsock address without authentication settings.
+    #[error(
+        "refusing to serve on {0} without vsock authentication (--vsock-secret-file, --vsock-allowed-cids)"
+    )]
+    VsockUnauthenticated(String),
     /// The gRPC server failed while running.
     #[error("gRPC server on {address} failed: {source}")]
     Serve {
@@ -33,88 +49,125 @@ pub enum ServeError {
     },
 }
 
-/// One service's gRPC server.
-/// Whether the service's own main loop is alive; the systemd watchdog is pinged only
-/// while it says so.
-pub type LivenessCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+type ServeFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
 
+/// One service's gRPC server.
 pub struct Server {
     address: Address,
     routes: Routes,
     service_names: Vec<&'static str>,
-    liveness: Option<LivenessCheck>,
+    loops: LoopHealth,
+    vsock_auth: Option<VsockAuth>,
+    bind_window: Duration,
 }
 
 impl Server {
     /// `service_names` are the fully qualified gRPC service names in `routes`, reported
-    /// as SERVING by the health service.
+    /// as SERVING by the health service while the main loops are alive.
     pub fn new(address: Address, routes: Routes, service_names: &[&'static str]) -> Self {
         Self {
             address,
             routes,
             service_names: service_names.to_vec(),
-            liveness: None,
+            loops: LoopHealth::default(),
+            vsock_auth: crate::vsock_auth::installed().cloned(),
+            bind_window: BIND_WINDOW,
         }
     }
 
-    /// Ties the systemd watchdog to the service's main loop: pings stop while `check`
-    /// fails, so systemd restarts a service whose loop has stalled.
-    pub fn with_liveness(mut self, check: LivenessCheck) -> Self {
-        self.liveness = Some(check);
+    /// Ties health to the service's main loop (see [`LoopHealth::add_check`]): while
+    /// `check` keeps failing the health service says NOT_SERVING and the systemd watchdog
+    /// pings stop, so systemd restarts a service whose loop has stalled.
+    pub fn with_liveness(self, check: LivenessCheck) -> Self {
+        self.loops.add_check("main loop", check);
         self
     }
 
-    /// Binds, reports ready to systemd, serves until `shutdown`, then drains for at most
-    /// a few seconds.
+    /// Ties health to every loop registered in `loops` (replacing the server's own
+    /// registry: call it before [`Server::with_liveness`]).
+    pub fn with_loop_health(mut self, loops: LoopHealth) -> Self {
+        self.loops = loops;
+        self
+    }
+
+    /// vsock authentication for this server (by default the process's, see
+    /// [`crate::install_vsock_auth`]).
+    pub fn with_vsock_auth(mut self, auth: VsockAuth) -> Self {
+        self.vsock_auth = Some(auth);
+        self
+    }
+
+    /// Binds (waiting up to [`BIND_WINDOW`] for a predecessor), reports ready to systemd,
+    /// serves until `shutdown`, then drains for at most a few seconds. A failure is also
+    /// reported through `shutdown` ([`Shutdown::fail`]), which ends the process.
     pub async fn serve(self, shutdown: Shutdown) -> Result<(), ServeError> {
-        let (reporter, health) = tonic_health::server::health_reporter();
-        reporter
-            .set_service_status("", ServingStatus::Serving)
-            .await;
-        for name in &self.service_names {
-            reporter
-                .set_service_status(*name, ServingStatus::Serving)
-                .await;
+        let result = self.serve_inner(shutdown.clone()).await;
+        if let Err(e) = &result {
+            shutdown.fail(e.to_string());
         }
-        let routes = self.routes.add_service(health);
+        result
+    }
+
+    async fn serve_inner(self, shutdown: Shutdown) -> Result<(), ServeError> {
+        let (reporter, health) = tonic_health::server::health_reporter();
+        set_health(&reporter, &self.service_names, ServingStatus::Serving).await;
+        let secret = match &self.address {
+            Address::Vsock { .. } => Some(self.vsock_auth()?.secret.clone()),
+            Address::Unix(_) => None,
+        };
+        let routes = self.routes.clone().add_service(health);
         let router = tonic::transport::Server::builder()
             .layer(ServerTraceLayer)
+            .layer(SecretCheckLayer::new(secret))
             .add_routes(routes);
         let address = self.address.to_string();
         let signal = {
             let shutdown = shutdown.clone();
             async move { shutdown.wait().await }
         };
-        let serving =
-            match &self.address {
-                Address::Unix(path) => {
-                    let listener = bind_unix(path).map_err(|e| match e {
+        let (serving, binding): (ServeFuture, _) = match &self.address {
+            Address::Unix(path) => {
+                let binding = bind_unix(path, self.bind_window)
+                    .await
+                    .map_err(|e| match e {
                         BindError::InUse => ServeError::AddressInUse(path.clone()),
                         BindError::Io(source) => ServeError::Listen {
                             address: address.clone(),
                             source,
                         },
                     })?;
-                    notify_ready(&address, self.liveness.clone());
-                    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
-                        .filter(|conn| match conn {
-                            Ok(stream) => peer_allowed(stream),
-                            Err(_) => true,
-                        });
-                    let fut = router.serve_with_incoming_shutdown(incoming, signal);
-                    Box::pin(fut) as std::pin::Pin<Box<dyn Future<Output = _> + Send>>
-                }
-                Address::Vsock { cid, port } => {
-                    let listener =
-                        tokio_vsock::VsockListener::bind(tokio_vsock::VsockAddr::new(*cid, *port))
-                            .map_err(|source| ServeError::Listen {
-                                address: address.clone(),
-                                source,
-                            })?;
-                    notify_ready(&address, self.liveness.clone());
-                    Box::pin(router.serve_with_incoming_shutdown(listener.incoming(), signal))
-                }
-            };
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(binding.listener)
+                    .filter(|conn| match conn {
+                        Ok(stream) => peer_allowed(stream),
+                        Err(_) => true,
+                    });
+                let fut = router.serve_with_incoming_shutdown(incoming, signal);
+                (Box::pin(fut), Some(binding.lock))
+            }
+            Address::Vsock { cid, port } => {
+                let allowed = self.vsock_auth()?.allowed_cids.clone();
+                let listener =
+                    tokio_vsock::VsockListener::bind(tokio_vsock::VsockAddr::new(*cid, *port))
+                        .map_err(|source| ServeError::Listen {
+                            address: address.clone(),
+                            source,
+                        })?;
+                let incoming = listener.incoming().filter(move |conn| match conn {
+                    Ok(stream) => peer_cid_allowed(stream, &allowed),
+                    Err(_) => true,
+                });
+                let fut = router.serve_with_incoming_shutdown(incoming, signal);
+                (Box::pin(fut), None)
+            }
+        };
+        notify_ready();
+        let monitor = tokio::spawn(follow_loops(
+            address.clone(),
+            self.loops.clone(),
+            reporter,
+            self.service_names.clone(),
+        ));
         tracing::info!(%address, "serving gRPC");
         let result = tokio::select! {
             r = serving => r,
@@ -123,34 +176,27 @@ impl Server {
                 Ok(())
             }
         };
+        monitor.abort();
         if let Address::Unix(path) = &self.address {
+            // Only we (the lock holder) may remove it; the lock goes after it.
             let _ = std::fs::remove_file(path);
         }
+        drop(binding);
         result.map_err(|source| ServeError::Serve { address, source })
     }
+
+    fn vsock_auth(&self) -> Result<&VsockAuth, ServeError> {
+        self.vsock_auth
+            .as_ref()
+            .ok_or_else(|| ServeError::VsockUnauthenticated(self.address.to_string()))
+    }
 }
 
-enum BindError {
-    InUse,
-    Io(std::io::Error),
-}
-
-/// Removes a stale socket (one nobody answers on), binds, and sets mode 0660.
-fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, BindError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(BindError::Io)?;
+async fn set_health(reporter: &HealthReporter, names: &[&'static str], status: ServingStatus) {
+    reporter.set_service_status("", status).await;
+    for name in names {
+        reporter.set_service_status(*name, status).await;
     }
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(BindError::InUse);
-        }
-        tracing::info!(path = %path.display(), "removing stale socket");
-        std::fs::remove_file(path).map_err(BindError::Io)?;
-    }
-    let listener = tokio::net::UnixListener::bind(path).map_err(BindError::Io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-        .map_err(BindError::Io)?;
-    Ok(listener)
 }
 
 /// Only root, our own user, or members of our group may call us (the socket's mode says
@@ -173,50 +219,120 @@ fn peer_allowed(stream: &tokio::net::UnixStream) -> bool {
     }
 }
 
-/// Tells systemd we are ready, and starts pinging its watchdog if it asked for that (only
-/// while `liveness` passes).
-fn notify_ready(address: &str, liveness: Option<LivenessCheck>) {
+/// Tells systemd we are ready.
+fn notify_ready() {
     if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
         tracing::warn!(error = %e, "sd_notify READY failed");
     }
-    if let Some(period) = sd_notify::watchdog_enabled() {
-        let address = address.to_string();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period / 2);
-            let mut stalled = false;
-            loop {
-                tick.tick().await;
-                if let Some(Err(why)) = liveness.as_ref().map(|check| check()) {
-                    if !stalled {
-                        tracing::error!(%address, reason = %why, "main loop stalled; no longer pinging the systemd watchdog");
-                    }
-                    stalled = true;
-                    continue;
+}
+
+/// Samples the main loops every [`HEALTH_PERIOD`]: the health service says NOT_SERVING
+/// (for "" and every service name) while any loop is stale, and the systemd watchdog, if
+/// systemd asked for it, is pinged only while all are alive.
+async fn follow_loops(
+    address: String,
+    loops: LoopHealth,
+    reporter: HealthReporter,
+    names: Vec<&'static str>,
+) {
+    let watchdog = sd_notify::watchdog_enabled();
+    let period = watchdog.map_or(HEALTH_PERIOD, |w| (w / 2).min(HEALTH_PERIOD));
+    let mut tick = tokio::time::interval(period);
+    let mut stalled = false;
+    loop {
+        tick.tick().await;
+        match loops.check() {
+            Err(why) => {
+                if !stalled {
+                    tracing::error!(%address, reason = %why, "main loop stalled; reporting NOT_SERVING and no longer pinging the systemd watchdog");
+                    set_health(&reporter, &names, ServingStatus::NotServing).await;
+                }
+                stalled = true;
+            }
+            Ok(()) => {
+                if stalled {
+                    tracing::info!(%address, "main loops running again; reporting SERVING");
+                    set_health(&reporter, &names, ServingStatus::Serving).await;
                 }
                 stalled = false;
-                if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]) {
+                if watchdog.is_some()
+                    && let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog])
+                {
                     tracing::warn!(%address, error = %e, "sd_notify WATCHDOG failed");
                 }
             }
-        });
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{check_health, connect, shutdown_channel};
+
+    async fn health(address: &Address, service: &str) -> Result<(), String> {
+        check_health(connect(address), service, Duration::from_secs(2)).await
+    }
+
+    /// Through the real server and health client: a loop that stops beating flips "" and
+    /// every service name to NOT_SERVING, and its next beat flips them back.
+    #[tokio::test]
+    async fn a_loop_that_stops_beating_makes_the_server_not_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let address = Address::Unix(dir.path().join("svc.sock"));
+        let loops = LoopHealth::default();
+        let beat = loops.register("source", Duration::from_millis(1500));
+        let (trigger, shutdown) = shutdown_channel();
+        let server = Server::new(address.clone(), Routes::default(), &["test.v1.Svc"])
+            .with_loop_health(loops);
+        let serving = tokio::spawn(server.serve(shutdown));
+        let wait_for = |want_ok: bool| {
+            let address = address.clone();
+            let beat = beat.clone();
+            async move {
+                let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    if want_ok {
+                        beat.beat();
+                    }
+                    let both = (
+                        health(&address, "").await,
+                        health(&address, "test.v1.Svc").await,
+                    );
+                    if want_ok == both.0.is_ok() && want_ok == both.1.is_ok() {
+                        return both;
+                    }
+                    assert!(
+                        tokio::time::Instant::now() < until,
+                        "health stayed {both:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let _ = wait_for(true).await;
+        // Stop beating: within the silence limit plus a sample period it is reported.
+        let (whole, named) = wait_for(false).await;
+        assert_eq!(whole, Err("status NotServing".into()));
+        assert_eq!(named, Err("status NotServing".into()));
+        let _ = wait_for(true).await;
+        trigger.trigger();
+        serving.await.unwrap().unwrap();
+    }
 
     #[tokio::test]
-    async fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+    async fn a_serve_failure_is_reported_through_the_shutdown() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("svc.sock");
-        {
-            let _stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        } // closed: the file stays behind, nobody answers.
-        let live = bind_unix(&path).ok().expect("stale socket replaced");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o660);
-        assert!(matches!(bind_unix(&path), Err(BindError::InUse)));
-        drop(live);
+        let address = Address::Unix(path.clone());
+        let (_trigger, shutdown) = shutdown_channel();
+        let _holder = bind_unix(&path, Duration::ZERO).await.ok().unwrap();
+        let mut server = Server::new(address, Routes::default(), &[]);
+        server.bind_window = Duration::from_millis(300); // the real window is 10 s
+        let r = server.serve(shutdown.clone()).await;
+        let err = r.unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(shutdown.is_triggered());
+        assert_eq!(shutdown.failed().await, err);
     }
 }

@@ -45,6 +45,9 @@ where
                 return ExitCode::FAILURE;
             }
         };
+        if let Some(auth) = &config.vsock_auth {
+            crate::install_vsock_auth(auth.clone());
+        }
         if !config.ignored_fields.is_empty() {
             tracing::warn!(fields = ?config.ignored_fields, "KubeletConfiguration fields accepted but not acted on by this node agent");
         }
@@ -55,9 +58,13 @@ where
             termination_signal().await;
             trigger.trigger();
         });
+        let fatal = shutdown.clone();
         let mut service_run = std::pin::pin!(run(config, shutdown));
         let result = tokio::select! {
             r = &mut service_run => r,
+            // A part that cannot go on (a server that cannot bind) ends the process now:
+            // waiting for SIGTERM would leave a process that runs but never serves.
+            why = fatal.failed() => Err(anyhow::anyhow!(why)),
             _ = async { signalled.wait().await; tokio::time::sleep(DRAIN_TIMEOUT).await } => {
                 tracing::warn!("did not stop within {DRAIN_TIMEOUT:?} of SIGTERM; exiting anyway");
                 Ok(())

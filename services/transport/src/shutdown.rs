@@ -1,11 +1,16 @@
 //! The shutdown signal passed into every service's `run`, so that tests can drive it.
+//! It also carries the way back: a part of the service that cannot go on (a server that
+//! cannot bind) reports a fatal error through it, which ends the process at once.
 
+use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Fires once; every clone sees it.
 #[derive(Clone, Debug)]
 pub struct Shutdown {
     rx: watch::Receiver<bool>,
+    /// The first fatal error reported by any clone; shared so `run_main` sees it.
+    fatal: Arc<watch::Sender<Option<String>>>,
 }
 
 #[derive(Debug)]
@@ -15,7 +20,7 @@ pub struct ShutdownTrigger {
 
 pub fn shutdown_channel() -> (ShutdownTrigger, Shutdown) {
     let (tx, rx) = watch::channel(false);
-    (ShutdownTrigger { tx }, Shutdown { rx })
+    (ShutdownTrigger { tx }, Shutdown::from_receiver(rx))
 }
 
 impl ShutdownTrigger {
@@ -29,17 +34,52 @@ impl Shutdown {
     pub fn never() -> Self {
         let (tx, rx) = watch::channel(false);
         std::mem::forget(tx);
-        Self { rx }
+        Self::from_receiver(rx)
+    }
+
+    fn from_receiver(rx: watch::Receiver<bool>) -> Self {
+        Self {
+            rx,
+            fatal: Arc::new(watch::channel(None).0),
+        }
     }
 
     pub fn is_triggered(&self) -> bool {
-        *self.rx.borrow()
+        *self.rx.borrow() || self.fatal.borrow().is_some()
     }
 
-    /// Resolves once shutdown is triggered (or its trigger is dropped).
+    /// Resolves once shutdown is triggered (or its trigger is dropped), or a fatal error
+    /// was reported.
     pub async fn wait(&self) {
         let mut rx = self.rx.clone();
-        let _ = rx.wait_for(|v| *v).await;
+        tokio::select! {
+            _ = rx.wait_for(|v| *v) => {}
+            _ = self.failed() => {}
+        }
+    }
+
+    /// Reports that the service cannot go on (the first report wins). Every `wait`
+    /// returns, and `run_main` exits non-zero with `why` without waiting for the drain.
+    pub fn fail(&self, why: impl Into<String>) {
+        let why = why.into();
+        self.fatal.send_if_modified(|slot| {
+            if slot.is_some() {
+                return false;
+            }
+            *slot = Some(why);
+            true
+        });
+    }
+
+    /// Resolves with the first fatal error, once one is reported.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.fatal.subscribe();
+        let why = rx.wait_for(Option::is_some).await.map(|why| why.clone());
+        match why {
+            Ok(why) => why.unwrap_or_default(),
+            // Unreachable: this clone holds the sender.
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
@@ -73,5 +113,17 @@ mod tests {
         trigger.trigger();
         waiter.await.unwrap();
         assert!(shutdown.is_triggered());
+    }
+
+    #[tokio::test]
+    async fn a_fatal_error_ends_every_wait_and_the_first_one_is_kept() {
+        let (_trigger, shutdown) = shutdown_channel();
+        let other = shutdown.clone();
+        let waiter = tokio::spawn(async move { other.wait().await });
+        shutdown.clone().fail("cannot bind");
+        shutdown.fail("second");
+        waiter.await.unwrap();
+        assert!(shutdown.is_triggered());
+        assert_eq!(shutdown.failed().await, "cannot bind");
     }
 }

@@ -64,15 +64,28 @@ where
     }
 }
 
-/// Client side: a span per call, whose context rides in the request's metadata.
+/// Client side: a span per call, whose context rides in the request's metadata (with the
+/// vsock secret, for vsock peers).
 #[derive(Clone, Debug)]
 pub struct ClientTrace<S> {
     inner: S,
+    secret: Option<http::HeaderValue>,
 }
 
 impl<S> ClientTrace<S> {
     pub fn new(inner: S) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            secret: None,
+        }
+    }
+
+    /// Sends `secret` in every call's metadata (see [`crate::SECRET_HEADER`]).
+    pub fn with_secret(mut self, secret: http::HeaderValue) -> Self {
+        let mut secret = secret;
+        secret.set_sensitive(true);
+        self.secret = Some(secret);
+        self
     }
 }
 
@@ -91,6 +104,10 @@ where
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let span = rpc_span("client", req.uri().path());
         span.in_scope(|| nodeagent_telemetry::inject_headers(req.headers_mut()));
+        if let Some(secret) = &self.secret {
+            req.headers_mut()
+                .insert(crate::SECRET_HEADER, secret.clone());
+        }
         let fut = span.in_scope(|| self.inner.call(req));
         fut.instrument(span)
     }
