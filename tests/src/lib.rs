@@ -3,6 +3,7 @@
 //! starts. Waiting is always on a condition with a deadline ([`eventually`]).
 
 pub mod apiserver;
+pub mod chaos;
 mod http;
 mod node;
 pub mod otlp;

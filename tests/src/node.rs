@@ -8,10 +8,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// Where cargo put the binaries of this workspace (the test runs from target/<profile>/deps).
+/// Where cargo put the binaries of this workspace (the test runs from target/<profile>/deps),
+/// or `NODEAGENT_TEST_BIN_DIR` (to run a suite against other builds, e.g. target/previous).
 pub fn binary(service: Service) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let dir = match std::env::var_os("NODEAGENT_TEST_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target dir")
+            .to_path_buf(),
+    };
     let path = dir.join(format!("nodeagent-{}", service.name()));
     assert!(
         path.exists(),
@@ -224,12 +232,17 @@ impl Node {
 
     /// Starts (or restarts) one service, appending to its log.
     pub fn spawn(&mut self, service: Service) {
+        self.spawn_from(service, &binary(service));
+    }
+
+    /// Starts (or restarts) one service from another build of its binary (the upgrade test).
+    pub fn spawn_from(&mut self, service: Service, binary: &Path) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path(service))
             .expect("open log");
-        let child = Command::new(binary(service))
+        let child = Command::new(binary)
             .args(self.args())
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -307,6 +320,43 @@ impl Node {
                     .is_some_and(|n| n.ends_with(&suffix))
             })
             .collect()
+    }
+
+    /// The id of the newest CRI container named `container` in pod `pod` (the name before
+    /// the node suffix).
+    pub async fn container_id(&self, pod: &str, container: &str) -> Option<String> {
+        let full = self.pod_name(pod);
+        self.containers()
+            .await
+            .into_iter()
+            .filter(|c| {
+                c.labels.get("io.kubernetes.pod.name") == Some(&full)
+                    && c.metadata.as_ref().is_some_and(|m| m.name == container)
+            })
+            .max_by_key(|c| c.created_at)
+            .map(|c| c.id)
+    }
+
+    /// Runs `cmd` in a container through CRI ExecSync; its stdout, or why it failed.
+    pub async fn exec(&self, container_id: &str, cmd: &[&str]) -> Result<String, String> {
+        let mut rt = self.cri.runtime.clone();
+        let r = rt
+            .exec_sync(nodeagent_proto::cri::ExecSyncRequest {
+                container_id: container_id.to_string(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: 10,
+            })
+            .await
+            .map_err(|e| e.message().to_string())?
+            .into_inner();
+        if r.exit_code != 0 {
+            return Err(format!(
+                "{cmd:?} exited {}: {}",
+                r.exit_code,
+                String::from_utf8_lossy(&r.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&r.stdout).into_owned())
     }
 
     pub async fn sandboxes(&self) -> Vec<nodeagent_proto::cri::PodSandbox> {

@@ -105,3 +105,23 @@ fn service_endpoint_overrides() {
     assert!(Config::load(&flags(&["--service-endpoint", "nope=unix:///x"])).is_err());
     assert!(Config::load(&flags(&["--service-endpoint", "probe"])).is_err());
 }
+
+/// The example configuration that `deploy/up.sh` installs may serve the unauthenticated
+/// read-only API only on loopback: it shows full pod specs, env values included.
+#[test]
+fn example_config_keeps_the_read_only_port_on_loopback() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/config/kubelet-config.yaml"
+    );
+    let c = Config::load(&flags(&["--config", example])).unwrap();
+    if c.kubelet.read_only_port != 0 {
+        let ip: std::net::IpAddr = c.kubelet.address.parse().unwrap();
+        assert!(
+            ip.is_loopback(),
+            "read-only port {} on {ip}",
+            c.kubelet.read_only_port
+        );
+    }
+    assert!(c.ignored_fields.is_empty(), "{:?}", c.ignored_fields);
+}
