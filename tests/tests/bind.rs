@@ -155,3 +155,40 @@ async fn a_stale_socket_file_is_replaced() {
     );
     assert!(only.stop().await.success());
 }
+
+/// The same for a plain HTTP listener: http-server whose healthz port is taken exits at
+/// once, non-zero, naming the address (before, it ran on without the port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_server_exits_when_its_healthz_port_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let log = dir.path().join("http-server.log");
+    let mut child = Command::new(binary(Service::HttpServer))
+        .args([
+            "--socket-dir",
+            &dir.path().join("sockets").display().to_string(),
+        ])
+        .args(["--hostname-override", "bind-test"])
+        .args(["--healthz-port", &port.to_string()])
+        .args(["--read-only-port", "0"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn http-server");
+    let status = eventually("http-server to exit", DEADLINE, || {
+        let r = child
+            .try_wait()
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.ok_or_else(|| "still running".to_string()));
+        async move { r }
+    })
+    .await;
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{log}"
+    );
+    drop(taken);
+}

@@ -78,9 +78,15 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
 }
 
 async fn serve_http(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            // Running without the port would look healthy and serve nothing: exit now.
+            let why = format!("cannot listen on {addr}: {e}");
+            shutdown.fail(why.clone());
+            anyhow::bail!(why);
+        }
+    };
     tracing::info!(%addr, "serving HTTP");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.wait().await })

@@ -70,6 +70,12 @@ where
                 Ok(())
             }
         };
+        // A run that ended on its own after a fatal error (which also ends every wait)
+        // still failed.
+        let result = match (result, fatal.fatal_error()) {
+            (Ok(()), Some(why)) => Err(anyhow::anyhow!(why)),
+            (result, _) => result,
+        };
         let code = match result {
             Ok(()) => {
                 tracing::info!("stopped");

@@ -71,6 +71,11 @@ impl Shutdown {
         });
     }
 
+    /// The first fatal error reported, if any.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.fatal.borrow().clone()
+    }
+
     /// Resolves with the first fatal error, once one is reported.
     pub async fn failed(&self) -> String {
         let mut rx = self.fatal.subscribe();
