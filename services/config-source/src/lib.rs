@@ -11,7 +11,7 @@ pub mod validation;
 
 use nodeagent_config::{Config, Service};
 use nodeagent_proto::api::config_source_server::ConfigSourceServer;
-use nodeagent_transport::{LoopHealth, Server, Shutdown};
+use nodeagent_transport::{LoopHealth, Server, Shutdown, WithLimits};
 use std::sync::{Arc, Mutex};
 
 /// Runs config-source until `shutdown`.
@@ -65,7 +65,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     let server = Server::new(
         config.endpoint(Service::ConfigSource).clone(),
-        tonic::service::Routes::new(ConfigSourceServer::new(service)),
+        tonic::service::Routes::new(ConfigSourceServer::new(service).with_limits()),
         &[<ConfigSourceServer<server::ConfigSourceService> as tonic::server::NamedService>::NAME],
     );
     let served = server.with_loop_health(loops).serve(shutdown.clone()).await;

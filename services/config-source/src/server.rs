@@ -19,7 +19,7 @@ impl ConfigSource for ConfigSourceService {
 
     async fn watch(
         &self,
-        _request: Request<WatchConfigRequest>,
+        request: Request<WatchConfigRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let (snapshot, rx) = self
             .store
@@ -35,6 +35,7 @@ impl ConfigSource for ConfigSourceService {
             snapshot,
             rx,
             self.shutdown.clone(),
+            request.get_ref().accept_chunked_snapshot,
         )))
     }
 }

@@ -62,6 +62,7 @@ impl PodStore {
             sources_seen: self.seen.iter().cloned().collect(),
             all_sources_ready: self.all_sources_ready(),
             trace: nodeagent_telemetry::current_trace_context(),
+            snapshot_continues: false,
         }
     }
 

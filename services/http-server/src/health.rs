@@ -4,6 +4,7 @@
 use nodeagent_config::Service;
 use nodeagent_proto::api::PlegHealthRequest;
 use nodeagent_proto::api::pleg_client::PlegClient;
+use nodeagent_transport::WithLimits;
 use nodeagent_transport::{Channel, check_health};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub async fn check_all(peers: &BTreeMap<Service, Channel>) -> HealthReport {
         set.spawn(async move { (name, check_health(channel, "", CHECK_TIMEOUT).await) });
     }
     if let Some(pleg) = peers.get(&Service::Pleg) {
-        let mut client = PlegClient::new(pleg.clone());
+        let mut client = PlegClient::new(pleg.clone()).with_limits();
         set.spawn(async move {
             let r = match tokio::time::timeout(CHECK_TIMEOUT, client.health(PlegHealthRequest {}))
                 .await

@@ -12,8 +12,8 @@ use axum::routing::get;
 use nodeagent_config::{Config, Service};
 use nodeagent_proto::api::metrics_client::MetricsClient;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
-use nodeagent_proto::api::{ListPodsRequest, ScrapeRequest};
-use nodeagent_transport::{Channel, Server, Shutdown};
+use nodeagent_proto::api::{ScrapeRequest, WatchPodStatusRequest};
+use nodeagent_transport::{Assembler, Channel, Server, Shutdown, WithLimits};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         .map(|s| (s, nodeagent_transport::connect(config.endpoint(s))))
         .collect();
     let state = Arc::new(AppState {
-        pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()),
+        pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()).with_limits(),
         peers,
     });
     let mut tasks = tokio::task::JoinSet::new();
@@ -117,7 +117,7 @@ async fn healthz(
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = String::new();
     for channel in state.peers.values() {
-        let mut client = MetricsClient::new(channel.clone());
+        let mut client = MetricsClient::new(channel.clone()).with_limits();
         if let Ok(Ok(r)) = tokio::time::timeout(
             std::time::Duration::from_secs(2),
             client.scrape(ScrapeRequest {}),
@@ -137,13 +137,29 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// Every pod with its status: the snapshot of pod-sync's status stream, which arrives in
+/// chunks when it is large (a unary `ListPods` answer is one message and has a size limit).
+async fn pod_statuses(mut client: PodSyncClient<Channel>) -> Result<Vec<Vec<u8>>, tonic::Status> {
+    let request = WatchPodStatusRequest {
+        accept_chunked_snapshot: true,
+    };
+    let mut stream = client.watch_pod_status(request).await?.into_inner();
+    let mut assembler = Assembler::default();
+    while let Some(message) = stream.message().await? {
+        let complete = assembler.push(message).map_err(tonic::Status::internal)?;
+        if let Some(update) = complete.filter(|u| u.snapshot) {
+            return Ok(update.pods_json);
+        }
+    }
+    Err(tonic::Status::unavailable(
+        "pod-sync's status stream ended before its snapshot",
+    ))
+}
+
 async fn pods(State(state): State<Arc<AppState>>) -> Response {
-    let mut client = state.pod_sync.clone();
-    match client.list_pods(ListPodsRequest {}).await {
-        Ok(resp) => {
-            let items: Vec<serde_json::Value> = resp
-                .into_inner()
-                .pods_json
+    match pod_statuses(state.pod_sync.clone()).await {
+        Ok(pods_json) => {
+            let items: Vec<serde_json::Value> = pods_json
                 .iter()
                 .filter_map(|b| serde_json::from_slice(b).ok())
                 .map(|mut p: serde_json::Value| {

@@ -18,7 +18,7 @@ use nodeagent_cri::Cri;
 use nodeagent_proto::api::node_status_server::{NodeStatus as NodeStatusApi, NodeStatusServer};
 use nodeagent_proto::api::pleg_client::PlegClient;
 use nodeagent_proto::api::{GetNodeRequest, GetNodeResponse, PlegHealthRequest};
-use nodeagent_transport::{Channel, Server, Shutdown};
+use nodeagent_transport::{Channel, Server, Shutdown, WithLimits};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -39,7 +39,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             &config.runtime_endpoint,
             config.kubelet.runtime_request_timeout,
         ),
-        pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg))),
+        pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg)))
+            .with_limits(),
         node_name: config.node_name.clone(),
         port: config.kubelet.port,
         max_pods: config.kubelet.max_pods,
@@ -59,7 +60,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     let server = Server::new(
         config.endpoint(Service::NodeStatus).clone(),
-        tonic::service::Routes::new(NodeStatusServer::from_arc(service)),
+        tonic::service::Routes::new(NodeStatusServer::from_arc(service).with_limits()),
         &[<NodeStatusServer<NodeStatusService> as tonic::server::NamedService>::NAME],
     );
     let served = server.serve(shutdown).await;

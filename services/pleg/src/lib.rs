@@ -11,7 +11,7 @@ use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::metrics_server::MetricsServer;
 use nodeagent_proto::api::pleg_server::PlegServer;
-use nodeagent_transport::{Server, Shutdown};
+use nodeagent_transport::{Server, Shutdown, WithLimits};
 use std::sync::{Arc, Mutex};
 
 /// Runs pleg until `shutdown`.
@@ -26,8 +26,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let relist_task = tokio::spawn(relister.run(config.pleg_relist_period, shutdown.clone()));
 
     let service = server::PlegService::new(cri, cache.clone(), events, shutdown.clone());
-    let routes = tonic::service::Routes::new(PlegServer::new(service))
-        .add_service(MetricsServer::new(metrics::PlegMetrics(cache.clone())));
+    let routes = tonic::service::Routes::new(PlegServer::new(service).with_limits())
+        .add_service(MetricsServer::new(metrics::PlegMetrics(cache.clone())).with_limits());
     // The systemd watchdog follows the relist loop: a loop stuck for this long (a relist
     // normally takes milliseconds) gets pleg restarted, which disturbs no pod.
     let stall = (config.pleg_relist_period * 5).max(std::time::Duration::from_secs(25));

@@ -38,6 +38,7 @@ impl RelistCache {
             kind: Some(Kind::Snapshot(nodeagent_proto::api::PlegSnapshot {
                 revision: self.revision,
                 pods: self.pods.values().cloned().collect(),
+                snapshot_continues: false,
             })),
         }
     }

@@ -46,7 +46,7 @@ impl Pleg for PlegService {
 
     async fn watch(
         &self,
-        _request: Request<WatchPlegRequest>,
+        request: Request<WatchPlegRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let (snapshot, rx) = {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -61,6 +61,7 @@ impl Pleg for PlegService {
             snapshot,
             rx,
             self.shutdown.clone(),
+            request.get_ref().accept_chunked_snapshot,
         )))
     }
 

@@ -11,15 +11,22 @@ use nodeagent_proto::api::{
     probe_result::Outcome,
 };
 use nodeagent_proto::k8s;
+use nodeagent_transport::WithLimits;
 use nodeagent_transport::{Channel, WatchEvent, watch_with_retry};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub async fn follow_config_source(sync: Arc<PodSync>, channel: Channel) {
-    let client = ConfigSourceClient::new(channel);
+    let client = ConfigSourceClient::new(channel).with_limits();
     let mut rx = watch_with_retry("config-source", sync.shutdown.clone(), move || {
         let mut c = client.clone();
-        async move { Ok(c.watch(WatchConfigRequest {}).await?.into_inner()) }
+        async move {
+            Ok(c.watch(WatchConfigRequest {
+                accept_chunked_snapshot: true,
+            })
+            .await?
+            .into_inner())
+        }
     });
     while let Some(event) = rx.recv().await {
         match event {
@@ -115,7 +122,13 @@ pub async fn follow_pleg(sync: Arc<PodSync>) {
     let client = sync.pleg.clone();
     let mut rx = watch_with_retry("pleg", sync.shutdown.clone(), move || {
         let mut c = client.clone();
-        async move { Ok(c.watch(WatchPlegRequest {}).await?.into_inner()) }
+        async move {
+            Ok(c.watch(WatchPlegRequest {
+                accept_chunked_snapshot: true,
+            })
+            .await?
+            .into_inner())
+        }
     });
     while let Some(event) = rx.recv().await {
         match event {
@@ -161,7 +174,11 @@ pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel) {
     let client = ProberClient::new(channel);
     let mut rx = watch_with_retry("probe", sync.shutdown.clone(), move || {
         let mut c = client.clone();
-        async move { Ok(c.watch(WatchProbeResultsRequest {}).await?.into_inner()) }
+        // Chunks of a snapshot apply like any results (nothing is cleared), so chunking is safe.
+        let request = WatchProbeResultsRequest {
+            accept_chunked_snapshot: true,
+        };
+        async move { Ok(c.watch(request).await?.into_inner()) }
     });
     while let Some(event) = rx.recv().await {
         match event {
@@ -231,7 +248,11 @@ pub async fn ticks(sync: Arc<PodSync>, resync: Duration, housekeeping: Duration)
 }
 
 async fn housekeep(sync: &Arc<PodSync>) {
-    sync.lock().heartbeat = Some(std::time::Instant::now());
+    {
+        let mut st = sync.lock();
+        st.heartbeat = Some(std::time::Instant::now());
+        st.prune_containers();
+    }
     let (orphans, ready) = {
         let st = sync.lock();
         let ready = st.config_synced && st.sources_ready && st.pleg_synced;

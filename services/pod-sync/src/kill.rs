@@ -111,6 +111,7 @@ impl PodSync {
                 pods_json: Vec::new(),
                 removed_uids: vec![uid.to_string()],
                 trace: nodeagent_telemetry::current_trace_context(),
+                snapshot_continues: false,
             };
             let _ = self.status_tx.send(update);
         }

@@ -16,6 +16,7 @@ mod server;
 mod state;
 mod status;
 mod sync;
+mod termination;
 mod workers;
 
 pub use cgroups::{QosClass, qos_class};
@@ -27,7 +28,7 @@ use nodeagent_proto::api::PodStatusUpdate;
 use nodeagent_proto::api::pleg_client::PlegClient;
 use nodeagent_proto::api::pod_sync_server::PodSyncServer;
 use nodeagent_proto::api::volume_client::VolumeClient;
-use nodeagent_transport::{Channel, Server, Shutdown};
+use nodeagent_transport::{Channel, Server, Shutdown, WithLimits};
 use runtime_spec::NodeContext;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,8 @@ pub struct PodSync {
     workers: Mutex<HashMap<String, mpsc::Sender<()>>>,
     permits: Semaphore,
     status_tx: broadcast::Sender<PodStatusUpdate>,
+    /// Pending delayed wake-ups of pod workers, one per pod at most.
+    delayed: Arc<workers::DelayedTriggers>,
     cgroup_fs: std::path::PathBuf,
     /// The API server, when the node is connected to one.
     api: Option<kube::Client>,
@@ -81,8 +84,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         cri,
         volume: VolumeClient::new(nodeagent_transport::connect(
             config.endpoint(Service::Volume),
-        )),
-        pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg))),
+        ))
+        .with_limits(),
+        pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg)))
+            .with_limits(),
         node: NodeContext {
             node_name: config.node_name.clone(),
             pod_logs_dir: config.kubelet.pod_logs_dir.clone(),
@@ -99,6 +104,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         workers: Mutex::new(HashMap::new()),
         permits: Semaphore::new(PARALLEL_WORKERS),
         status_tx,
+        delayed: Default::default(),
         cgroup_fs: "/sys/fs/cgroup".into(),
         api: api.clone(),
         shutdown: shutdown.clone(),
@@ -126,7 +132,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let service = server::PodSyncService { sync: sync.clone() };
     let server = Server::new(
         config.endpoint(Service::PodSync).clone(),
-        tonic::service::Routes::new(PodSyncServer::new(service)),
+        tonic::service::Routes::new(PodSyncServer::new(service).with_limits()),
         &[<PodSyncServer<server::PodSyncService> as tonic::server::NamedService>::NAME],
     );
     // The systemd watchdog follows the housekeeping loop, and the state lock: a stuck

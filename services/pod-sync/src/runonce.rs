@@ -8,6 +8,7 @@ use nodeagent_proto::api::config_source_client::ConfigSourceClient;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
 use nodeagent_proto::api::{ListPodsRequest, WatchConfigRequest};
 use nodeagent_proto::k8s;
+use nodeagent_transport::WithLimits;
 use nodeagent_transport::{Shutdown, shutdown_channel};
 use std::time::Duration;
 
@@ -55,11 +56,12 @@ async fn wait_for_pods(config: &Config) -> anyhow::Result<()> {
     let config_source = nodeagent_transport::connect(config.endpoint(Service::ConfigSource));
     let pod_sync = PodSyncClient::new(nodeagent_transport::connect(
         config.endpoint(Service::PodSync),
-    ));
+    ))
+    .with_limits();
     let until = tokio::time::Instant::now() + RUN_ONCE_DEADLINE;
     let wanted = loop {
-        let mut client = ConfigSourceClient::new(config_source.clone());
-        if let Ok(resp) = client.watch(WatchConfigRequest {}).await
+        let mut client = ConfigSourceClient::new(config_source.clone()).with_limits();
+        if let Ok(resp) = client.watch(WatchConfigRequest::default()).await
             && let Ok(Some(snapshot)) = resp.into_inner().message().await
             && snapshot.all_sources_ready
         {

@@ -2,7 +2,7 @@
 //! annotations upstream puts on them so that a restarted pod-sync (or crictl) recognises
 //! every object.
 
-use crate::expansion::{Budget, expand};
+use crate::expansion::Budget;
 use crate::quantity;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, VolumeMount};
 use nodeagent_hostpath::{HostPath, PathError};
@@ -397,6 +397,7 @@ pub fn container_env(
 ) -> Result<Vec<(String, String)>, String> {
     let mut vars: HashMap<String, String> = HashMap::new();
     let mut out: Vec<(String, String)> = Vec::new();
+    let mut budget = Budget::default();
     let mut set = |name: String, v: String, vars: &mut HashMap<String, String>| {
         vars.insert(name.clone(), v.clone());
         out.retain(|(n, _)| n != &name);
@@ -446,7 +447,7 @@ pub fn container_env(
     } in c.env.clone().unwrap_or_default()
     {
         let v = match (value, value_from) {
-            (Some(v), _) => Some(expand(&v, &vars)),
+            (Some(v), _) => Some(budget.expand(&format!("env {name:?}"), &v, &vars)?),
             (None, Some(from)) => {
                 if let Some(f) = from.field_ref {
                     Some(field_ref(pod, &f.field_path, node, pod_ip).ok_or_else(|| {
@@ -500,6 +501,16 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
     let c = i.container;
     let env = container_env(i.pod, c, i.node, i.pod_ip, i.env_refs)?;
     let vars: HashMap<String, String> = env.iter().cloned().collect();
+    // argv gets a budget of its own: the point is bounded work here; exec itself enforces
+    // the combined ARG_MAX.
+    let mut budget = Budget::default();
+    let mut argv = |what: &str, list: &Option<Vec<String>>| -> Result<Vec<String>, String> {
+        let list = list.iter().flatten().enumerate();
+        list.map(|(n, s)| budget.expand(&format!("{what}[{n}]"), s, &vars))
+            .collect()
+    };
+    let command = argv("command", &c.command)?;
+    let args = argv("args", &c.args)?;
     let mut mounts = Vec::new();
     for m in c.volume_mounts.clone().unwrap_or_default() {
         let host = i.volumes.get(&m.name).ok_or_else(|| {
@@ -591,20 +602,8 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
             image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c
-            .command
-            .clone()
-            .unwrap_or_default()
-            .iter()
-            .map(|s| expand(s, &vars))
-            .collect(),
-        args: c
-            .args
-            .clone()
-            .unwrap_or_default()
-            .iter()
-            .map(|s| expand(s, &vars))
-            .collect(),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs: env
             .into_iter()

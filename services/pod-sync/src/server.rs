@@ -1,7 +1,6 @@
 //! pod-sync's gRPC API and status publication (the status manager's local half).
 
 use crate::PodSync;
-use crate::runtime_spec;
 use crate::status::{StatusInputs, compute};
 use nodeagent_proto::api::{
     ListPodsRequest, ListPodsResponse, PodStatusUpdate, WatchPodStatusRequest,
@@ -20,7 +19,7 @@ pub struct PodSyncService {
 impl PodSync {
     /// Recomputes one pod's status and, when it changed, tells the watchers.
     pub(crate) async fn publish_status(&self, uid: &str) {
-        self.read_termination_messages(uid);
+        self.read_termination_messages(uid).await;
         let mut st = self.lock();
         let Some(pod) = st.desired.get(uid).cloned() else {
             return;
@@ -62,91 +61,11 @@ impl PodSync {
             pods_json: vec![k8s::encode_pod(&with_status)],
             removed_uids: Vec::new(),
             trace: nodeagent_telemetry::current_trace_context(),
+            snapshot_continues: false,
         };
         st.statuses.insert(uid.to_string(), with_status);
         let _ = self.status_tx.send(update);
     }
-}
-
-impl PodSync {
-    /// Reads, once per container, the termination message of every exited container of
-    /// the pod: its terminationMessagePath file or, with FallbackToLogsOnError and a
-    /// failure, the tail of its log (upstream: 80 lines, 2 KiB at most).
-    fn read_termination_messages(&self, uid: &str) {
-        let (pod, exited) = {
-            let st = self.lock();
-            let Some(pod) = st.desired.get(uid).cloned() else {
-                return;
-            };
-            let exited: Vec<_> = st
-                .runtime
-                .get(uid)
-                .map(|r| {
-                    r.containers
-                        .iter()
-                        .filter(|c| {
-                            c.state == nodeagent_proto::cri::ContainerState::ContainerExited as i32
-                        })
-                        .filter(|c| !st.termination_messages.contains_key(&c.id))
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default();
-            (pod, exited)
-        };
-        if exited.is_empty() {
-            return;
-        }
-        let spec = pod.spec.clone().unwrap_or_default();
-        let mut found = Vec::new();
-        for c in exited {
-            let Some(container) = spec
-                .containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .find(|s| s.name == c.name)
-            else {
-                continue;
-            };
-            let file = runtime_spec::termination_message_file(
-                &self.node.root_dir,
-                uid,
-                &c.name,
-                c.attempt,
-            );
-            let mut message = read_capped(&file, 4096);
-            let fallback =
-                container.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
-            if message.is_empty() && fallback && c.exit_code != 0 {
-                let log = runtime_spec::pod_log_dir(&self.node.pod_logs_dir, &pod)
-                    .join(&c.name)
-                    .join(format!("{}.log", c.attempt));
-                message = log_tail(&log, 80, 2048);
-            }
-            found.push((c.id, message));
-        }
-        self.lock().termination_messages.extend(found);
-    }
-}
-
-fn read_capped(path: &std::path::Path, max: usize) -> String {
-    let data = std::fs::read(path).unwrap_or_default();
-    String::from_utf8_lossy(&data[..data.len().min(max)]).into_owned()
-}
-
-/// The last lines of a CRI log file, without the "<time> <stream> <tag> " prefixes.
-fn log_tail(path: &std::path::Path, lines: usize, max_bytes: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l))
-        .collect();
-    let tail = all[all.len().saturating_sub(lines)..].join("\n");
-    let start = tail.len().saturating_sub(max_bytes);
-    let start = (start..tail.len())
-        .find(|i| tail.is_char_boundary(*i))
-        .unwrap_or(tail.len());
-    tail[start..].to_string()
 }
 
 #[tonic::async_trait]
@@ -166,7 +85,7 @@ impl PodSyncApi for PodSyncService {
 
     async fn watch_pod_status(
         &self,
-        _r: Request<WatchPodStatusRequest>,
+        request: Request<WatchPodStatusRequest>,
     ) -> Result<Response<Self::WatchPodStatusStream>, Status> {
         let (snapshot, rx) = {
             let st = self.sync.lock();
@@ -176,6 +95,7 @@ impl PodSyncApi for PodSyncService {
                 pods_json: st.statuses.values().map(k8s::encode_pod).collect(),
                 removed_uids: Vec::new(),
                 trace: None,
+                snapshot_continues: false,
             };
             (snapshot, self.sync.status_tx.subscribe())
         };
@@ -183,6 +103,7 @@ impl PodSyncApi for PodSyncService {
             snapshot,
             rx,
             self.sync.shutdown.clone(),
+            request.get_ref().accept_chunked_snapshot,
         )))
     }
 }

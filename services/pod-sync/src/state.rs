@@ -95,3 +95,56 @@ impl State {
             && (self.terminating.contains_key(uid) || (self.config_synced && self.sources_ready))
     }
 }
+
+impl State {
+    /// Drops what is kept per container ID for containers the runtime no longer has
+    /// (removed by the restart policy's garbage collection or by hand), so that these maps
+    /// follow the runtime instead of growing with every restart. Only after pleg's first
+    /// snapshot: before it, the runtime view is empty, not known.
+    pub fn prune_containers(&mut self) {
+        if !self.pleg_synced {
+            return;
+        }
+        let live: HashSet<&str> = self
+            .runtime
+            .values()
+            .flat_map(|p| p.containers.iter().map(|c| c.id.as_str()))
+            .collect();
+        self.termination_messages
+            .retain(|id, _| live.contains(id.as_str()));
+        self.liveness_failed.retain(|id| live.contains(id.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+    use nodeagent_proto::api::RuntimeContainer;
+
+    #[test]
+    fn entries_of_containers_the_runtime_no_longer_has_are_pruned() {
+        let mut st = State::default();
+        st.termination_messages.insert("gone".into(), "bye".into());
+        st.termination_messages.insert("live".into(), "hi".into());
+        st.liveness_failed.insert("gone".into());
+        st.prune_containers();
+        assert_eq!(st.termination_messages.len(), 2, "no runtime view yet");
+        st.pleg_synced = true;
+        st.runtime.insert(
+            "u1".into(),
+            RuntimePodStatus {
+                containers: vec![RuntimeContainer {
+                    id: "live".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        st.prune_containers();
+        assert_eq!(
+            st.termination_messages.keys().collect::<Vec<_>>(),
+            vec!["live"]
+        );
+        assert!(st.liveness_failed.is_empty());
+    }
+}

@@ -3,9 +3,13 @@
 
 use crate::PodSync;
 use nodeagent_proto::k8s;
-use std::sync::Arc;
+use nodeagent_transport::Shutdown;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 /// Where a pod is in its life on this node (upstream `pod_workers.go`): syncing (its
@@ -16,6 +20,57 @@ pub enum PodWorkerState {
     Syncing,
     Terminating,
     Terminated,
+}
+
+/// At most one pending delayed trigger per pod: the one with the earliest deadline. A pod
+/// that keeps asking to be retried (every sync and every error does) would otherwise pile up
+/// one sleeping task per request.
+#[derive(Default)]
+pub struct DelayedTriggers {
+    pending: Mutex<HashMap<String, (Instant, AbortHandle)>>,
+}
+
+impl DelayedTriggers {
+    /// Runs `fire` after `after`, unless a trigger for `uid` is already due by then; a
+    /// pending later one is replaced.
+    pub fn schedule(
+        self: &Arc<Self>,
+        uid: &str,
+        after: Duration,
+        shutdown: Shutdown,
+        fire: impl FnOnce() + Send + 'static,
+    ) {
+        let deadline = Instant::now() + after;
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((due, task)) = pending.get(uid) {
+            if *due <= deadline {
+                return;
+            }
+            task.abort();
+        }
+        let this = self.clone();
+        let key = uid.to_string();
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.wait() => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    let mut pending = this.pending.lock().unwrap_or_else(|e| e.into_inner());
+                    // Only the current entry's task gets here: a replaced one was aborted.
+                    if pending.get(&key).is_some_and(|(due, _)| *due == deadline) {
+                        pending.remove(&key);
+                    }
+                    drop(pending);
+                    fire();
+                }
+            }
+        });
+        pending.insert(uid.to_string(), (deadline, task.abort_handle()));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
 }
 
 /// What one sync concluded.
@@ -52,15 +107,15 @@ impl PodSync {
         }
     }
 
+    /// Wakes the worker of `uid` after `after`, or sooner if an earlier wake-up is
+    /// already pending (see [`DelayedTriggers`]).
     fn trigger_later(self: &Arc<Self>, uid: &str, after: Duration) {
         let this = self.clone();
-        let uid = uid.to_string();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = this.shutdown.wait() => {}
-                _ = tokio::time::sleep(after) => this.trigger(&uid),
-            }
-        });
+        let target = uid.to_string();
+        self.delayed
+            .schedule(uid, after, self.shutdown.clone(), move || {
+                this.trigger(&target)
+            });
     }
 
     async fn worker(self: Arc<Self>, uid: String, mut rx: mpsc::Receiver<()>) {
@@ -219,4 +274,64 @@ pub fn now_nanos() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_triggers_of_a_pod_coalesce_to_the_earliest() {
+        let (_trigger, shutdown) = nodeagent_transport::shutdown_channel();
+        let delayed = Arc::new(DelayedTriggers::default());
+        let fired = Arc::new(AtomicUsize::new(0));
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let before = metrics.num_alive_tasks();
+        for n in 0..1000u64 {
+            let fired = fired.clone();
+            // Mostly later deadlines, and one earlier one in the middle.
+            let after = if n == 500 { 1 } else { 10 + n };
+            delayed.schedule(
+                "u1",
+                Duration::from_secs(after),
+                shutdown.clone(),
+                move || {
+                    fired.fetch_add(1, Ordering::SeqCst);
+                },
+            );
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(delayed.len(), 1);
+        assert_eq!(metrics.num_alive_tasks() - before, 1, "one task, not 1000");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            fired.load(Ordering::SeqCst),
+            1,
+            "the earliest deadline fired"
+        );
+        assert_eq!(delayed.len(), 0);
+        tokio::time::sleep(Duration::from_secs(2000)).await;
+        assert_eq!(
+            fired.load(Ordering::SeqCst),
+            1,
+            "the replaced ones never fire"
+        );
+        assert_eq!(metrics.num_alive_tasks(), before);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trigger_after_one_fired_schedules_again() {
+        let (_trigger, shutdown) = nodeagent_transport::shutdown_channel();
+        let delayed = Arc::new(DelayedTriggers::default());
+        let fired = Arc::new(AtomicUsize::new(0));
+        for _ in 0..2 {
+            let f = fired.clone();
+            delayed.schedule("u1", Duration::from_secs(1), shutdown.clone(), move || {
+                f.fetch_add(1, Ordering::SeqCst);
+            });
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        assert_eq!(fired.load(Ordering::SeqCst), 2);
+    }
 }

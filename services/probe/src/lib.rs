@@ -11,7 +11,7 @@ pub use check::{ProbeCheck, run_check};
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::prober_server::ProberServer;
-use nodeagent_transport::{Server, Shutdown};
+use nodeagent_transport::{Server, Shutdown, WithLimits};
 use std::sync::Arc;
 
 /// Runs the probe service until `shutdown`.
@@ -30,7 +30,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     );
     let server = Server::new(
         config.endpoint(Service::Probe).clone(),
-        tonic::service::Routes::new(ProberServer::new(manager::ProberService(manager.clone()))),
+        tonic::service::Routes::new(
+            ProberServer::new(manager::ProberService(manager.clone())).with_limits(),
+        ),
         &[<ProberServer<manager::ProberService> as tonic::server::NamedService>::NAME],
     );
     let served = server.serve(shutdown.clone()).await;

@@ -11,6 +11,7 @@ use nodeagent_proto::api::{
     WatchProbeResultsRequest, probe_result::Kind, probe_result::Outcome,
 };
 use nodeagent_proto::k8s;
+use nodeagent_transport::WithLimits;
 use nodeagent_transport::{
     Channel, Shutdown, WatchEvent, WatchStream, snapshot_then_deltas, watch_with_retry,
 };
@@ -66,13 +67,15 @@ impl ProbeManager {
     }
 
     pub async fn follow_pod_sync(self: Arc<Self>, channel: Channel) {
-        let client = PodSyncClient::new(channel);
+        let client = PodSyncClient::new(channel).with_limits();
         let mut rx = watch_with_retry("pod-sync", self.shutdown.clone(), move || {
             let mut c = client.clone();
             async move {
-                Ok(c.watch_pod_status(WatchPodStatusRequest {})
-                    .await?
-                    .into_inner())
+                Ok(c.watch_pod_status(WatchPodStatusRequest {
+                    accept_chunked_snapshot: true,
+                })
+                .await?
+                .into_inner())
             }
         });
         while let Some(event) = rx.recv().await {
@@ -261,6 +264,7 @@ impl ProbeManager {
             revision: inner.revision,
             snapshot: false,
             results: vec![result],
+            snapshot_continues: false,
         });
     }
 }
@@ -284,7 +288,7 @@ impl Prober for ProberService {
 
     async fn watch(
         &self,
-        _r: tonic::Request<WatchProbeResultsRequest>,
+        request: tonic::Request<WatchProbeResultsRequest>,
     ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
         let (snapshot, rx) = {
             let inner = self.0.lock();
@@ -292,6 +296,7 @@ impl Prober for ProberService {
                 revision: inner.revision,
                 snapshot: true,
                 results: inner.results.values().cloned().collect(),
+                snapshot_continues: false,
             };
             (snapshot, self.0.tx.subscribe())
         };
@@ -299,6 +304,7 @@ impl Prober for ProberService {
             snapshot,
             rx,
             self.0.shutdown.clone(),
+            request.get_ref().accept_chunked_snapshot,
         )))
     }
 }

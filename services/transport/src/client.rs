@@ -1,6 +1,6 @@
 //! Client channels to a service address, with a span and trace context on every call.
 
-use crate::ClientTrace;
+use crate::{ClientTrace, WithLimits};
 use hyper_util::rt::TokioIo;
 use nodeagent_config::Address;
 use std::time::Duration;
@@ -63,7 +63,7 @@ pub async fn check_health(
     service: &str,
     timeout: Duration,
 ) -> Result<(), String> {
-    let mut client = HealthClient::new(channel);
+    let mut client = HealthClient::new(channel).with_limits();
     let request = tonic_health::pb::HealthCheckRequest {
         service: service.to_string(),
     };

@@ -4,6 +4,7 @@
 //! watch helper that every stream consumer uses.
 
 mod bind;
+mod chunk;
 mod client;
 mod loop_health;
 mod server;
@@ -15,6 +16,9 @@ mod vsock_auth;
 mod watch;
 
 pub use bind::BIND_WINDOW;
+pub use chunk::{
+    Assembler, Chunked, MAX_MESSAGE_BYTES, MAX_POD_JSON_BYTES, SNAPSHOT_CHUNK_BYTES, WithLimits,
+};
 pub use client::{Channel, check_health, connect, connect_with_secret};
 pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
 pub use server::{ServeError, Server};

@@ -2,27 +2,45 @@
 //! then forwards deltas from a broadcast channel until the client goes away or we shut
 //! down. A client that falls too far behind gets an error and resubscribes, receiving a
 //! fresh snapshot, rather than a silently incomplete stream.
+//!
+//! Every queue here is bounded: the broadcast channel each producer owns has a fixed
+//! capacity (a slow consumer lags and is cut off, it never grows the producer), and the
+//! per-watcher queue below holds at most [`WATCHER_QUEUE`] messages.
 
 use crate::Shutdown;
+use crate::chunk::{Chunked, SNAPSHOT_CHUNK_BYTES};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 pub type WatchStream<M> = ReceiverStream<Result<M, tonic::Status>>;
 
+/// Messages queued for one watcher before the stream applies back-pressure.
+const WATCHER_QUEUE: usize = 64;
+
 /// `deltas` must have been subscribed while the snapshot was taken (under the same lock),
-/// so that nothing falls between the two.
+/// so that nothing falls between the two. With `chunked` (the consumer said it reassembles
+/// chunks) a large snapshot goes out in chunks of about [`SNAPSHOT_CHUNK_BYTES`]; without
+/// it (an older consumer) in one message, as before.
 pub fn snapshot_then_deltas<M>(
     snapshot: M,
     mut deltas: broadcast::Receiver<M>,
     shutdown: Shutdown,
+    chunked: bool,
 ) -> WatchStream<M>
 where
-    M: Clone + Send + 'static,
+    M: Chunked + Clone + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, rx) = mpsc::channel(WATCHER_QUEUE);
+    let chunks = if chunked {
+        snapshot.into_chunks(SNAPSHOT_CHUNK_BYTES)
+    } else {
+        vec![snapshot]
+    };
     tokio::spawn(async move {
-        if tx.send(Ok(snapshot)).await.is_err() {
-            return;
+        for chunk in chunks {
+            if tx.send(Ok(chunk)).await.is_err() {
+                return;
+            }
         }
         loop {
             let next = tokio::select! {

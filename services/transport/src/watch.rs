@@ -1,8 +1,10 @@
 //! One helper for every long-lived watch stream: open it, forward its messages, and when
 //! it breaks (the peer restarted, or we did), back off and open it again. Consumers treat
-//! the first message after [`WatchEvent::Connected`] as a fresh snapshot.
+//! the first message after [`WatchEvent::Connected`] as a fresh snapshot: chunked
+//! snapshots are reassembled here, so a consumer only ever sees a complete one.
 
 use crate::Shutdown;
+use crate::chunk::{Assembler, Chunked};
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -26,7 +28,7 @@ pub fn watch_with_retry<T, F, Fut>(
     mut open: F,
 ) -> mpsc::Receiver<WatchEvent<T>>
 where
-    T: Send + 'static,
+    T: Chunked + Send + 'static,
     F: FnMut() -> Fut + Send + 'static,
     Fut: Future<Output = Result<tonic::Streaming<T>, tonic::Status>> + Send,
 {
@@ -74,6 +76,7 @@ async fn run_once<T, F, Fut>(
     tx: &mpsc::Sender<WatchEvent<T>>,
 ) -> Option<(bool, String)>
 where
+    T: Chunked,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<tonic::Streaming<T>, tonic::Status>>,
 {
@@ -82,9 +85,15 @@ where
         Err(status) => return Some((false, format!("open failed: {}", status.message()))),
     };
     tx.send(WatchEvent::Connected).await.ok()?;
+    // A stream that breaks mid-snapshot drops the partial one with this assembler.
+    let mut assembler = Assembler::default();
     loop {
         match stream.message().await {
-            Ok(Some(m)) => tx.send(WatchEvent::Message(m)).await.ok()?,
+            Ok(Some(m)) => match assembler.push(m) {
+                Ok(Some(m)) => tx.send(WatchEvent::Message(m)).await.ok()?,
+                Ok(None) => {}
+                Err(reason) => return Some((true, format!("stream failed: {reason}"))),
+            },
             Ok(None) => return Some((true, "stream ended".into())),
             Err(status) => return Some((true, format!("stream failed: {}", status.message()))),
         }

@@ -2,7 +2,6 @@
 //! and tears them down. It keeps no state: what exists is read back from disk, so a
 //! restarted volume service knows every mount its predecessor made.
 
-use nodeagent_transport::WithLimits;
 mod layout;
 mod server;
 mod subpath;
@@ -11,7 +10,7 @@ pub use layout::{PodVolumeLayout, VolumeError};
 
 use nodeagent_config::{Config, Service};
 use nodeagent_proto::api::volume_server::VolumeServer;
-use nodeagent_transport::{Server, Shutdown};
+use nodeagent_transport::{Server, Shutdown, WithLimits};
 
 /// Runs the volume service until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
