@@ -6,7 +6,6 @@ use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, TCPSocket
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nodeagent_proto::cri::ExecSyncRequest;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Runs `cmd` in the container; Ok when it exits 0, Err with what it printed otherwise.
 pub async fn exec(
@@ -48,40 +47,21 @@ pub async fn exec(
     }
 }
 
-/// A minimal HTTP/1.0 GET; a status of 200–399 is success, as upstream.
-pub async fn http_get(host: &str, port: u16, path: &str, timeout: Duration) -> Result<(), String> {
-    let url = format!("http://{host}:{port}{path}");
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        let req = format!(
-            "GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.37\r\nAccept: */*\r\n\r\n"
-        );
-        stream
-            .write_all(req.as_bytes())
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        let mut buf = vec![0u8; 1024];
-        let n = stream
-            .read(&mut buf)
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        let head = String::from_utf8_lossy(&buf[..n]);
-        let code: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("GET {url}: malformed HTTP response"))?;
-        if (200..400).contains(&code) {
+/// An HTTP GET as upstream's prober does it (see `http_probe`); a warning (a redirect to
+/// another host, not followed) is logged and counts as success, as upstream.
+pub async fn http_get(
+    action: &HTTPGetAction,
+    default_host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<(), String> {
+    match crate::http_probe::http_probe(action, default_host, port, timeout).await? {
+        crate::http_probe::Probed::Success => Ok(()),
+        crate::http_probe::Probed::Warning(warning) => {
+            tracing::warn!(%warning, "HTTP probe succeeded with a warning");
             Ok(())
-        } else {
-            Err(format!("HTTP probe failed with statuscode: {code}"))
         }
-    };
-    tokio::time::timeout(timeout, attempt)
-        .await
-        .map_err(|_| format!("GET {url}: timed out after {}s", timeout.as_secs()))?
+    }
 }
 
 /// Opens (and closes) a TCP connection.
@@ -146,8 +126,7 @@ pub async fn run_handler(
             Ok(p) => p,
             Err(e) => return Some(Err(e)),
         };
-        let path = h.path.clone().unwrap_or_else(|| "/".into());
-        return Some(http_get(&host(&h.host), port, &path, timeout).await);
+        return Some(http_get(h, target.pod_ip, port, timeout).await);
     }
     if let Some(t) = tcp {
         let port = match resolve_port(&t.port, target.named_ports) {

@@ -3,6 +3,7 @@
 //! named `runtime.v1.RuntimeService/<Method>`), and the `runtimeRequestTimeout`.
 
 pub mod actions;
+pub mod http_probe;
 
 use nodeagent_proto::cri::image_service_client::ImageServiceClient;
 use nodeagent_proto::cri::runtime_service_client::RuntimeServiceClient;

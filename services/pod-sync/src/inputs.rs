@@ -1,18 +1,20 @@
 //! The streams pod-sync follows (config-source, pleg, probe) and its periodic ticks. Each
-//! stream's first message after a (re)connect is a snapshot that replaces what we held.
+//! stream's first message after a (re)connect is a snapshot that replaces what we held,
+//! except probe's: its results only ever change values (see `probe_state`).
 
 use crate::PodSync;
+use crate::probe_state::{ProbeValues, Store};
 use nodeagent_proto::api::config_source_client::ConfigSourceClient;
 use nodeagent_proto::api::pod_config_update::Op;
 use nodeagent_proto::api::prober_client::ProberClient;
 use nodeagent_proto::api::{
     PlegWatchResponse, PodConfigUpdate, ProbeResultUpdate, WatchConfigRequest, WatchPlegRequest,
-    WatchProbeResultsRequest, pleg_watch_response::Kind, probe_result::Kind as ProbeKind,
-    probe_result::Outcome,
+    WatchProbeResultsRequest, pleg_watch_response::Kind,
 };
 use nodeagent_proto::k8s;
 use nodeagent_transport::WithLimits;
 use nodeagent_transport::{Channel, WatchEvent, watch_with_retry};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -170,7 +172,12 @@ pub async fn follow_pleg(sync: Arc<PodSync>) {
     }
 }
 
-pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel) {
+/// How often probe values of containers the runtime no longer has are pruned.
+const PRUNE_PROBE_VALUES: Duration = Duration::from_secs(30);
+
+/// Follows probe's results (see `probe_state` for the rule) and owns their file: this
+/// task is the only writer of the ready/started values, so saves never race.
+pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel, store: Store) {
     let client = ProberClient::new(channel);
     let mut rx = watch_with_retry("probe", sync.shutdown.clone(), move || {
         let mut c = client.clone();
@@ -180,56 +187,84 @@ pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel) {
         };
         async move { Ok(c.watch(request).await?.into_inner()) }
     });
-    while let Some(event) = rx.recv().await {
-        match event {
-            WatchEvent::Connected => tracing::info!("following probe"),
-            WatchEvent::Disconnected(reason) => tracing::debug!(%reason, "probe stream broken"),
-            WatchEvent::Message(update) => apply_probe(&sync, update),
+    let mut prune = tokio::time::interval(PRUNE_PROBE_VALUES);
+    loop {
+        tokio::select! {
+            event = rx.recv() => match event {
+                None => return,
+                Some(WatchEvent::Connected) => tracing::info!("following probe"),
+                Some(WatchEvent::Disconnected(reason)) => tracing::debug!(%reason, "probe stream broken"),
+                Some(WatchEvent::Message(update)) => apply_probe(&sync, &store, update).await,
+            },
+            _ = prune.tick() => prune_probe_values(&sync, &store).await,
         }
     }
 }
 
-fn apply_probe(sync: &Arc<PodSync>, update: ProbeResultUpdate) {
-    let mut touched = Vec::new();
-    {
+/// Applies a snapshot or a delta alike: only the results in it change values.
+async fn apply_probe(sync: &Arc<PodSync>, store: &Store, update: ProbeResultUpdate) {
+    let (touched, values) = {
         let mut st = sync.lock();
-        if update.snapshot {
-            st.readiness.clear();
-            st.liveness_failed.clear();
-            st.started.clear();
-            touched.extend(st.desired.keys().cloned());
-        }
-        for r in update.results {
-            let success = r.outcome() == Outcome::Success;
-            match r.kind() {
-                ProbeKind::Readiness => {
-                    st.readiness.insert(r.container_id.clone(), success);
-                }
-                ProbeKind::Liveness if !success => {
-                    tracing::info!(pod.uid = %r.pod_uid, k8s.container.name = %r.container_name, message = %r.message, "liveness probe failed");
-                    st.liveness_failed.insert(r.container_id.clone());
-                }
-                ProbeKind::Liveness => {
-                    st.liveness_failed.remove(&r.container_id);
-                }
-                // A failed startup probe kills the container, as a failed liveness one does.
-                ProbeKind::Startup if !success => {
-                    tracing::info!(pod.uid = %r.pod_uid, k8s.container.name = %r.container_name, message = %r.message, "startup probe failed");
-                    st.liveness_failed.insert(r.container_id.clone());
-                }
-                ProbeKind::Startup => {
-                    st.started.insert(r.container_id.clone());
-                }
-                _ => continue,
-            }
-            touched.push(r.pod_uid.clone());
-        }
-    }
-    touched.sort();
-    touched.dedup();
+        let mut values = probe_values(&st);
+        let touched = values.apply(&mut st.liveness_failed, &update);
+        (touched, values)
+    };
+    commit_probe_values(sync, store, values).await;
     for uid in touched {
         sync.trigger(&uid);
     }
+}
+
+/// Forgets the values of containers that the runtime no longer has (once pleg's view is in).
+async fn prune_probe_values(sync: &Arc<PodSync>, store: &Store) {
+    let values = {
+        let mut guard = sync.lock();
+        let st = &mut *guard;
+        if !st.pleg_synced {
+            return;
+        }
+        let mut values = probe_values(st);
+        let live: HashSet<&str> = st
+            .runtime
+            .values()
+            .flat_map(|p| p.containers.iter().map(|c| c.id.as_str()))
+            .collect();
+        if !values.prune(&live) {
+            return;
+        }
+        let gone: Vec<String> = st
+            .liveness_failed
+            .iter()
+            .filter(|id| !live.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            st.liveness_failed.remove(&id);
+        }
+        values
+    };
+    commit_probe_values(sync, store, values).await;
+}
+
+fn probe_values(st: &crate::state::State) -> ProbeValues {
+    ProbeValues {
+        ready: st.readiness.clone(),
+        started: st.started.clone(),
+    }
+}
+
+/// Saves new values, then lets pod-sync publish from them: whatever it publishes is on
+/// disk first, so a restart starts from it.
+async fn commit_probe_values(sync: &Arc<PodSync>, store: &Store, values: ProbeValues) {
+    if probe_values(&sync.lock()) == values {
+        return;
+    }
+    if let Err(e) = store.save(&values).await {
+        tracing::warn!(error = %e, "probe values not saved; a restart may not restore them");
+    }
+    let mut st = sync.lock();
+    st.readiness = values.ready;
+    st.started = values.started;
 }
 
 /// The periodic resync of every pod, and housekeeping: pods that no source wants and

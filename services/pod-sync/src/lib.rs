@@ -9,6 +9,7 @@ mod expansion;
 mod hooks;
 mod inputs;
 mod kill;
+mod probe_state;
 mod quantity;
 mod runonce;
 mod runtime_spec;
@@ -80,6 +81,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let host_ip = host_ip();
     tracing::info!(%host_ip, "node address");
     let (status_tx, _) = broadcast::channel(4096);
+    // What pod-sync published last of probe results, so a restart flips no readiness.
+    let probe_store = probe_state::Store::new(&config.root_dir);
+    let saved = probe_store.load().await;
     let sync = Arc::new(PodSync {
         cri,
         volume: VolumeClient::new(nodeagent_transport::connect(
@@ -100,7 +104,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             root_dir: config.root_dir.clone(),
             pod_pids_limit: config.kubelet.pod_pids_limit,
         },
-        state: Mutex::new(State::default()),
+        state: Mutex::new(State {
+            readiness: saved.ready,
+            started: saved.started,
+            ..State::default()
+        }),
         workers: Mutex::new(HashMap::new()),
         permits: Semaphore::new(PARALLEL_WORKERS),
         status_tx,
@@ -119,6 +127,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     tasks.spawn(inputs::follow_probe(
         sync.clone(),
         nodeagent_transport::connect(config.endpoint(Service::Probe)),
+        probe_store,
     ));
     if let Some(client) = api {
         tasks.spawn(api_status::run(sync.clone(), client));

@@ -12,6 +12,9 @@ pub struct ProbeCheck {
     pub pod_ip: String,
     /// Container ports by name, to resolve named ports.
     pub named_ports: Vec<(String, i32)>,
+    /// When the container started (its status' StartedAt): initialDelaySeconds counts
+    /// from here.
+    pub started_at: Option<std::time::SystemTime>,
 }
 
 /// Runs the probe once: Ok(()) on success, Err(reason) on failure.
@@ -48,6 +51,7 @@ mod tests {
             container_id: String::new(),
             pod_ip: "127.0.0.1".into(),
             named_ports: vec![("web".into(), 0)],
+            started_at: None,
         }
     }
 

@@ -134,14 +134,26 @@ impl ProbeManager {
                     continue;
                 }
                 // Upstream: with a startup probe, liveness and readiness wait until it
-                // has succeeded once.
+                // has succeeded once, and it stops once pod-sync reports the container
+                // started (which pod-sync keeps across restarts of either service).
+                let reported_started = cs.started == Some(true);
                 let started = c.startup_probe.is_none()
+                    || reported_started
                     || inner
                         .results
                         .get(&(uid.clone(), c.name.clone(), Kind::Startup as i32))
                         .is_some_and(|r| r.container_id == id && r.outcome() == Outcome::Success);
+                let started_at = cs
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.running.as_ref()?.started_at.as_ref())
+                    .map(|t| std::time::SystemTime::from(t.0));
                 for (kind, probe) in probes(c) {
-                    if kind != Kind::Startup && !started {
+                    let skip = match kind {
+                        Kind::Startup => reported_started,
+                        _ => !started,
+                    };
+                    if skip {
                         continue;
                     }
                     let check = ProbeCheck {
@@ -149,6 +161,7 @@ impl ProbeManager {
                         container_id: id.to_string(),
                         pod_ip: pod_ip.clone(),
                         named_ports: nodeagent_cri::actions::named_ports(c),
+                        started_at,
                     };
                     wanted.insert(
                         (uid.clone(), c.name.clone(), kind as i32),
@@ -201,8 +214,10 @@ impl ProbeManager {
         let period = Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
         let success_threshold = p.success_threshold.unwrap_or(1).max(1);
         let failure_threshold = p.failure_threshold.unwrap_or(3).max(1);
-        tokio::time::sleep(Duration::from_secs(
-            p.initial_delay_seconds.unwrap_or(0).max(0) as u64,
+        tokio::time::sleep(initial_delay(
+            &p,
+            check.started_at,
+            std::time::SystemTime::now(),
         ))
         .await;
         let (mut successes, mut failures) = (0, 0);
@@ -269,6 +284,20 @@ impl ProbeManager {
     }
 }
 
+/// What is left of initialDelaySeconds, counted from the container's StartedAt as
+/// upstream (not from when this worker began: a restarted probe does not wait again).
+fn initial_delay(
+    p: &Probe,
+    started_at: Option<std::time::SystemTime>,
+    now: std::time::SystemTime,
+) -> Duration {
+    let delay = Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64);
+    let running_for = started_at
+        .and_then(|t| now.duration_since(t).ok())
+        .unwrap_or_default();
+    delay.saturating_sub(running_for)
+}
+
 fn probes(c: &Container) -> Vec<(Kind, Probe)> {
     [
         (Kind::Readiness, &c.readiness_probe),
@@ -306,5 +335,30 @@ impl Prober for ProberService {
             self.0.shutdown.clone(),
             request.get_ref().accept_chunked_snapshot,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    #[test]
+    fn initial_delay_counts_from_started_at() {
+        let p = Probe {
+            initial_delay_seconds: Some(60),
+            ..Default::default()
+        };
+        let now = SystemTime::now();
+        let ago = |s| Some(now - Duration::from_secs(s));
+        // A container that started 5 minutes ago (a restarted probe): probe at once.
+        assert_eq!(initial_delay(&p, ago(300), now), Duration::ZERO);
+        assert_eq!(initial_delay(&p, ago(20), now), Duration::from_secs(40));
+        assert_eq!(initial_delay(&p, None, now), Duration::from_secs(60));
+        // A StartedAt in the future (clock skew) waits the full delay, no more.
+        assert_eq!(
+            initial_delay(&p, Some(now + Duration::from_secs(5)), now),
+            Duration::from_secs(60)
+        );
     }
 }
