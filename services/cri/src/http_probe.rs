@@ -103,7 +103,7 @@ impl ProbeRequest {
         let mut custom_host = self.custom_host.clone();
         let mut redirects = 0;
         loop {
-            let response = self.send(&uri, custom_host.as_ref()).await?;
+            let (response, _connection) = self.send(&uri, custom_host.as_ref()).await?;
             let status = response.status();
             let location = response
                 .headers()
@@ -134,7 +134,7 @@ impl ProbeRequest {
         &self,
         uri: &Uri,
         host: Option<&HeaderValue>,
-    ) -> Result<Response<Incoming>, String> {
+    ) -> Result<(Response<Incoming>, Connection), String> {
         let authority = uri.authority().map(Authority::as_str).unwrap_or_default();
         let host = match host {
             Some(h) => h.clone(),
@@ -263,22 +263,35 @@ fn resolve(current: &Uri, location: &str) -> Result<(Uri, bool), String> {
     ))
 }
 
+/// The task driving one connection; dropping it closes the connection, so a probe that
+/// times out or has read enough leaves nothing behind.
+struct Connection(tokio::task::JoinHandle<()>);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// One request on a fresh HTTP/1.1 connection (upstream disables keep-alives).
-async fn exchange<T>(io: T, request: Request<Empty<Bytes>>) -> Result<Response<Incoming>, String>
+async fn exchange<T>(
+    io: T,
+    request: Request<Empty<Bytes>>,
+) -> Result<(Response<Incoming>, Connection), String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| e.to_string())?;
-    // The connection task ends when the response body is dropped or fully read.
-    tokio::spawn(async move {
+    let connection = Connection(tokio::spawn(async move {
         let _ = connection.await;
-    });
-    sender
+    }));
+    let response = sender
         .send_request(request)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok((response, connection))
 }
 
 /// TLS without certificate verification, as upstream (`InsecureSkipVerify: true`): a

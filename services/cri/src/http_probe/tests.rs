@@ -211,14 +211,16 @@ async fn status_codes_body_and_timeout() {
     assert!(err.contains("statuscode: 500"), "{err}");
     // A large body is read only up to 10 KiB.
     get(action(port, "/big", &[])).await.unwrap();
-    // A server that accepts and never answers: timeoutSeconds bounds the probe.
+    // A server that accepts and never answers: timeoutSeconds bounds the probe, and the
+    // connection is closed, not left behind.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let silent_port = silent.local_addr().unwrap().port();
-    let _keep = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = silent.accept().await {
-            held.push(s);
-        }
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut s, _) = silent.accept().await.unwrap();
+        let mut buf = [0u8; 1024];
+        while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        let _ = closed_tx.send(());
     });
     let started = std::time::Instant::now();
     let err = http_probe(
@@ -231,6 +233,10 @@ async fn status_codes_body_and_timeout() {
     .unwrap_err();
     assert!(err.contains("timed out after 1s"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(3));
+    tokio::time::timeout(Duration::from_secs(2), closed_rx)
+        .await
+        .expect("the timed-out connection is closed")
+        .unwrap();
 }
 
 /// A self-signed certificate from the `openssl` CLI (skipped when it is not installed).
