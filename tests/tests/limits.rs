@@ -65,13 +65,14 @@ async fn pods_over_the_message_limit_in_total_run_and_an_oversized_pod_is_refuse
         },
     )
     .await;
-    // 12 x 1400 KiB: about 16.4 MiB, four times tonic's default limit and over our own
-    // per-message limit, so that neither a snapshot nor /pods fits one message; each pod
-    // stays under the per-pod limit.
+    // 12 x 700 KiB: about 8.4 MiB, twice tonic's default limit, each pod under the per-pod
+    // limit. Not more: the pods' annotations are also on their CRI sandboxes, and containerd
+    // answers ListPodSandbox in one message of at most 16 MiB, so a node whose pods carry
+    // more than that in total cannot be relisted (as upstream).
     for i in 0..LARGE_PODS {
         node.write_manifest(
             &format!("large-{i}.yaml"),
-            &manifest(&format!("large-{i}"), 1400 << 10, json!([])),
+            &manifest(&format!("large-{i}"), 700 << 10, json!([])),
         );
     }
     node.write_manifest("huge.yaml", &manifest("huge", 3 << 20, json!([])));

@@ -135,3 +135,44 @@ impl HttpSource {
         Ok(buf[split + 4..].to_vec())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves one response: a 200 head and `body_len` bytes of body.
+    async fn serve_once(body_len: usize) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = conn.read(&mut request).await;
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await;
+            let _ = conn.write_all(&vec![b'#'; body_len]).await;
+        });
+        format!("http://{addr}/pods")
+    }
+
+    fn source(url: String) -> HttpSource {
+        HttpSource {
+            url,
+            headers: BTreeMap::new(),
+            node_name: "n1".into(),
+            period: Duration::from_secs(20),
+            store: Arc::new(Mutex::new(PodStore::new(["http"]))),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_at_the_limit_is_read_and_one_byte_more_is_refused() {
+        let at = source(serve_once(manifest::MAX_MANIFEST_BYTES).await);
+        assert_eq!(
+            at.fetch().await.unwrap().len(),
+            manifest::MAX_MANIFEST_BYTES
+        );
+        let over = source(serve_once(manifest::MAX_MANIFEST_BYTES + 1).await);
+        let err = over.fetch().await.unwrap_err();
+        assert!(err.contains("the body is over the limit"), "{err}");
+    }
+}
