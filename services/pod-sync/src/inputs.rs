@@ -178,7 +178,7 @@ const PRUNE_PROBE_VALUES: Duration = Duration::from_secs(30);
 /// Follows probe's results (see `probe_state` for the rule) and owns their file: this
 /// task is the only writer of the ready/started values, so saves never race.
 pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel, store: Store) {
-    let client = ProberClient::new(channel);
+    let client = ProberClient::new(channel).with_limits();
     let mut rx = watch_with_retry("probe", sync.shutdown.clone(), move || {
         let mut c = client.clone();
         // Chunks of a snapshot apply like any results (nothing is cleared), so chunking is safe.
