@@ -27,9 +27,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         sources.push("api");
     }
     let store = Arc::new(Mutex::new(store::PodStore::new(sources)));
-    let mut tasks = tokio::task::JoinSet::new();
     // A source loop that stops beating makes config-source report NOT_SERVING.
     let loops = LoopHealth::default();
+    let mut tasks = tokio::task::JoinSet::new();
     if let Some(path) = config.kubelet.static_pod_path.clone() {
         tracing::info!(path = %path.display(), "watching static pod path");
         let source = file::FileSource::new(
