@@ -66,6 +66,16 @@ async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: evil\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    volumeMounts:\n    - name: \"{escape}\"\n      mountPath: /data\n  volumes:\n  - name: \"{escape}\"\n    emptyDir: {{}}\n"
         ),
     );
+    // A pod written after it runs: config-source and pod-sync went on past the bad one,
+    // so by then the bad one was either set up (the old bug) or refused.
+    node.write_manifest(
+        "later.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: later\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    running_container(&node, "later", "c").await;
+    assert!(!Path::new(&target).exists(), "{target} was created");
+    assert!(node.pod("evil").await.is_err(), "the evil pod is listed");
+    assert_eq!(node.container_id("evil", "c").await, None);
     let line = eventually("the manifest refused in the log", DEADLINE, || async {
         node.log(Service::ConfigSource)
             .lines()
@@ -79,15 +89,6 @@ async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
             && line.contains("a lowercase RFC 1123 label"),
         "{line}"
     );
-    // A pod written after it runs: config-source and pod-sync went on past the bad one.
-    node.write_manifest(
-        "later.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: later\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
-    );
-    running_container(&node, "later", "c").await;
-    assert!(!Path::new(&target).exists(), "{target} was created");
-    assert!(node.pod("evil").await.is_err(), "the evil pod is listed");
-    assert_eq!(node.container_id("evil", "c").await, None);
     // The running pod is untouched: same container, still running.
     assert_eq!(running_container(&node, "good", "c").await, before);
     node.stop().await;
@@ -249,7 +250,8 @@ async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event()
     };
     let node = Node::start("apiclimb", options).await;
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let name = format!("climb-{}", node.name);
+    // API pods keep their names; named like a static pod here so the harness finds them.
+    let name = node.pod_name("climb");
     let target = format!("/tmp/{name}");
     let escape = format!("../../../../../../..{target}");
     let pod: Pod = serde_json::from_value(json!({
@@ -267,6 +269,20 @@ async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event()
         .create(&PostParams::default(), &pod)
         .await
         .unwrap();
+    // A good pod created after it runs: by then the bad one was refused or set up.
+    let good: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": node.pod_name("good"), "namespace": "default"},
+        "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &good)
+        .await
+        .unwrap();
+    running_container(&node, "good", "c").await;
+    assert!(!Path::new(&target).exists(), "{target} was created");
     let events: Api<Event> = Api::namespaced(client, "default");
     let event = eventually("a FailedValidation event", DEADLINE, || async {
         let list = events
@@ -286,6 +302,6 @@ async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event()
         "{message}"
     );
     assert!(!Path::new(&target).exists(), "{target} was created");
-    assert_eq!(node.container_id(&name, "c").await, None);
+    assert_eq!(node.container_id("climb", "c").await, None);
     node.stop().await;
 }

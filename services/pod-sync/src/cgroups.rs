@@ -262,6 +262,12 @@ mod tests {
             Some("/kubepods/besteffort/podu1")
         );
         assert_eq!(pod_cgroup_parent(&p, false, "/"), None);
+        // A UID that climbs names no cgroup at all (never "/kubepods/besteffort/pod../..").
+        for bad in ["/../../system.slice", "..", ""] {
+            let mut p = p.clone();
+            p.metadata.uid = Some(bad.into());
+            assert_eq!(pod_cgroup_parent(&p, true, "/"), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -23,7 +23,9 @@ fn to_status(e: VolumeError) -> Status {
         | VolumeError::SubPath(SubPathError::Invalid { .. } | SubPathError::Escapes { .. }) => {
             Status::invalid_argument(e.to_string())
         }
-        VolumeError::SubPath(SubPathError::Sys { .. }) => Status::internal(e.to_string()),
+        VolumeError::SubPath(SubPathError::Sys { .. } | SubPathError::Mount { .. }) => {
+            Status::internal(e.to_string())
+        }
         VolumeError::StillMounted(_) => Status::failed_precondition(e.to_string()),
         VolumeError::Io { .. } => Status::internal(e.to_string()),
     }

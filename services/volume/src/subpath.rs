@@ -29,6 +29,13 @@ pub enum SubPathError {
         path: String,
         errno: Errno,
     },
+    /// Making or removing a subPath bind mount failed.
+    #[error("{op} {path:?}: {errno}")]
+    Mount {
+        op: &'static str,
+        path: String,
+        errno: Errno,
+    },
 }
 
 /// One subPath to resolve: `sub_path` inside the volume directory `volume_dir`.
@@ -122,12 +129,7 @@ pub fn bind_at(fd: &OwnedFd, target: &HostPath) -> Result<(), SubPathError> {
     let t = target.to_string_lossy();
     let err = |op: &'static str| {
         let t = t.clone();
-        move |errno| SubPathError::Sys {
-            sub_path: String::new(),
-            op,
-            path: t,
-            errno,
-        }
+        move |errno| SubPathError::Mount { op, path: t, errno }
     };
     let source = fstat(fd).map_err(err("stat"))?;
     if is_mount_point(target) {
@@ -170,8 +172,7 @@ pub fn bind_at(fd: &OwnedFd, target: &HostPath) -> Result<(), SubPathError> {
 
 /// Unmounts every mount at or under `dir`, deepest first.
 pub fn unmount_under(dir: &Path) -> Result<(), SubPathError> {
-    let mut mounts = mounts_under(dir).map_err(|e| SubPathError::Sys {
-        sub_path: String::new(),
+    let mut mounts = mounts_under(dir).map_err(|e| SubPathError::Mount {
         op: "read mounts under",
         path: dir.to_string_lossy().into_owned(),
         errno: io_errno(e),
@@ -181,8 +182,7 @@ pub fn unmount_under(dir: &Path) -> Result<(), SubPathError> {
         match umount2(&m, MntFlags::MNT_DETACH) {
             Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
             Err(errno) => {
-                return Err(SubPathError::Sys {
-                    sub_path: String::new(),
+                return Err(SubPathError::Mount {
                     op: "unmount",
                     path: m.to_string_lossy().into_owned(),
                     errno,
