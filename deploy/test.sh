@@ -10,6 +10,8 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== the previous release's binaries (the upgrade test runs them against the current ones)"
+bash tests/upgrade/build-previous.sh
 echo "== cargo build (the binaries the cross-service tests start)"
 cargo build --workspace --bins
 echo "== cargo nextest"

@@ -392,8 +392,8 @@ pub async fn follow_status_stream(node_socket: nodeagent_config::Address, record
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
+        // Not asking for chunks: the whole snapshot comes as one message.
         let mut stream = stream.into_inner();
-        let mut assembling: Option<Vec<PodView>> = None;
         while let Ok(Some(update)) = stream.message().await {
             let pods: Vec<PodView> = update
                 .pods_json
@@ -402,14 +402,8 @@ pub async fn follow_status_stream(node_socket: nodeagent_config::Address, record
                 .filter_map(|v| PodView::from_json(&v))
                 .collect();
             let mut r = records.lock().unwrap();
-            if update.snapshot || assembling.is_some() {
-                let mut all = assembling.take().unwrap_or_default();
-                all.extend(pods);
-                if snapshot_continues(&update) {
-                    assembling = Some(all);
-                } else {
-                    r.observe_all("stream", all);
-                }
+            if update.snapshot {
+                r.observe_all("stream", pods);
                 continue;
             }
             for p in pods {
@@ -427,11 +421,6 @@ pub async fn follow_status_stream(node_socket: nodeagent_config::Address, record
             .or_default() += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Whether more messages of the same snapshot follow (large snapshots come in chunks).
-fn snapshot_continues(_update: &nodeagent_proto::api::PodStatusUpdate) -> bool {
-    false
 }
 
 /// Polls `/pods` every `period` for as long as the task lives and records what it shows.

@@ -97,9 +97,9 @@ async fn each_service_downgraded_and_upgraded_alone_leaves_pods_and_statuses_unt
     let mut original: Vec<String> = node.containers().await.into_iter().map(|c| c.id).collect();
     original.sort();
 
-    let mut next = 1;
     let mut downgrade_findings = Vec::new();
-    for service in Service::ALL {
+    for (step, service) in Service::ALL.into_iter().enumerate() {
+        let next = step + 1;
         // Down to the previous release: pods must stay; what it shows is its own business.
         let before = records.lock().unwrap().violations.len();
         swap(
@@ -117,7 +117,6 @@ async fn each_service_downgraded_and_upgraded_alone_leaves_pods_and_statuses_unt
         // A pod created and one removed while the old build runs (new fields meet old code).
         add_pod(&node, &records, "u", next);
         remove_pod(&node, &records, next - 1);
-        next += 1;
         settle(
             &node,
             &records,

@@ -203,12 +203,22 @@ pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel, store: Store) {
 
 /// Applies a snapshot or a delta alike: only the results in it change values.
 async fn apply_probe(sync: &Arc<PodSync>, store: &Store, update: ProbeResultUpdate) {
-    let (touched, values) = {
+    let (mut touched, values) = {
         let mut st = sync.lock();
         let mut values = probe_values(&st);
         let touched = values.apply(&mut st.liveness_failed, &update);
         (touched, values)
     };
+    {
+        // The first snapshot after our start: every status is recomputed with it before
+        // statuses are served (see `State::statuses_servable`).
+        let mut st = sync.lock();
+        if update.snapshot && !st.probe_synced {
+            st.probe_synced = true;
+            st.published_since_probe.clear();
+            touched.extend(st.desired.keys().cloned());
+        }
+    }
     commit_probe_values(sync, store, values).await;
     for uid in touched {
         sync.trigger(&uid);

@@ -48,6 +48,9 @@ impl PodSync {
                 status.pod_ips = Some(vec![k8s_openapi::api::core::v1::PodIP { ip: ip.clone() }]);
             }
         }
+        if st.probe_synced {
+            st.published_since_probe.insert(uid.to_string());
+        }
         let mut with_status = pod;
         with_status.status = Some(status);
         // Metadata changes (labels, annotations) are published too, not only status.
@@ -68,13 +71,21 @@ impl PodSync {
     }
 }
 
+/// Statuses are not served before they are complete; consumers retry.
+fn not_yet_servable() -> Status {
+    Status::unavailable("pod-sync is still computing the status of every pod after its start")
+}
+
 #[tonic::async_trait]
 impl PodSyncApi for PodSyncService {
     async fn list_pods(
         &self,
         _r: Request<ListPodsRequest>,
     ) -> Result<Response<ListPodsResponse>, Status> {
-        let st = self.sync.lock();
+        let mut st = self.sync.lock();
+        if !st.statuses_servable() {
+            return Err(not_yet_servable());
+        }
         Ok(Response::new(ListPodsResponse {
             revision: st.status_revision,
             pods_json: st.statuses.values().map(k8s::encode_pod).collect(),
@@ -88,7 +99,10 @@ impl PodSyncApi for PodSyncService {
         request: Request<WatchPodStatusRequest>,
     ) -> Result<Response<Self::WatchPodStatusStream>, Status> {
         let (snapshot, rx) = {
-            let st = self.sync.lock();
+            let mut st = self.sync.lock();
+            if !st.statuses_servable() {
+                return Err(not_yet_servable());
+            }
             let snapshot = PodStatusUpdate {
                 revision: st.status_revision,
                 snapshot: true,

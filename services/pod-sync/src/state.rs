@@ -74,7 +74,22 @@ pub struct State {
     pub sandbox_ips: HashMap<String, String>,
     /// When the housekeeping loop last ran (the watchdog follows it).
     pub heartbeat: Option<Instant>,
+    /// Every desired pod has had its status computed since this process started. Until
+    /// then statuses are not served: a restarted pod-sync that answered with what little it
+    /// knew would make running pods vanish from `/pods` and from the API's view.
+    pub statuses_complete: bool,
+    /// When both snapshots were first seen: a pod whose first sync is slow (a long image
+    /// pull) must not hide every other pod's status for long.
+    pub snapshots_seen_at: Option<Instant>,
+    /// A probe results snapshot has been received since this process started.
+    pub probe_synced: bool,
+    /// Pods whose status was computed after the first probe snapshot: only those statuses
+    /// carry the probe results a restarted pod-sync may not have had on disk.
+    pub published_since_probe: HashSet<String>,
 }
+
+/// How long at most statuses stay hidden after both snapshots arrived.
+const STATUS_GATE_MAX: Duration = Duration::from_secs(15);
 
 impl State {
     /// Every pod uid anyone knows of.
@@ -89,10 +104,71 @@ impl State {
             .collect()
     }
 
+    /// Whether statuses may be served; latches once every desired pod has a status computed
+    /// after the config, runtime and probe snapshots arrived (or after a bounded wait, so
+    /// that a dead probe service or a slow pod cannot hide every status for long).
+    pub fn statuses_servable(&mut self) -> bool {
+        if self.statuses_complete || !(self.config_synced && self.pleg_synced) {
+            return self.statuses_complete;
+        }
+        let since = *self.snapshots_seen_at.get_or_insert_with(Instant::now);
+        let complete = self.probe_synced
+            && self
+                .desired
+                .keys()
+                .all(|uid| self.published_since_probe.contains(uid));
+        if complete || since.elapsed() >= STATUS_GATE_MAX {
+            self.statuses_complete = true;
+        }
+        self.statuses_complete
+    }
+
     /// A pod no source wants may be torn down only once we know the sources' full set.
     pub fn may_remove(&self, uid: &str) -> bool {
         !self.desired.contains_key(uid)
             && (self.terminating.contains_key(uid) || (self.config_synced && self.sources_ready))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_served_only_once_every_desired_pod_has_one() {
+        let mut st = State::default();
+        assert!(!st.statuses_servable(), "nothing known yet");
+        st.config_synced = true;
+        st.pleg_synced = true;
+        st.desired.insert("u1".into(), Pod::default());
+        st.published_since_probe.insert("u1".into());
+        assert!(!st.statuses_servable(), "probe's results are not in yet");
+        st.probe_synced = true;
+        st.published_since_probe.clear();
+        assert!(
+            !st.statuses_servable(),
+            "u1's status predates probe's results"
+        );
+        st.published_since_probe.insert("u1".into());
+        assert!(st.statuses_servable());
+        st.desired.insert("u2".into(), Pod::default());
+        assert!(
+            st.statuses_servable(),
+            "a new pod does not hide the others again"
+        );
+    }
+
+    #[test]
+    fn a_slow_pod_hides_the_others_for_a_bounded_time_only() {
+        let mut st = State {
+            config_synced: true,
+            pleg_synced: true,
+            ..State::default()
+        };
+        st.desired.insert("slow".into(), Pod::default());
+        assert!(!st.statuses_servable());
+        st.snapshots_seen_at = Some(Instant::now() - STATUS_GATE_MAX);
+        assert!(st.statuses_servable());
     }
 }
 
