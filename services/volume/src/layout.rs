@@ -384,4 +384,41 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn host_path_sub_paths_are_resolved_beneath_and_released() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: bind mounts need root");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let host = root.path().join("host");
+        std::fs::create_dir_all(host.join("ok")).unwrap();
+        std::os::unix::fs::symlink("/", host.join("evil")).unwrap();
+        let layout = PodVolumeLayout::new(root.path().join("r"));
+        let p = pod(
+            "u7",
+            serde_json::json!([{"name": "h", "hostPath": {"path": host.to_str().unwrap()}}]),
+        );
+        layout.ensure(&p).unwrap();
+        let err = layout
+            .prepare_sub_paths(&p, "c", &[("h".into(), "evil".into(), 0)])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "subPath \"evil\" resolves outside of volume \"h\""
+        );
+        let paths = layout
+            .prepare_sub_paths(&p, "c", &[("h".into(), "ok/new".into(), 1)])
+            .unwrap();
+        let target = root.path().join("r/pods/u7/volume-subpaths/h/c/1");
+        assert_eq!(paths[&1], target);
+        assert!(host.join("ok/new").is_dir());
+        assert_eq!(subpath::mounts_under(root.path()).unwrap(), vec![target]);
+        // ReleasePod unmounts its own bind mounts, then removes the pod dir.
+        layout.release("u7").unwrap();
+        assert!(subpath::mounts_under(root.path()).unwrap().is_empty());
+        assert!(!root.path().join("r/pods/u7").exists());
+        assert!(host.join("ok/new").is_dir(), "the host path itself is kept");
+    }
 }
