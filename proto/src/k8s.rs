@@ -18,6 +18,10 @@ pub mod labels {
     pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
         "io.kubernetes.container.terminationMessagePolicy";
     pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+    /// The container's preStop handler as JSON, to run it when the pod spec is gone.
+    pub const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+    /// The container's ports as JSON (a preStop httpGet may name one).
+    pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
     /// Our own: the restart count at the last crash-loop back-off reset.
     pub const CONTAINER_BACKOFF_BASE: &str = "nodeagent.io/backoff-base";
     /// The infra ("pause") container name upstream tools expect on a sandbox.

@@ -56,6 +56,8 @@ pub struct KubeletConfiguration {
     pub node_lease_duration_seconds: i32,
     pub enable_server: bool,
     pub serialize_image_pulls: bool,
+    /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set besides the safe set.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl Default for KubeletConfiguration {
@@ -90,6 +92,7 @@ impl Default for KubeletConfiguration {
             node_lease_duration_seconds: 40,
             enable_server: true,
             serialize_image_pulls: true,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }

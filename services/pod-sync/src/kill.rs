@@ -4,8 +4,11 @@
 
 use crate::PodSync;
 use crate::workers::SyncOutcome;
+use k8s_openapi::api::core::v1::{Container, Lifecycle, Pod, PodSpec};
 use nodeagent_proto::api::{ReleasePodRequest, RuntimePodStatus};
 use nodeagent_proto::cri::{self, RemovePodSandboxRequest};
+use nodeagent_proto::k8s::labels;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 impl PodSync {
@@ -15,7 +18,8 @@ impl PodSync {
         rt: &RuntimePodStatus,
     ) -> anyhow::Result<SyncOutcome> {
         let pod = self.lock().terminating.get(uid).cloned();
-        let grace = pod.as_ref().map(crate::sync::grace_seconds).unwrap_or(30);
+        // Unknown pod (removed while we were down): each container's own annotations say.
+        let grace = pod.as_ref().map(crate::sync::grace_seconds);
         let running: Vec<_> = rt
             .containers
             .iter()
@@ -25,7 +29,7 @@ impl PodSync {
             tracing::info!(
                 containers = rt.containers.len(),
                 sandboxes = rt.sandboxes.len(),
-                grace_seconds = grace,
+                grace_seconds = ?grace,
                 "terminating pod"
             );
         }
@@ -33,8 +37,14 @@ impl PodSync {
         for c in running {
             let this = self.clone();
             let (id, name, pod) = (c.id.clone(), c.name.clone(), pod.clone());
+            let rt = rt.clone();
             stops.spawn(async move {
-                this.kill_container(pod.as_ref(), &name, &id, grace, "the pod is being removed")
+                let pod = match pod {
+                    Some(p) => p,
+                    None => this.restore_pod(&rt, &id, &name).await,
+                };
+                let grace = crate::sync::grace_seconds(&pod);
+                this.kill_container(Some(&pod), &name, &id, grace, "the pod is being removed")
                     .await
             });
         }
@@ -119,12 +129,20 @@ impl PodSync {
         Ok(SyncOutcome::Terminated)
     }
 
-    fn remove_log_dir(
-        &self,
-        uid: &str,
-        rt: &RuntimePodStatus,
-        pod: Option<&k8s_openapi::api::core::v1::Pod>,
-    ) {
+    /// What a container's annotations keep of its pod (upstream
+    /// `restoreSpecsFromContainerLabels`), to stop it as its spec asked.
+    async fn restore_pod(&self, rt: &RuntimePodStatus, id: &str, name: &str) -> Pod {
+        let annotations = match self.cri.container_status(id).await {
+            Ok(r) => r.status.map(|s| s.annotations).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(container.id = %id, error = %e.message(), "cannot read the container's annotations; stopping it with the default grace period");
+                HashMap::new()
+            }
+        };
+        restored_pod(rt, name, &annotations)
+    }
+
+    fn remove_log_dir(&self, uid: &str, rt: &RuntimePodStatus, pod: Option<&Pod>) {
         let (ns, name) = match pod {
             Some(p) => (
                 nodeagent_proto::k8s::pod_namespace(p).to_string(),
@@ -141,5 +159,143 @@ impl PodSync {
         {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the pod log directory");
         }
+    }
+}
+
+/// A stand-in for a gone pod with one container, from that container's annotations: the
+/// grace period, the preStop handler and the ports it may name. What is missing or
+/// unreadable falls back to the defaults (30 s, no hook).
+pub(crate) fn restored_pod(
+    rt: &RuntimePodStatus,
+    name: &str,
+    annotations: &HashMap<String, String>,
+) -> Pod {
+    fn json<T: k8s_openapi::serde::de::DeserializeOwned>(
+        a: &HashMap<String, String>,
+        key: &str,
+    ) -> Option<T> {
+        a.get(key).and_then(|v| serde_json::from_str(v).ok())
+    }
+    let grace = annotations
+        .get(labels::POD_TERMINATION_GRACE_PERIOD)
+        .and_then(|v| v.parse::<i64>().ok());
+    let container = Container {
+        name: name.to_string(),
+        ports: json(annotations, labels::CONTAINER_PORTS),
+        lifecycle: json(annotations, labels::CONTAINER_PRE_STOP_HANDLER).map(|h| Lifecycle {
+            pre_stop: Some(h),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut pod = Pod::default();
+    pod.metadata.uid = Some(rt.uid.clone());
+    pod.metadata.name = Some(rt.name.clone());
+    pod.metadata.namespace = Some(rt.namespace.clone());
+    pod.spec = Some(PodSpec {
+        containers: vec![container],
+        termination_grace_period_seconds: grace,
+        ..Default::default()
+    });
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> RuntimePodStatus {
+        RuntimePodStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_orphan_keeps_its_grace_period_pre_stop_and_ports() {
+        let annotations = HashMap::from([
+            (
+                labels::POD_TERMINATION_GRACE_PERIOD.to_string(),
+                "5".to_string(),
+            ),
+            (
+                labels::CONTAINER_PRE_STOP_HANDLER.to_string(),
+                r#"{"httpGet":{"path":"/quit","port":"http"}}"#.to_string(),
+            ),
+            (
+                labels::CONTAINER_PORTS.to_string(),
+                r#"[{"name":"http","containerPort":8080}]"#.to_string(),
+            ),
+        ]);
+        let pod = restored_pod(&rt(), "app", &annotations);
+        assert_eq!(crate::sync::grace_seconds(&pod), 5);
+        assert_eq!(nodeagent_proto::k8s::pod_uid(&pod), "u1");
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.name, "app");
+        let hook = c.lifecycle.as_ref().unwrap().pre_stop.as_ref().unwrap();
+        assert_eq!(
+            hook.http_get.as_ref().unwrap().path.as_deref(),
+            Some("/quit")
+        );
+        assert_eq!(
+            nodeagent_cri::actions::named_ports(c),
+            vec![("http".to_string(), 8080)]
+        );
+    }
+
+    #[test]
+    fn create_container_annotations_round_trip_to_the_restored_pod() {
+        use crate::runtime_spec::{ContainerInputs, EnvRefs, NodeContext, container_config};
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"terminationGracePeriodSeconds": 7, "containers": [{
+                "name": "app", "image": "busybox:1.36",
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo bye"]}}}
+            }]}
+        }))
+        .unwrap();
+        let node = NodeContext {
+            node_name: "n".into(),
+            pod_logs_dir: "/tmp/nodeagent-unit-logs".into(),
+            cgroups_per_qos: false,
+            cgroup_root: "/".into(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: "/nonexistent".into(),
+            host_ip: "10.0.0.1".into(),
+            root_dir: std::env::temp_dir().join("nodeagent-kill-unit"),
+            pod_pids_limit: -1,
+        };
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let cfg = container_config(ContainerInputs {
+            pod: &pod,
+            container: c,
+            attempt: 0,
+            backoff_base: 0,
+            volumes: &HashMap::new(),
+            pod_ip: "",
+            node: &node,
+            env_refs: &EnvRefs::default(),
+        })
+        .unwrap();
+        let restored = restored_pod(&rt(), "app", &cfg.annotations);
+        assert_eq!(crate::sync::grace_seconds(&restored), 7);
+        let r = &restored.spec.as_ref().unwrap().containers[0];
+        assert_eq!(r.lifecycle, c.lifecycle);
+        assert_eq!(r.ports, c.ports);
+    }
+
+    #[test]
+    fn an_orphan_without_annotations_gets_the_defaults() {
+        let bad = HashMap::from([(
+            labels::CONTAINER_PRE_STOP_HANDLER.to_string(),
+            "{not json".to_string(),
+        )]);
+        let pod = restored_pod(&rt(), "app", &bad);
+        assert_eq!(crate::sync::grace_seconds(&pod), 30);
+        assert!(pod.spec.unwrap().containers[0].lifecycle.is_none());
     }
 }

@@ -13,6 +13,7 @@ mod probe_state;
 mod quantity;
 mod runonce;
 mod runtime_spec;
+mod security;
 mod server;
 mod state;
 mod status;
@@ -55,6 +56,8 @@ pub struct PodSync {
     /// Pending delayed wake-ups of pod workers, one per pod at most.
     delayed: Arc<workers::DelayedTriggers>,
     cgroup_fs: std::path::PathBuf,
+    /// What the host can enforce of a pod's security context.
+    host_security: security::HostSecurity,
     /// The API server, when the node is connected to one.
     api: Option<kube::Client>,
     shutdown: Shutdown,
@@ -114,6 +117,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         status_tx,
         delayed: Default::default(),
         cgroup_fs: "/sys/fs/cgroup".into(),
+        host_security: security::HostSecurity::detect(
+            config.kubelet.allowed_unsafe_sysctls.clone(),
+        ),
         api: api.clone(),
         shutdown: shutdown.clone(),
     });

@@ -4,15 +4,16 @@
 
 use crate::expansion::Budget;
 use crate::quantity;
+use crate::security;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, VolumeMount};
 use nodeagent_hostpath::{HostPath, PathError};
+use nodeagent_proto::api::SubPathMount;
 use nodeagent_proto::cri::{
     Capability, ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
     PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol,
 };
-use nodeagent_proto::api::SubPathMount;
 use nodeagent_proto::k8s::{self, labels};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -186,8 +187,11 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> PodSandbox
                         .and_then(|s| s.privileged)
                         .unwrap_or(false)
                 }),
+                seccomp: security::pod_seccomp(pod, &node.root_dir),
+                supplemental_groups: security::supplemental_groups(pod),
                 ..Default::default()
             }),
+            sysctls: security::sandbox_sysctls(pod),
             ..Default::default()
         }),
         ..Default::default()
@@ -568,7 +572,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
     ]);
     labels_map.insert(labels::KUBERNETES_MANAGED.into(), "nodeagent".into());
     let spec = i.pod.spec.clone().unwrap_or_default();
-    let annotations = HashMap::from([
+    let mut annotations = HashMap::from([
         (labels::CONTAINER_HASH.to_string(), container_hash(c)),
         (
             labels::CONTAINER_RESTART_COUNT.to_string(),
@@ -593,6 +597,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
                 .to_string(),
         ),
     ]);
+    annotations.extend(restorable_annotations(c));
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: c.name.clone(),
@@ -620,7 +625,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         tty: c.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
             resources: Some(linux_resources(c)),
-            security_context: Some(security_context(i.pod, c)),
+            security_context: Some(security_context(i.pod, c, &i.node.root_dir)?),
         }),
         ..Default::default()
     })
@@ -721,7 +726,14 @@ pub fn linux_resources(c: &Container) -> LinuxContainerResources {
     }
 }
 
-fn security_context(pod: &Pod, c: &Container) -> LinuxContainerSecurityContext {
+/// The container's security context (upstream `determineEffectiveSecurityContext`): the
+/// container's fields over the pod's. procMount Default leaves the runtime's masked and
+/// read-only paths; what this node cannot enforce was refused at admission.
+fn security_context(
+    pod: &Pod,
+    c: &Container,
+    root_dir: &Path,
+) -> Result<LinuxContainerSecurityContext, String> {
     let pod_sc = pod
         .spec
         .as_ref()
@@ -729,7 +741,7 @@ fn security_context(pod: &Pod, c: &Container) -> LinuxContainerSecurityContext {
         .unwrap_or_default();
     let sc = c.security_context.clone().unwrap_or_default();
     let caps = sc.capabilities.clone().unwrap_or_default();
-    LinuxContainerSecurityContext {
+    Ok(LinuxContainerSecurityContext {
         capabilities: Some(Capability {
             add_capabilities: caps.add.unwrap_or_default(),
             drop_capabilities: caps.drop.unwrap_or_default(),
@@ -746,10 +758,29 @@ fn security_context(pod: &Pod, c: &Container) -> LinuxContainerSecurityContext {
             .or(pod_sc.run_as_group)
             .map(|value| nodeagent_proto::cri::Int64Value { value }),
         readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: pod_sc.supplemental_groups.unwrap_or_default(),
+        supplemental_groups: security::supplemental_groups(pod),
         no_new_privs: sc.allow_privilege_escalation == Some(false),
+        seccomp: Some(security::container_seccomp(pod, c, root_dir)?),
+        apparmor: security::container_apparmor(pod, c),
         ..Default::default()
+    })
+}
+
+/// What a restarted pod-sync needs to stop a container whose pod is gone (upstream
+/// `newContainerAnnotations`): the preStop handler and the ports it may name, as JSON.
+fn restorable_annotations(c: &Container) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+        && let Ok(json) = serde_json::to_string(hook)
+    {
+        out.push((labels::CONTAINER_PRE_STOP_HANDLER.to_string(), json));
     }
+    if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty())
+        && let Ok(json) = serde_json::to_string(ports)
+    {
+        out.push((labels::CONTAINER_PORTS.to_string(), json));
+    }
+    out
 }
 
 #[cfg(test)]

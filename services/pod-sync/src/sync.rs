@@ -84,6 +84,9 @@ impl PodSync {
             .restart_policy
             .clone()
             .unwrap_or_else(|| "Always".into());
+        if let Some(outcome) = self.refuse_unadmitted(pod, rt).await {
+            return Ok(outcome);
+        }
         let deadline_left = match self.enforce_active_deadline(pod, rt).await {
             Err(outcome) => return Ok(outcome),
             Ok(left) => left,
@@ -311,16 +314,73 @@ impl PodSync {
                 },
             );
         }
+        self.stop_everything(pod, rt, "DeadlineExceeded").await;
+        Err(SyncOutcome::Idle)
+    }
+
+    /// Stops every running container (gracefully) and sandbox of a pod that failed.
+    async fn stop_everything(&self, pod: &Pod, rt: &RuntimePodStatus, reason: &str) {
         let grace = grace_seconds(pod);
+        let mut acted = false;
         for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
-            self.kill_container(Some(pod), &c.name, &c.id, grace, "DeadlineExceeded")
+            self.kill_container(Some(pod), &c.name, &c.id, grace, reason)
                 .await;
+            acted = true;
         }
         for s in rt.sandboxes.iter().filter(|s| s.state == READY) {
             self.stop_sandbox(&s.id).await;
+            acted = true;
         }
-        self.acted(uid);
-        Err(SyncOutcome::Idle)
+        if acted {
+            self.acted(k8s::pod_uid(pod));
+        }
+    }
+
+    /// Admission of the pod's security context (upstream's admit handlers: sysctls,
+    /// AppArmor; and what this node cannot enforce): a pod that would run weaker than its
+    /// spec is Failed with upstream's reason and nothing of it runs. `None`: admitted.
+    async fn refuse_unadmitted(&self, pod: &Pod, rt: &RuntimePodStatus) -> Option<SyncOutcome> {
+        let refusal = crate::security::admit(pod, &self.host_security).err()?;
+        let first = {
+            let mut st = self.lock();
+            let failed = st.pod_failed.entry(k8s::pod_uid(pod).to_string());
+            let first = matches!(failed, std::collections::hash_map::Entry::Vacant(_));
+            failed.or_insert(Waiting {
+                reason: refusal.reason.to_string(),
+                message: refusal.message.clone(),
+            });
+            first
+        };
+        if first {
+            tracing::error!(reason = refusal.reason, message = %refusal.message, "pod refused at admission");
+        }
+        self.stop_everything(pod, rt, refusal.reason).await;
+        Some(SyncOutcome::Terminated)
+    }
+
+    /// runAsNonRoot (upstream `verifyRunAsNonRoot`), from runAsUser or else the image's
+    /// user as the runtime reports it.
+    async fn verify_non_root(&self, pod: &Pod, c: &Container) -> Result<(), String> {
+        let (mut uid, mut user) = (None, String::new());
+        if crate::security::needs_image_user(pod, c) {
+            let mut images = self.cri.image.clone();
+            let image = images
+                .image_status(self.cri.request(ImageStatusRequest {
+                    image: Some(ImageSpec {
+                        image: c.image.clone().unwrap_or_default(),
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                }))
+                .await
+                .map_err(|e| format!("cannot read the image's user: {}", e.message()))?
+                .into_inner()
+                .image
+                .ok_or_else(|| "cannot read the image's user: image not found".to_string())?;
+            uid = image.uid.map(|v| v.value);
+            user = image.username;
+        }
+        crate::security::verify_run_as_non_root(pod, c, uid, &user)
     }
 
     /// Restarts an exited container once its crash-loop back-off has passed; returns how
@@ -390,6 +450,11 @@ impl PodSync {
             tracing::warn!(k8s.container.name = %c.name, %reason, %message, "image not available");
             self.set_waiting(&uid, &c.name, reason, &message);
             return Ok(Some(retry));
+        }
+        if let Err(message) = self.verify_non_root(pod, c).await {
+            tracing::warn!(k8s.container.name = %c.name, %message, "CreateContainerConfigError");
+            self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+            return Ok(Some(Duration::from_secs(10)));
         }
         let env_refs = match self.env_refs(pod, c).await {
             Ok(refs) => refs,
