@@ -28,6 +28,8 @@ struct Transitions {
     names: BTreeMap<String, String>,
     flips: Vec<String>,
     observations: u64,
+    /// Snapshots received (one per (re)connect to pod-sync).
+    snapshots: u64,
 }
 
 impl Transitions {
@@ -69,6 +71,7 @@ async fn follow_status(node_socket: nodeagent_config::Address, record: Shared) {
             let mut stream = stream.into_inner();
             while let Ok(Some(update)) = stream.message().await {
                 let mut r = record.lock().unwrap();
+                r.snapshots += u64::from(update.snapshot);
                 for bytes in &update.pods_json {
                     let pod = serde_json::from_slice::<Value>(bytes).ok();
                     if let Some(view) = pod.as_ref().and_then(PodView::from_json) {
@@ -137,19 +140,23 @@ async fn probe_ready_results(node: &Node) -> Result<usize, String> {
         .count())
 }
 
-/// Waits until the restarted services are back and probe has re-proved every container,
-/// so that the next kill hits a node whose probe really ran.
-async fn settled(node: &Node, record: &Shared, want: usize, what: &str) {
+/// Waits until the restarted services are back, the status stream has a snapshot newer
+/// than `snapshots_before` and probe has re-proved every container, so that the next kill
+/// hits a node whose pod-sync and probe really ran.
+async fn settled(node: &Node, record: &Shared, want: usize, snapshots_before: u64, what: &str) {
     node.wait_serving(Service::PodSync).await;
     node.wait_serving(Service::Probe).await;
     eventually(what, DEADLINE, || async {
         let proved = probe_ready_results(node).await?;
-        let shown = record.lock().unwrap().ready();
-        if proved >= want && shown >= want {
+        let (shown, snapshots) = {
+            let r = record.lock().unwrap();
+            (r.ready(), r.snapshots)
+        };
+        if proved >= want && shown >= want && snapshots > snapshots_before {
             Ok(())
         } else {
             Err(format!(
-                "probe proved {proved}, stream shows {shown} ready of {want}"
+                "probe proved {proved}, stream shows {shown} ready of {want}, {snapshots} snapshots"
             ))
         }
     })
@@ -168,7 +175,7 @@ async fn restarts_of_probe_and_pod_sync_flip_no_readiness() {
         node.write_manifest(&format!("r{i}.yaml"), &pod(i));
     }
     let t = std::time::Instant::now();
-    settled(&node, &record, PODS, "every pod ready").await;
+    settled(&node, &record, PODS, 0, "every pod ready").await;
     eprintln!("{PODS} pods ready in {:?}", t.elapsed());
     let before: Vec<String> = record.lock().unwrap().last.keys().cloned().collect();
 
@@ -179,6 +186,9 @@ async fn restarts_of_probe_and_pod_sync_flip_no_readiness() {
     ];
     for services in rounds {
         for round in 0..2 {
+            // Only a pod-sync restart makes the stream reconnect with a new snapshot.
+            let snapshots = record.lock().unwrap().snapshots;
+            let snapshots_before = snapshots - u64::from(!services.contains(&Service::PodSync));
             for s in services {
                 node.signal(*s, Signal::SIGKILL).await;
             }
@@ -187,7 +197,7 @@ async fn restarts_of_probe_and_pod_sync_flip_no_readiness() {
             }
             let t = std::time::Instant::now();
             let what = format!("back after killing {services:?} ({round})");
-            settled(&node, &record, PODS, &what).await;
+            settled(&node, &record, PODS, snapshots_before, &what).await;
             eprintln!(
                 "killed {services:?}: all ready and re-proved after {:?}",
                 t.elapsed()
@@ -228,10 +238,18 @@ async fn a_probe_that_fails_after_a_probe_restart_still_flips_readiness() {
     let record: Shared = Arc::default();
     let follower = tokio::spawn(follow_status(node.socket(Service::PodSync), record.clone()));
     node.write_manifest("r0.yaml", &pod(0));
-    settled(&node, &record, 1, "the pod ready").await;
+    settled(&node, &record, 1, 0, "the pod ready").await;
     node.signal(Service::Probe, Signal::SIGKILL).await;
     node.spawn(Service::Probe);
-    settled(&node, &record, 1, "probe back, the pod ready").await;
+    let snapshots = record.lock().unwrap().snapshots;
+    settled(
+        &node,
+        &record,
+        1,
+        snapshots - 1,
+        "probe back, the pod ready",
+    )
+    .await;
     let id = node.container_id("r0", "c").await.expect("container");
     node.exec(&id, &["rm", "/tmp/ready"]).await.unwrap();
     eventually("the pod unready in /pods", DEADLINE, || async {
