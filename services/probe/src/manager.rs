@@ -15,7 +15,7 @@ use nodeagent_transport::WithLimits;
 use nodeagent_transport::{
     Channel, Shutdown, WatchEvent, WatchStream, snapshot_then_deltas, watch_with_retry,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -114,6 +114,8 @@ impl ProbeManager {
     fn reconcile_workers(self: &Arc<Self>) {
         let mut inner = self.lock();
         let mut wanted: HashMap<WorkerKey, (String, ProbeCheck, Pod)> = HashMap::new();
+        // (pod uid, container name, container id) of every running container.
+        let mut live: HashSet<(String, String, String)> = HashSet::new();
         for (uid, pod) in &inner.pods {
             let spec = pod.spec.clone().unwrap_or_default();
             let status = pod.status.clone().unwrap_or_default();
@@ -133,6 +135,7 @@ impl ProbeManager {
                 if !running {
                     continue;
                 }
+                live.insert((uid.clone(), c.name.clone(), id.to_string()));
                 // Upstream: with a startup probe, liveness and readiness wait until it
                 // has succeeded once, and it stops once pod-sync reports the container
                 // started (which pod-sync keeps across restarts of either service).
@@ -184,7 +187,15 @@ impl ProbeManager {
             if let Some(w) = inner.workers.remove(&k) {
                 w.handle.abort();
             }
-            inner.results.remove(&k);
+            // A finished startup probe's success stays in the results while its container
+            // runs: a pod-sync that restarts without it on disk (an older build, a lost
+            // file) learns it from our snapshot instead of seeing `started` flip back.
+            let container_runs = inner.results.get(&k).is_some_and(|r| {
+                live.contains(&(k.0.clone(), k.1.clone(), r.container_id.clone()))
+            });
+            if !container_runs {
+                inner.results.remove(&k);
+            }
         }
         for (key, (id, check, pod)) in wanted {
             if inner.workers.contains_key(&key) {
