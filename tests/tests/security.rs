@@ -1,7 +1,8 @@
 //! A pod's security context against the real containerd: runAsNonRoot checked against the
-//! image's user, seccomp RuntimeDefault and safe (or allowed unsafe) sysctls applied,
-//! other unsafe sysctls refused with upstream's reason; and an orphan (a pod removed while pod-sync and config-source
-//! were down) stopped with its own grace period and preStop hook, from its annotations.
+//! image's user, fsGroup on an emptyDir, seccomp RuntimeDefault and safe (or allowed
+//! unsafe) sysctls applied, other unsafe sysctls refused with upstream's reason; and an
+//! orphan (a pod removed while pod-sync and config-source were down) stopped with its own
+//! grace period and preStop hook, from its annotations.
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
@@ -51,6 +52,10 @@ metadata:
 spec:
   securityContext:
     runAsNonRoot: true
+    fsGroup: 2000
+  volumes:
+  - name: data
+    emptyDir: {}
   containers:
   - name: image-user
     image: busybox:1.36
@@ -60,11 +65,20 @@ spec:
     command: ["sleep", "3600"]
     securityContext:
       runAsUser: 1000
+    volumeMounts: [{name: data, mountPath: /data}]
 "#,
     );
     let id = running_container(&node, "nonroot", "user1000").await;
     let uid = node.exec(&id, &["id", "-u"]).await.expect("exec id -u");
     assert_eq!(uid.trim(), "1000");
+    // fsGroup: a supplemental group, and the emptyDir's group for what the user creates.
+    let groups = node.exec(&id, &["id", "-G"]).await.expect("exec id -G");
+    assert!(groups.split_whitespace().any(|g| g == "2000"), "{groups}");
+    let file_group = node
+        .exec(&id, &["sh", "-c", "touch /data/f && stat -c %g /data/f"])
+        .await
+        .expect("the user writes the emptyDir");
+    assert_eq!(file_group.trim(), "2000");
     // busybox runs as root: the container is never created.
     let waiting = eventually("image-user refused", DEADLINE, || async {
         let p = node.pod("nonroot").await?;

@@ -119,6 +119,9 @@ impl PodVolumeLayout {
                 let dir = self.volume_dir(uid, EMPTY_DIR, &v.name)?;
                 std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
                 set_mode(&dir, 0o777)?;
+                if let Some(group) = fs_group(pod) {
+                    give_to_group(&dir, group)?;
+                }
                 dir.into_path_buf()
             } else if let Some(host) = &v.host_path {
                 ensure_host_path(
@@ -244,6 +247,20 @@ impl PodVolumeLayout {
     }
 }
 
+/// The pod's `fsGroup`, if it has one.
+fn fs_group(pod: &Pod) -> Option<u32> {
+    let g = pod.spec.as_ref()?.security_context.as_ref()?.fs_group?;
+    u32::try_from(g).ok()
+}
+
+/// fsGroup ownership of an emptyDir (upstream `SetVolumeOwnership`): the directory
+/// belongs to the group, and setgid makes what the containers create in it belong to the
+/// group too. `lchown`: the directory was just created by us, and a link is never followed.
+fn give_to_group(dir: &Path, group: u32) -> Result<(), VolumeError> {
+    std::os::unix::fs::lchown(dir, None, Some(group)).map_err(io("chgrp", dir))?;
+    set_mode(dir, 0o2777)
+}
+
 fn set_mode(path: &Path, mode: u32) -> Result<(), VolumeError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
@@ -319,6 +336,26 @@ mod tests {
         assert!(!root.path().join("pods/u1").exists());
         layout.release("u1").unwrap();
         assert!(layout.list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_empty_dir_belongs_to_the_pods_fs_group() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let layout = PodVolumeLayout::new(root.path().into());
+        let mut p = pod("u3", serde_json::json!([{"name": "data", "emptyDir": {}}]));
+        let plain = layout.ensure(&p).unwrap()["data"].metadata().unwrap();
+        assert_eq!(plain.mode() & 0o7777, 0o777);
+        p.spec.as_mut().unwrap().security_context =
+            Some(serde_json::from_value(serde_json::json!({"fsGroup": 2000})).unwrap());
+        let owned = layout.ensure(&p).unwrap()["data"].metadata().unwrap();
+        assert_eq!(owned.gid(), 2000);
+        assert_eq!(
+            owned.mode() & 0o7777,
+            0o2777,
+            "setgid: new files get the group"
+        );
+        layout.release("u3").unwrap();
     }
 
     #[test]
