@@ -473,12 +473,19 @@ async fn the_http_source_serves_pods_and_keeps_the_last_good_set_through_failure
     );
     let ids = container_ids(&node, &one).await;
 
-    // The server flaps: HTML, then an error status. Each is reported once; the pod stays.
+    // The server flaps: HTML, a list with an item that is not a pod (which once panicked
+    // the source for good: found by tests/fuzz), then an error status. Each is reported
+    // once; the pod stays.
     for (code, body, reason) in [
         (
             200,
             "<html><body>maintenance</body></html>",
             "not a mapping",
+        ),
+        (
+            200,
+            r#"{"apiVersion":"v1","kind":"PodList","items":["one"]}"#,
+            "items[0]: the item is not a mapping",
         ),
         (503, "down", "answered HTTP 503"),
     ] {

@@ -38,8 +38,12 @@ pub fn decode_pods(data: &[u8]) -> Result<Vec<Pod>, String> {
             .into_iter()
             .enumerate()
             .map(|(i, mut item)| {
-                item["apiVersion"] = "v1".into();
-                item["kind"] = "Pod".into();
+                // Indexing a non-object `Value` to insert a key panics: check first.
+                let Some(fields) = item.as_object_mut() else {
+                    return Err(format!("items[{i}]: the item is not a mapping"));
+                };
+                fields.insert("apiVersion".into(), "v1".into());
+                fields.insert("kind".into(), "Pod".into());
                 pod_from_value(item).map_err(|e| format!("items[{i}]: {e}"))
             })
             .collect();
@@ -283,6 +287,16 @@ mod tests {
         assert_eq!(pods.len(), 2);
         assert_eq!(decode_pods(WEB.as_bytes()).unwrap().len(), 1);
         assert!(decode_pods(b"<html>oops</html>").is_err());
+    }
+
+    /// Fuzzing found that a list item which is not a mapping panicked the HTTP source.
+    #[test]
+    fn a_pod_list_item_that_is_not_a_mapping_is_an_error() {
+        for item in ["x", "3", "[a]", "null"] {
+            let body = format!("kind: PodList\napiVersion: v1\nitems:\n- {item}\n");
+            let err = decode_pods(body.as_bytes()).unwrap_err();
+            assert_eq!(err, "items[0]: the item is not a mapping", "{item}");
+        }
     }
 
     #[test]
