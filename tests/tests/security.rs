@@ -111,6 +111,15 @@ async fn seccomp_and_safe_sysctls_are_applied_and_unsafe_sysctls_refused() {
         },
     )
     .await;
+    // A Localhost profile under <root-dir>/seccomp that forbids mkdir.
+    let profiles = node.path("root/seccomp");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("deny-mkdir.json"),
+        r#"{"defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
     node.write_manifest(
         "confined.yaml",
         r#"apiVersion: v1
@@ -127,6 +136,11 @@ spec:
   - name: app
     image: busybox:1.36
     command: ["sleep", "3600"]
+  - name: local
+    image: busybox:1.36
+    command: ["sleep", "3600"]
+    securityContext:
+      seccompProfile: {type: Localhost, localhostProfile: deny-mkdir.json}
 "#,
     );
     node.write_manifest(
@@ -160,6 +174,16 @@ spec:
         .await
         .unwrap();
     assert_eq!(port_start.trim(), "80");
+    // The container's Localhost profile overrides the pod's RuntimeDefault.
+    node.exec(&id, &["mkdir", "/tmp/allowed"]).await.unwrap();
+    let local = running_container(&node, "confined", "local").await;
+    let denied = node.exec(&local, &["mkdir", "/tmp/denied"]).await;
+    assert!(
+        denied
+            .as_ref()
+            .is_err_and(|e| e.contains("Operation not permitted")),
+        "mkdir under the deny-mkdir profile: {denied:?}"
+    );
     // An unsafe sysctl the node's allowedUnsafeSysctls lists is applied too.
     let somaxconn = node
         .exec(&id, &["cat", "/proc/sys/net/core/somaxconn"])
