@@ -3,6 +3,12 @@
 //! backs off on errors; each complete list and each change becomes the "api" source's
 //! full set in the store (SET semantics). Invalid pods are refused with a log line and a
 //! Warning Event on the pod.
+//!
+//! The last list is kept in a checkpoint file (`<root-dir>/config-source/api-pods.json`): a
+//! config-source that starts while the API server is unreachable serves those pods as the
+//! "api" set, so their statuses stay in every view, but does not count the source as listed,
+//! so nothing absent from the checkpoint is removed on its word. The first real list
+//! replaces it.
 
 use crate::store::PodStore;
 use crate::{manifest, validation};
@@ -13,8 +19,15 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use nodeagent_proto::k8s;
 use nodeagent_transport::Shutdown;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A checkpoint is written at most this often (status patches change pods often).
+const CHECKPOINT_PERIOD: Duration = Duration::from_secs(2);
+/// A checkpoint larger than this is not read (maxPods pods of at most 1.5 MiB each fit).
+const CHECKPOINT_MAX_BYTES: u64 = 256 << 20;
 
 pub use nodeagent_config::kube_client as client_from_kubeconfig;
 
@@ -24,15 +37,27 @@ pub struct ApiSource {
     store: Arc<Mutex<PodStore>>,
     /// uids already reported as invalid (one log line and one Event each).
     reported: HashSet<String>,
+    /// The last list, kept across restarts.
+    checkpoint: Checkpoint,
 }
 
 impl ApiSource {
-    pub fn new(client: kube::Client, node_name: String, store: Arc<Mutex<PodStore>>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        node_name: String,
+        store: Arc<Mutex<PodStore>>,
+        root_dir: &Path,
+    ) -> Self {
         Self {
             client,
             node_name,
             store,
             reported: HashSet::new(),
+            checkpoint: Checkpoint {
+                path: root_dir.join("config-source").join("api-pods.json"),
+                saved: BTreeSet::new(),
+                dirty: false,
+            },
         }
     }
 
@@ -44,9 +69,17 @@ impl ApiSource {
         let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
         let mut listing: BTreeMap<String, Pod> = BTreeMap::new();
         let mut last_error = String::new();
+        self.restore(&mut pods).await;
+        // Until the first list the set is the restored checkpoint: nothing to save.
+        let mut listed = false;
+        let mut tick = tokio::time::interval(CHECKPOINT_PERIOD);
         loop {
             let event = tokio::select! {
                 _ = shutdown.wait() => return,
+                _ = tick.tick() => {
+                    self.checkpoint.flush(&pods).await;
+                    continue;
+                }
                 e = stream.next() => match e {
                     Some(e) => e,
                     None => return,
@@ -61,6 +94,7 @@ impl ApiSource {
                     pods = std::mem::take(&mut listing);
                     tracing::info!(pods = pods.len(), "API server pods listed");
                     last_error.clear();
+                    listed = true;
                     self.publish(&pods).await;
                 }
                 Ok(WatchEvent::Apply(p)) => {
@@ -77,13 +111,44 @@ impl ApiSource {
                         tracing::warn!(source = "api", error = %text, "API server watch failed; retrying with back-off");
                         last_error = text;
                     }
+                    continue;
                 }
             }
+            if listed {
+                self.checkpoint.changed(&pods).await;
+            }
+        }
+    }
+
+    /// Serves the checkpointed list, if any, until the API server lists.
+    async fn restore(&mut self, pods: &mut BTreeMap<String, Pod>) {
+        let path = self.checkpoint.path.clone();
+        let read = tokio::task::spawn_blocking(move || read_checkpoint(&path)).await;
+        match read {
+            Ok(Ok(Some(restored))) if !restored.is_empty() => {
+                tracing::info!(pods = restored.len(), checkpoint = %self.checkpoint.path.display(), "serving the API server's last list until it answers");
+                self.checkpoint.saved = restored.keys().cloned().collect();
+                *pods = restored;
+                let valid = self.valid_pods(pods).await;
+                crate::store::publish_listed(&self.store, "api", valid, false);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(checkpoint = %self.checkpoint.path.display(), error = %e, "API pod checkpoint unreadable; ignored")
+            }
+            Err(e) => tracing::warn!(error = %e, "API pod checkpoint read failed"),
         }
     }
 
     /// Validates every pod and hands the valid ones to the store as the "api" set.
     async fn publish(&mut self, pods: &BTreeMap<String, Pod>) {
+        let valid = self.valid_pods(pods).await;
+        crate::store::publish(&self.store, "api", valid);
+    }
+
+    /// The pods to run: mirror pods skipped, defaults applied, invalid ones refused (one
+    /// log line and one Event each).
+    async fn valid_pods(&mut self, pods: &BTreeMap<String, Pod>) -> Vec<Pod> {
         let mut valid = Vec::new();
         for pod in pods.values() {
             // A mirror pod is this node's own record of a static pod: never run it.
@@ -119,7 +184,7 @@ impl ApiSource {
                 }
             }
         }
-        crate::store::publish(&self.store, "api", valid);
+        valid
     }
 
     /// Records a Warning Event on the pod (reason FailedValidation, as upstream).
@@ -164,5 +229,94 @@ impl ApiSource {
         if let Err(e) = events.create(&PostParams::default(), &event).await {
             tracing::warn!(error = %e, "cannot record the event");
         }
+    }
+}
+
+/// The checkpoint file and what was last written to it.
+struct Checkpoint {
+    path: PathBuf,
+    /// UIDs in the file: a pod added or removed is written at once, other changes (status
+    /// patches, often) at most every [`CHECKPOINT_PERIOD`].
+    saved: BTreeSet<String>,
+    dirty: bool,
+}
+
+impl Checkpoint {
+    async fn changed(&mut self, pods: &BTreeMap<String, Pod>) {
+        self.dirty = true;
+        if !pods.keys().eq(self.saved.iter()) {
+            self.flush(pods).await;
+        }
+    }
+
+    /// Writes the list if it changed (temp file and rename, on the blocking pool).
+    async fn flush(&mut self, pods: &BTreeMap<String, Pod>) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        self.saved = pods.keys().cloned().collect();
+        let list: Vec<Pod> = pods.values().cloned().collect();
+        let path = self.path.clone();
+        let written = tokio::task::spawn_blocking(move || write_checkpoint(&path, &list)).await;
+        if let Ok(Err(e)) | Err(e) = written.map_err(std::io::Error::other) {
+            tracing::warn!(checkpoint = %self.path.display(), error = %e, "API pod checkpoint not written");
+        }
+    }
+}
+
+fn read_checkpoint(path: &Path) -> std::io::Result<Option<BTreeMap<String, Pod>>> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let size = file.metadata()?.len();
+    if size > CHECKPOINT_MAX_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{size} bytes, more than {CHECKPOINT_MAX_BYTES}"
+        )));
+    }
+    let mut data = Vec::new();
+    file.take(CHECKPOINT_MAX_BYTES).read_to_end(&mut data)?;
+    let list: Vec<Pod> = serde_json::from_slice(&data).map_err(std::io::Error::other)?;
+    Ok(Some(
+        list.into_iter()
+            .map(|p| (k8s::pod_uid(&p).to_string(), p))
+            .collect(),
+    ))
+}
+
+fn write_checkpoint(path: &Path, pods: &[Pod]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(&serde_json::to_vec(pods).map_err(std::io::Error::other)?)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_round_trips_and_a_missing_one_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config-source/api-pods.json");
+        assert!(read_checkpoint(&path).unwrap().is_none());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap();
+        write_checkpoint(&path, std::slice::from_ref(&pod)).unwrap();
+        let back = read_checkpoint(&path).unwrap().unwrap();
+        assert_eq!(back.get("u1"), Some(&pod));
+        std::fs::write(&path, b"{not json").unwrap();
+        assert!(read_checkpoint(&path).is_err());
     }
 }

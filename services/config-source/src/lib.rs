@@ -56,7 +56,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     if let Some(path) = &config.kubeconfig {
         let client = api::client_from_kubeconfig(path).await?;
         tracing::info!(kubeconfig = %path.display(), "watching the API server for pods bound to this node");
-        let source = api::ApiSource::new(client, config.node_name.clone(), store.clone());
+        let source = api::ApiSource::new(
+            client,
+            config.node_name.clone(),
+            store.clone(),
+            &config.root_dir,
+        );
         tasks.spawn(source.run(shutdown.clone()));
     }
     let service = server::ConfigSourceService {

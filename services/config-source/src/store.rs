@@ -69,6 +69,17 @@ impl PodStore {
     /// Replaces one source's pods; sends the deltas. Returns the names refused because
     /// another source (or an earlier entry) already has a pod of that name.
     pub fn set_source(&mut self, source: &str, pods: Vec<Pod>) -> Vec<String> {
+        self.set_source_pods(source, pods, true)
+    }
+
+    /// Like [`Self::set_source`], but for a set restored from a checkpoint: the source has
+    /// not listed yet, so "all sources ready" still waits for it (nothing absent from a
+    /// checkpoint may be removed on its word).
+    pub fn restore_source(&mut self, source: &str, pods: Vec<Pod>) -> Vec<String> {
+        self.set_source_pods(source, pods, false)
+    }
+
+    fn set_source_pods(&mut self, source: &str, pods: Vec<Pod>, listed: bool) -> Vec<String> {
         let mut refused = Vec::new();
         let taken: BTreeSet<String> = self
             .sources
@@ -116,7 +127,7 @@ impl PodStore {
             self.first_seen.remove(&p.uid);
         }
         self.sources.insert(source.to_string(), next);
-        let first_list = self.seen.insert(source.to_string());
+        let first_list = listed && self.seen.insert(source.to_string());
         // A pod that gained a deletionTimestamp is being deleted gracefully: DELETE.
         let (deleting, updated): (Vec<SourcePod>, Vec<SourcePod>) =
             updated.into_iter().partition(|sp| {
@@ -157,10 +168,24 @@ impl PodStore {
 
 /// Hands one source's complete set to the store and reports the pods it refused.
 pub fn publish(store: &std::sync::Mutex<PodStore>, source: &str, pods: Vec<Pod>) {
-    let refused = store
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .set_source(source, pods);
+    publish_listed(store, source, pods, true);
+}
+
+/// [`publish`], or with `listed: false` a restored set that does not count as the source's
+/// first list.
+pub fn publish_listed(
+    store: &std::sync::Mutex<PodStore>,
+    source: &str,
+    pods: Vec<Pod>,
+    listed: bool,
+) {
+    let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+    let refused = if listed {
+        store.set_source(source, pods)
+    } else {
+        store.restore_source(source, pods)
+    };
+    drop(store);
     for name in refused {
         tracing::error!(source, pod = %name, "duplicate pod name; only the first definition is used");
     }
@@ -255,6 +280,24 @@ mod tests {
         let (snap, _) = store.subscribe();
         assert_eq!(snap.pods.len(), 2);
         assert!(snap.all_sources_ready);
+    }
+
+    #[test]
+    fn a_restored_set_is_served_but_does_not_make_the_source_ready() {
+        let mut store = PodStore::new(["api"]);
+        let (_, mut rx) = store.subscribe();
+        store.restore_source("api", vec![pod("a", "u1", "i")]);
+        assert!(!store.all_sources_ready());
+        assert_eq!(ops(&mut rx), vec![(Op::Add, vec!["u1".to_string()])]);
+        store.set_source("api", vec![]);
+        assert!(store.all_sources_ready());
+        assert_eq!(
+            ops(&mut rx),
+            vec![
+                (Op::Remove, vec!["u1".to_string()]),
+                (Op::Reconcile, vec![])
+            ]
+        );
     }
 
     #[test]
