@@ -423,6 +423,32 @@ pub async fn follow_status_stream(node_socket: nodeagent_config::Address, record
     }
 }
 
+/// The two view followers of a node; they stop when this is dropped.
+pub struct Views(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Views {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Follows pod-sync's status stream and polls `/pods` every `poll`, into `records`.
+pub fn follow_views(node: &Node, records: &SharedRecords, poll: Duration) -> Views {
+    Views(vec![
+        tokio::spawn(follow_status_stream(
+            node.socket(Service::PodSync),
+            records.clone(),
+        )),
+        tokio::spawn(follow_pods_endpoint(
+            node.read_only_port,
+            records.clone(),
+            poll,
+        )),
+    ])
+}
+
 /// Polls `/pods` every `period` for as long as the task lives and records what it shows.
 pub async fn follow_pods_endpoint(port: u16, records: SharedRecords, period: Duration) {
     loop {

@@ -127,15 +127,7 @@ async fn random_kills_disturb_no_pod_and_flip_no_status() {
             node.write_manifest(&format!("{name}.json"), &text);
         }
     }
-    let follow_stream = tokio::spawn(chaos::follow_status_stream(
-        node.socket(Service::PodSync),
-        records.clone(),
-    ));
-    let follow_pods = tokio::spawn(chaos::follow_pods_endpoint(
-        node.read_only_port,
-        records.clone(),
-        Duration::from_millis(500),
-    ));
+    let views = chaos::follow_views(&node, &records, Duration::from_millis(500));
     let started = Instant::now();
     eventually("every pod healthy", Duration::from_secs(600), || {
         converged(&node, &records)
@@ -235,8 +227,7 @@ async fn random_kills_disturb_no_pod_and_flip_no_status() {
             same_pid += 1;
         }
     }
-    follow_stream.abort();
-    follow_pods.abort();
+    drop(views);
 
     let violations = report(
         &records,

@@ -84,15 +84,7 @@ async fn each_service_downgraded_and_upgraded_alone_leaves_pods_and_statuses_unt
         add_pod(&node, &records, "s", i);
     }
     add_pod(&node, &records, "u", 0);
-    let follow_stream = tokio::spawn(chaos::follow_status_stream(
-        node.socket(Service::PodSync),
-        records.clone(),
-    ));
-    let follow_pods = tokio::spawn(chaos::follow_pods_endpoint(
-        node.read_only_port,
-        records.clone(),
-        Duration::from_millis(300),
-    ));
+    let views = chaos::follow_views(&node, &records, Duration::from_millis(300));
     settle(&node, &records, "every pod healthy").await;
     let mut original: Vec<String> = node.containers().await.into_iter().map(|c| c.id).collect();
     original.sort();
@@ -162,7 +154,6 @@ async fn each_service_downgraded_and_upgraded_alone_leaves_pods_and_statuses_unt
             downgrade_findings.join(", ")
         }
     );
-    follow_stream.abort();
-    follow_pods.abort();
+    drop(views);
     node.stop().await;
 }
