@@ -127,7 +127,10 @@ fn container_status(
     let mut last_state = previous
         .map(|p| state_of(p, msgs))
         .filter(|s| s.terminated.is_some());
-    if let Some(w) = waiting {
+    // What the last sync recorded (an image pull error, a failed volume setup) concerns a
+    // container that is not running: a running one shows what the runtime says, so a sync
+    // that failed for a moment (a peer restarting) changes nothing a user sees of it.
+    if let Some(w) = waiting.filter(|_| state.running.is_none()) {
         // A container waiting to be (re)started shows its last run as lastState.
         if state.terminated.is_some() {
             last_state = Some(state.clone());

@@ -53,6 +53,15 @@ pub fn next_backoff_base(exited_attempt: u32, exited_base: u32, ran_for: Duratio
     }
 }
 
+/// Whether a peer's answer only says it could not be reached (it is restarting), as opposed
+/// to an answer about the pod.
+pub fn peer_unreachable(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+    ) || (status.code() == tonic::Code::Unknown && status.message().contains("transport error"))
+}
+
 /// Whether an exited container is restarted under the pod's restart policy.
 pub fn should_restart(policy: &str, exit_code: i32) -> bool {
     match policy {
@@ -103,7 +112,13 @@ impl PodSync {
         // Volumes first: nothing starts without them. Idempotent, so done every sync.
         let volumes = match self.ensure_volumes(pod).await {
             Ok(v) => v,
-            Err(message) => {
+            Err(status) if peer_unreachable(&status) => {
+                // The volume service is restarting: nothing is wrong with the pod.
+                tracing::info!(error = %status.message(), "volume service unreachable; retrying");
+                return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
+            }
+            Err(status) => {
+                let message = format!("volumes: {}", status.message());
                 tracing::warn!(%message, "volumes not ready");
                 self.set_waiting_all(pod, "CreateContainerConfigError", &message);
                 return Ok(SyncOutcome::RetryAfter(Duration::from_secs(5)));
@@ -624,7 +639,7 @@ impl PodSync {
         }
     }
 
-    async fn ensure_volumes(&self, pod: &Pod) -> Result<HashMap<String, String>, String> {
+    async fn ensure_volumes(&self, pod: &Pod) -> Result<HashMap<String, String>, tonic::Status> {
         let mut volume = self.volume.clone();
         volume
             .ensure_pod_volumes(EnsurePodVolumesRequest {
@@ -633,7 +648,6 @@ impl PodSync {
             })
             .await
             .map(|r| r.into_inner().host_paths.into_iter().collect())
-            .map_err(|e| format!("volumes: {}", e.message()))
     }
 
     /// Has the volume service resolve and bind-mount the container's subPaths (it runs in
@@ -863,6 +877,23 @@ pub(crate) fn grace_seconds(pod: &Pod) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_peer_that_is_not_there_is_unreachable_not_an_error_about_the_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = nodeagent_config::Address::Unix(dir.path().join("volume.sock"));
+        let mut client = nodeagent_proto::api::volume_client::VolumeClient::new(
+            nodeagent_transport::connect(&gone),
+        );
+        let status = client
+            .list(nodeagent_proto::api::ListVolumesRequest {})
+            .await
+            .unwrap_err();
+        assert!(peer_unreachable(&status), "{status:?}");
+        assert!(!peer_unreachable(&tonic::Status::invalid_argument(
+            "bad volume name"
+        )));
+    }
 
     #[test]
     fn backoff_doubles_to_five_minutes_and_resets() {

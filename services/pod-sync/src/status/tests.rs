@@ -189,3 +189,34 @@ fn a_failed_pod_and_termination_messages_show() {
         .unwrap();
     assert_eq!((t.exit_code, t.message.as_deref()), (3, Some("bye")));
 }
+
+#[test]
+fn a_failed_sync_does_not_override_a_running_container() {
+    let p = pod("Always", false);
+    let rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    let waiting: HashMap<String, Waiting> = [(
+        "c".to_string(),
+        Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message: "volumes: the volume service is restarting".into(),
+        },
+    )]
+    .into();
+    let s = compute(
+        &StatusInputs {
+            pod: &p,
+            runtime: Some(&rt),
+            readiness: &HashMap::new(),
+            started: &Default::default(),
+            waiting: &waiting,
+            host_ip: "192.0.2.1",
+            pod_failed: None,
+            termination_messages: &HashMap::new(),
+        },
+        None,
+    );
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Ready"), "True");
+    let c = &s.container_statuses.as_ref().unwrap()[0];
+    assert!(c.state.as_ref().unwrap().running.is_some(), "{c:?}");
+}
