@@ -176,6 +176,11 @@ impl ApiServer {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// A kube-rs client of this server, built as production builds one from a URL.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(kube::Config::new(self.url().parse().unwrap())).unwrap()
+    }
 }
 
 impl ApiState {

@@ -7,9 +7,11 @@ pub mod chaos;
 mod http;
 mod node;
 pub mod otlp;
+mod status;
 
 pub use http::http_get;
-pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime};
+pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime, wait_serving};
+pub use status::{container_status, is_running};
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! A node agent made of the seven real binaries, in a temp dir.
 
 use crate::CONTAINERD_SOCKET;
-use nodeagent_config::Service;
+use crate::apiserver::{ApiServer, ApiState};
+use nodeagent_config::{Address, Service};
 use nodeagent_cri::Cri;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,24 @@ pub fn require_runtime(test: &str) -> bool {
     }
     eprintln!("SKIPPED: {why}");
     false
+}
+
+/// Waits (30 s at most) until the gRPC server at `address`, named `name` in the wait,
+/// answers its health check.
+pub async fn wait_serving(address: &Address, name: &str) {
+    crate::eventually(
+        &format!("{name} serving"),
+        Duration::from_secs(30),
+        || async {
+            nodeagent_transport::check_health(
+                nodeagent_transport::connect(address),
+                "",
+                Duration::from_secs(1),
+            )
+            .await
+        },
+    )
+    .await;
 }
 
 fn free_port() -> u16 {
@@ -175,22 +194,21 @@ impl Node {
             .ok_or_else(|| format!("{full} is not listed"))
     }
 
+    /// Starts a test API server (empty, on a free port), then the node (as [`Node::start`])
+    /// connected to it: `options` with the server's kubeconfig.
+    pub async fn start_with_api_server(test: &str, options: NodeOptions) -> (ApiServer, Node) {
+        let server = ApiServer::start(ApiState::default(), 0).await;
+        let options = NodeOptions {
+            kubeconfig: Some(server.kubeconfig()),
+            ..options
+        };
+        let node = Node::start(test, options).await;
+        (server, node)
+    }
+
     /// Waits until the service answers its gRPC health check.
     pub async fn wait_serving(&self, service: Service) {
-        let address = self.socket(service);
-        crate::eventually(
-            &format!("{} serving", service.name()),
-            Duration::from_secs(30),
-            || async {
-                nodeagent_transport::check_health(
-                    nodeagent_transport::connect(&address),
-                    "",
-                    Duration::from_secs(1),
-                )
-                .await
-            },
-        )
-        .await;
+        wait_serving(&self.socket(service), service.name()).await;
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -226,8 +244,8 @@ impl Node {
         args
     }
 
-    pub fn socket(&self, service: Service) -> nodeagent_config::Address {
-        nodeagent_config::Address::Unix(self.path(&format!("sockets/{}.sock", service.name())))
+    pub fn socket(&self, service: Service) -> Address {
+        Address::Unix(self.path(&format!("sockets/{}.sock", service.name())))
     }
 
     /// Starts (or restarts) one service, appending to its log.

@@ -75,16 +75,7 @@ fn socket(dir: &Path) -> PathBuf {
 }
 
 async fn wait_serving(dir: &Path) {
-    let address = Address::Unix(socket(dir));
-    eventually("config-source serving", DEADLINE, || async {
-        nodeagent_transport::check_health(
-            nodeagent_transport::connect(&address),
-            "",
-            Duration::from_secs(1),
-        )
-        .await
-    })
-    .await;
+    nodeagent_tests::wait_serving(&Address::Unix(socket(dir)), "config-source").await;
 }
 
 async fn wait_for_log(instance: &Instance, what: &str) {

@@ -6,33 +6,18 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use nodeagent_config::Service;
-use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
-fn container_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
-    pod["status"]["containerStatuses"]
-        .as_array()?
-        .iter()
-        .find(|c| c["name"] == name)
-}
-
-/// Waits for container `c` of pod `pod` to run and returns its CRI id.
-async fn running_container(node: &Node, pod: &str, c: &str) -> String {
-    eventually(&format!("{pod}/{c} running"), DEADLINE, || async {
-        let p = node.pod(pod).await?;
-        if !container_status(&p, c).is_some_and(|s| s["state"]["running"].is_object()) {
-            return Err(p["status"].to_string());
-        }
-        node.container_id(pod, c)
-            .await
-            .ok_or_else(|| "no CRI container".to_string())
-    })
-    .await
+/// A static pod `name` whose container `c` sleeps.
+fn sleeper(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n"
+    )
 }
 
 /// Mount points at or under `dir` in our (the host's) mount namespace.
@@ -52,11 +37,8 @@ async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
         return;
     }
     let node = Node::start("climb", NodeOptions::default()).await;
-    node.write_manifest(
-        "good.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: good\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
-    );
-    let before = running_container(&node, "good", "c").await;
+    node.write_manifest("good.yaml", &sleeper("good"));
+    let before = node.running_container("good", "c", DEADLINE).await;
     let target = format!("/tmp/{}", node.name);
     let escape = format!("../../../../../../..{target}");
     assert!(!Path::new(&target).exists());
@@ -68,11 +50,8 @@ async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
     );
     // A pod written after it runs: config-source and pod-sync went on past the bad one,
     // so by then the bad one was either set up (the old bug) or refused.
-    node.write_manifest(
-        "later.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: later\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
-    );
-    running_container(&node, "later", "c").await;
+    node.write_manifest("later.yaml", &sleeper("later"));
+    node.running_container("later", "c", DEADLINE).await;
     assert!(!Path::new(&target).exists(), "{target} was created");
     assert!(node.pod("evil").await.is_err(), "the evil pod is listed");
     assert_eq!(node.container_id("evil", "c").await, None);
@@ -90,7 +69,7 @@ async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
         "{line}"
     );
     // The running pod is untouched: same container, still running.
-    assert_eq!(running_container(&node, "good", "c").await, before);
+    assert_eq!(node.running_container("good", "c", DEADLINE).await, before);
     node.stop().await;
 }
 
@@ -128,16 +107,9 @@ spec:
     emptyDir: {}
 "#,
     );
-    let message = eventually("app refused", DEADLINE, || async {
-        let p = node.pod("plant").await?;
-        let w = &container_status(&p, "app").ok_or("no status")?["state"]["waiting"];
-        if w["reason"] == "CreateContainerConfigError" {
-            Ok(w["message"].as_str().unwrap_or_default().to_string())
-        } else {
-            Err(p["status"].to_string())
-        }
-    })
-    .await;
+    let message = node
+        .waiting_message("plant", "app", "CreateContainerConfigError", DEADLINE)
+        .await;
     assert!(
         message.contains("subPath \"evil\" resolves outside of volume \"data\""),
         "{message}"
@@ -200,7 +172,7 @@ spec:
     emptyDir: {}
 "#,
     );
-    let id = running_container(&node, "sub", "app").await;
+    let id = node.running_container("sub", "app", DEADLINE).await;
     assert_eq!(
         node.exec(&id, &["cat", "/logs/f"]).await.unwrap().trim(),
         "one"
@@ -243,13 +215,8 @@ async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event()
     if !require_runtime("hostile api pod") {
         return;
     }
-    let server = ApiServer::start(ApiState::default(), 0).await;
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        ..Default::default()
-    };
-    let node = Node::start("apiclimb", options).await;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let (server, node) = Node::start_with_api_server("apiclimb", NodeOptions::default()).await;
+    let client = server.client();
     // API pods keep their names; named like a static pod here so the harness finds them.
     let name = node.pod_name("climb");
     let target = format!("/tmp/{name}");
@@ -281,7 +248,7 @@ async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event()
         .create(&PostParams::default(), &good)
         .await
         .unwrap();
-    running_container(&node, "good", "c").await;
+    node.running_container("good", "c", DEADLINE).await;
     assert!(!Path::new(&target).exists(), "{target} was created");
     let events: Api<Event> = Api::namespaced(client, "default");
     let event = eventually("a FailedValidation event", DEADLINE, || async {

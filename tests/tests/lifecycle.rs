@@ -6,19 +6,13 @@
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
-use nodeagent_tests::{Node, NodeOptions, binary, eventually, require_runtime};
+use nodeagent_tests::{
+    Node, NodeOptions, binary, container_status, eventually, is_running, require_runtime,
+};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn container_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
-    ["containerStatuses", "initContainerStatuses"]
-        .iter()
-        .filter_map(|k| pod["status"][k].as_array())
-        .flatten()
-        .find(|c| c["name"] == name)
-}
 
 fn waiting_reason(pod: &Value, name: &str) -> String {
     container_status(pod, name)
@@ -31,10 +25,6 @@ fn restart_count(pod: &Value, name: &str) -> i64 {
     container_status(pod, name)
         .and_then(|c| c["restartCount"].as_i64())
         .unwrap_or(-1)
-}
-
-fn is_running(pod: &Value, name: &str) -> bool {
-    container_status(pod, name).is_some_and(|c| c["state"]["running"].is_object())
 }
 
 /// A hostPath the test can read after the pod is gone.

@@ -160,17 +160,9 @@ async fn a_doubling_env_chain_is_a_create_container_config_error() {
     }
     node.write_manifest("chain.yaml", &manifest("chain", 0, json!(env)));
     node.write_manifest("plain.yaml", &manifest("plain", 0, json!([])));
-    let message = eventually("CreateContainerConfigError", DEADLINE, || async {
-        let pod = node.pod("chain").await?;
-        let waiting = &pod["status"]["containerStatuses"][0]["state"]["waiting"];
-        match waiting["reason"].as_str() {
-            Some("CreateContainerConfigError") => {
-                Ok(waiting["message"].as_str().unwrap_or_default().to_string())
-            }
-            _ => Err(format!("waiting: {waiting}")),
-        }
-    })
-    .await;
+    let message = node
+        .waiting_message("chain", "c", "CreateContainerConfigError", DEADLINE)
+        .await;
     assert!(
         message.contains("\"V12\"") && message.contains("131072 bytes"),
         "{message}"

@@ -7,35 +7,9 @@
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
-use serde_json::Value;
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn container_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
-    pod["status"]["containerStatuses"]
-        .as_array()?
-        .iter()
-        .find(|c| c["name"] == name)
-}
-
-fn is_running(pod: &Value, name: &str) -> bool {
-    container_status(pod, name).is_some_and(|c| c["state"]["running"].is_object())
-}
-
-/// Waits for container `c` of pod `pod` to run and returns its CRI id.
-async fn running_container(node: &Node, pod: &str, c: &str) -> String {
-    eventually(&format!("{pod}/{c} running"), DEADLINE, || async {
-        let p = node.pod(pod).await?;
-        if !is_running(&p, c) {
-            return Err(p["status"].to_string());
-        }
-        node.container_id(pod, c)
-            .await
-            .ok_or_else(|| "no CRI container".to_string())
-    })
-    .await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_as_non_root_is_checked_against_the_image_user_and_run_as_user() {
@@ -68,7 +42,9 @@ spec:
     volumeMounts: [{name: data, mountPath: /data}]
 "#,
     );
-    let id = running_container(&node, "nonroot", "user1000").await;
+    let id = node
+        .running_container("nonroot", "user1000", DEADLINE)
+        .await;
     let uid = node.exec(&id, &["id", "-u"]).await.expect("exec id -u");
     assert_eq!(uid.trim(), "1000");
     // fsGroup: a supplemental group, and the emptyDir's group for what the user creates.
@@ -80,16 +56,14 @@ spec:
         .expect("the user writes the emptyDir");
     assert_eq!(file_group.trim(), "2000");
     // busybox runs as root: the container is never created.
-    let waiting = eventually("image-user refused", DEADLINE, || async {
-        let p = node.pod("nonroot").await?;
-        let w = &container_status(&p, "image-user").ok_or("no status")?["state"]["waiting"];
-        if w["reason"] == "CreateContainerConfigError" {
-            Ok(w["message"].as_str().unwrap_or_default().to_string())
-        } else {
-            Err(p["status"].to_string())
-        }
-    })
-    .await;
+    let waiting = node
+        .waiting_message(
+            "nonroot",
+            "image-user",
+            "CreateContainerConfigError",
+            DEADLINE,
+        )
+        .await;
     assert!(
         waiting.starts_with("container has runAsNonRoot and image will run as root"),
         "{waiting}"
@@ -159,7 +133,7 @@ spec:
     command: ["sleep", "3600"]
 "#,
     );
-    let id = running_container(&node, "confined", "app").await;
+    let id = node.running_container("confined", "app", DEADLINE).await;
     let status = node.exec(&id, &["cat", "/proc/1/status"]).await.unwrap();
     let seccomp = status.lines().find(|l| l.starts_with("Seccomp:"));
     assert_eq!(
@@ -176,7 +150,7 @@ spec:
     assert_eq!(port_start.trim(), "80");
     // The container's Localhost profile overrides the pod's RuntimeDefault.
     node.exec(&id, &["mkdir", "/tmp/allowed"]).await.unwrap();
-    let local = running_container(&node, "confined", "local").await;
+    let local = node.running_container("confined", "local", DEADLINE).await;
     let denied = node.exec(&local, &["mkdir", "/tmp/denied"]).await;
     assert!(
         denied
@@ -254,7 +228,7 @@ spec:
             out.display()
         ),
     );
-    running_container(&node, "orphan", "stubborn").await;
+    node.running_container("orphan", "stubborn", DEADLINE).await;
     // The pod goes while both pod-sync and config-source are down: the restarted ones
     // never see its spec, only its containers.
     node.signal(Service::PodSync, Signal::SIGKILL).await;

@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodeagent_config::Service;
-use nodeagent_tests::apiserver::{ApiServer, ApiState};
+use nodeagent_tests::apiserver::ApiServer;
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use serde_json::json;
 use std::time::Duration;
@@ -26,11 +26,6 @@ fn pod(name: &str, node: &str, extra: serde_json::Value) -> Pod {
     });
     nodeagent_tests::apiserver::merge_patch(&mut v, &extra);
     serde_json::from_value(v).unwrap()
-}
-
-async fn client(server: &ApiServer) -> kube::Client {
-    let config = kube::Config::new(server.url().parse().unwrap());
-    kube::Client::try_from(config).unwrap()
 }
 
 /// CRI container ids of a pod, by its name on this node.
@@ -56,13 +51,8 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
     if !require_runtime("api server pods") {
         return;
     }
-    let server = ApiServer::start(ApiState::default(), 0).await;
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        ..Default::default()
-    };
-    let node = Node::start("apisrc", options).await;
-    let pods: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let (server, node) = Node::start_with_api_server("apisrc", NodeOptions::default()).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
 
     // A name that ends in the node's suffix, so the harness can find its containers.
     let name = format!("api-{}", node.name);
@@ -220,16 +210,11 @@ async fn the_watch_survives_410_gone_and_an_api_server_restart() {
     if !require_runtime("watch resilience") {
         return;
     }
-    let server = ApiServer::start(ApiState::default(), 0).await;
+    let (server, node) = Node::start_with_api_server("apiwatch", NodeOptions::default()).await;
     let port = server.port;
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        ..Default::default()
-    };
-    let node = Node::start("apiwatch", options).await;
     let first = format!("first-{}", node.name);
     {
-        let pods: Api<Pod> = Api::namespaced(client(&server).await, "default");
+        let pods: Api<Pod> = Api::namespaced(server.client(), "default");
         pods.create(&PostParams::default(), &pod(&first, &node.name, json!({})))
             .await
             .unwrap();
@@ -248,7 +233,7 @@ async fn the_watch_survives_410_gone_and_an_api_server_restart() {
     let state = server.stop().await;
     state.compact();
     let server = ApiServer::start(state, port).await;
-    let pods: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
     let second = format!("second-{}", node.name);
     pods.create(&PostParams::default(), &pod(&second, &node.name, json!({})))
         .await
@@ -290,13 +275,8 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
     if !require_runtime("invalid api pods") {
         return;
     }
-    let server = ApiServer::start(ApiState::default(), 0).await;
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        ..Default::default()
-    };
-    let node = Node::start("apibad", options).await;
-    let client = client(&server).await;
+    let (server, node) = Node::start_with_api_server("apibad", NodeOptions::default()).await;
+    let client = server.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let good = format!("good-{}", node.name);
     pods.create(&PostParams::default(), &pod(&good, &node.name, json!({})))
@@ -533,13 +513,8 @@ async fn config_maps_and_secrets_reach_the_environment() {
     if !require_runtime("configmap and secret env") {
         return;
     }
-    let server = ApiServer::start(ApiState::default(), 0).await;
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        ..Default::default()
-    };
-    let node = Node::start("apienv", options).await;
-    let client = client(&server).await;
+    let (server, node) = Node::start_with_api_server("apienv", NodeOptions::default()).await;
+    let client = server.client();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     cms.create(
@@ -631,14 +606,12 @@ async fn a_connected_node_registers_itself_and_renews_its_lease() {
     if !require_runtime("node registration") {
         return;
     }
-    let server = ApiServer::start(ApiState::default(), 0).await;
     let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
         extra_config: "nodeLeaseDurationSeconds: 4\nnodeStatusUpdateFrequency: 1s\n".into(),
         ..Default::default()
     };
-    let node = Node::start("register", options).await;
-    let client = client(&server).await;
+    let (server, node) = Node::start_with_api_server("register", options).await;
+    let client = server.client();
     let nodes: Api<KubeNode> = Api::all(client.clone());
     let registered = eventually("the Node registered and Ready", DEADLINE, || async {
         let n = nodes.get(&node.name).await.map_err(|e| e.to_string())?;

@@ -314,13 +314,28 @@ async fn wait_for_change(fd: &AsyncFd<InotifyFd>) -> bool {
 mod tests {
     use super::*;
 
+    /// A valid manifest of pod `web`.
+    const GOOD_MANIFEST: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+
+    /// A file source of node `n1` on `dir`, with the store it feeds.
+    fn file_source(dir: &Path) -> (FileSource, Arc<Mutex<PodStore>>) {
+        let store = Arc::new(Mutex::new(PodStore::new(["file"])));
+        let source = FileSource::new(
+            dir.into(),
+            "n1".into(),
+            Duration::from_secs(20),
+            store.clone(),
+        );
+        (source, store)
+    }
+
     /// A FIFO, a 100 MiB sparse file and a file swapped for nothing: the scan finishes
     /// (before, reading the FIFO blocked it forever), skips each with a reason, and still
     /// reads the good manifest.
     #[test]
     fn a_fifo_and_an_oversized_file_are_skipped_without_blocking_the_scan() {
         let dir = tempfile::tempdir().unwrap();
-        let good = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+        let good = GOOD_MANIFEST;
         std::fs::write(dir.path().join("web.yaml"), good).unwrap();
         let fifo = dir.path().join("fifo.yaml");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -329,13 +344,7 @@ mod tests {
             .unwrap()
             .set_len(100 << 20)
             .unwrap();
-        let store = Arc::new(Mutex::new(PodStore::new(["file"])));
-        let mut source = FileSource::new(
-            dir.path().into(),
-            "n1".into(),
-            Duration::from_secs(20),
-            store.clone(),
-        );
+        let (mut source, store) = file_source(dir.path());
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             source.scan();
@@ -377,7 +386,7 @@ mod tests {
     #[test]
     fn scan_reads_good_files_keeps_last_good_and_skips_dotfiles() {
         let dir = tempfile::tempdir().unwrap();
-        let good = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+        let good = GOOD_MANIFEST;
         std::fs::write(dir.path().join("web.yaml"), good).unwrap();
         std::fs::write(
             dir.path().join(".hidden.yaml"),
@@ -385,13 +394,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.path().join("broken.yaml"), "a: [b").unwrap();
-        let store = Arc::new(Mutex::new(PodStore::new(["file"])));
-        let mut source = FileSource::new(
-            dir.path().into(),
-            "n1".into(),
-            Duration::from_secs(20),
-            store.clone(),
-        );
+        let (mut source, store) = file_source(dir.path());
         source.scan();
         let names = |store: &Arc<Mutex<PodStore>>| {
             let (snap, _) = store.lock().unwrap().subscribe();

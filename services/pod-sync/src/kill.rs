@@ -257,18 +257,7 @@ mod tests {
             }]}
         }))
         .unwrap();
-        let node = NodeContext {
-            node_name: "n".into(),
-            pod_logs_dir: "/tmp/nodeagent-unit-logs".into(),
-            cgroups_per_qos: false,
-            cgroup_root: "/".into(),
-            cluster_dns: Vec::new(),
-            cluster_domain: String::new(),
-            resolv_conf: "/nonexistent".into(),
-            host_ip: "10.0.0.1".into(),
-            root_dir: std::env::temp_dir().join("nodeagent-kill-unit"),
-            pod_pids_limit: -1,
-        };
+        let node = NodeContext::for_unit_tests("nodeagent-kill-unit");
         let c = &pod.spec.as_ref().unwrap().containers[0];
         let cfg = container_config(ContainerInputs {
             pod: &pod,

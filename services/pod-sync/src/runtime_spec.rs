@@ -36,6 +36,26 @@ pub struct NodeContext {
     pub pod_pids_limit: i64,
 }
 
+#[cfg(test)]
+impl NodeContext {
+    /// The node of the kill and security unit tests: node `n`, no QoS cgroups, and its
+    /// root dir `root` under the temp dir.
+    pub(crate) fn for_unit_tests(root: &str) -> Self {
+        NodeContext {
+            node_name: "n".into(),
+            pod_logs_dir: "/tmp/nodeagent-unit-logs".into(),
+            cgroups_per_qos: false,
+            cgroup_root: "/".into(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: "/nonexistent".into(),
+            host_ip: "10.0.0.1".into(),
+            root_dir: std::env::temp_dir().join(root),
+            pod_pids_limit: -1,
+        }
+    }
+}
+
 /// The host file mounted at a container's terminationMessagePath (upstream:
 /// `<root>/pods/<uid>/containers/<name>/<id>`; we name it by attempt so that the file of
 /// any container instance can be found again from its CRI metadata alone).

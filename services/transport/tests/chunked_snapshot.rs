@@ -94,6 +94,23 @@ fn client(address: &Address) -> ConfigSourceClient<nodeagent_transport::Channel>
     ConfigSourceClient::new(nodeagent_transport::connect(address)).with_limits()
 }
 
+/// Follows the server through the watch helper, as a consumer that accepts chunks does.
+fn watch_chunked(
+    address: &Address,
+    shutdown: Shutdown,
+) -> mpsc::Receiver<WatchEvent<PodConfigUpdate>> {
+    let c = client(address);
+    watch_with_retry("config-source", shutdown, move || {
+        let mut c = c.clone();
+        async move {
+            let request = WatchConfigRequest {
+                accept_chunked_snapshot: true,
+            };
+            Ok(c.watch(request).await?.into_inner())
+        }
+    })
+}
+
 #[tokio::test]
 async fn a_snapshot_over_4_mib_is_chunked_and_reassembled() {
     let dir = tempfile::tempdir().unwrap();
@@ -113,16 +130,7 @@ async fn a_snapshot_over_4_mib_is_chunked_and_reassembled() {
     assert!(first.snapshot_continues && first.pods.len() < 20);
 
     // Through the watch helper: one complete snapshot.
-    let c = client(&address);
-    let mut rx = watch_with_retry("config-source", shutdown.clone(), move || {
-        let mut c = c.clone();
-        async move {
-            let request = WatchConfigRequest {
-                accept_chunked_snapshot: true,
-            };
-            Ok(c.watch(request).await?.into_inner())
-        }
-    });
+    let mut rx = watch_chunked(&address, shutdown.clone());
     let deadline = std::time::Duration::from_secs(20);
     let snapshot = tokio::time::timeout(deadline, async {
         loop {
@@ -167,16 +175,7 @@ async fn a_snapshot_cut_short_is_never_handed_on() {
     let dir = tempfile::tempdir().unwrap();
     let (_trigger, shutdown) = shutdown_channel();
     let address = serve(&dir, true, shutdown.clone()).await;
-    let c = client(&address);
-    let mut rx = watch_with_retry("config-source", shutdown.clone(), move || {
-        let mut c = c.clone();
-        async move {
-            let request = WatchConfigRequest {
-                accept_chunked_snapshot: true,
-            };
-            Ok(c.watch(request).await?.into_inner())
-        }
-    });
+    let mut rx = watch_chunked(&address, shutdown.clone());
     let mut breaks = 0;
     let deadline = std::time::Duration::from_secs(20);
     tokio::time::timeout(deadline, async {

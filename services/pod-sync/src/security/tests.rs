@@ -23,18 +23,7 @@ fn with_container_sc(sc: serde_json::Value) -> Pod {
 }
 
 fn node() -> NodeContext {
-    NodeContext {
-        node_name: "n".into(),
-        pod_logs_dir: "/tmp/nodeagent-unit-logs".into(),
-        cgroups_per_qos: false,
-        cgroup_root: "/".into(),
-        cluster_dns: Vec::new(),
-        cluster_domain: String::new(),
-        resolv_conf: "/nonexistent".into(),
-        host_ip: "10.0.0.1".into(),
-        root_dir: std::env::temp_dir().join("nodeagent-security-unit"),
-        pod_pids_limit: -1,
-    }
+    NodeContext::for_unit_tests("nodeagent-security-unit")
 }
 
 fn container_sc(p: &Pod) -> nodeagent_proto::cri::LinuxContainerSecurityContext {

@@ -1,0 +1,59 @@
+//! A pod's status as /pods shows it (JSON), and waits on its containers.
+
+use crate::{Node, eventually};
+use serde_json::Value;
+use std::time::Duration;
+
+/// The status of container `name` of `pod`, a regular or an init container (a pod's
+/// container names are unique across both).
+pub fn container_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|k| pod["status"][k].as_array())
+        .flatten()
+        .find(|c| c["name"] == name)
+}
+
+/// Whether container `name` of `pod` is running.
+pub fn is_running(pod: &Value, name: &str) -> bool {
+    container_status(pod, name).is_some_and(|c| c["state"]["running"].is_object())
+}
+
+impl Node {
+    /// Waits up to `deadline` for /pods to show container `c` of pod `pod` (the name before
+    /// the node suffix) running and returns its CRI id.
+    pub async fn running_container(&self, pod: &str, c: &str, deadline: Duration) -> String {
+        eventually(&format!("{pod}/{c} running"), deadline, || async {
+            let p = self.pod(pod).await?;
+            if !is_running(&p, c) {
+                return Err(p["status"].to_string());
+            }
+            self.container_id(pod, c)
+                .await
+                .ok_or_else(|| "no CRI container".to_string())
+        })
+        .await
+    }
+
+    /// Waits up to `deadline` for /pods to show container `c` of pod `pod` waiting with
+    /// `reason` and returns the waiting message.
+    pub async fn waiting_message(
+        &self,
+        pod: &str,
+        c: &str,
+        reason: &str,
+        deadline: Duration,
+    ) -> String {
+        let what = format!("{pod}/{c} waiting with {reason}");
+        eventually(&what, deadline, || async {
+            let p = self.pod(pod).await?;
+            let w = &container_status(&p, c).ok_or("no status")?["state"]["waiting"];
+            if w["reason"] == reason {
+                Ok(w["message"].as_str().unwrap_or_default().to_string())
+            } else {
+                Err(p["status"].to_string())
+            }
+        })
+        .await
+    }
+}
