@@ -32,14 +32,15 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // normally takes milliseconds) gets pleg restarted, which disturbs no pod.
     let stall = (config.pleg_relist_period * 5).max(std::time::Duration::from_secs(25));
     let liveness_cache = cache.clone();
+    let started = std::time::Instant::now();
     let liveness: nodeagent_transport::LivenessCheck = Arc::new(move || {
         let cache = liveness_cache.lock().unwrap_or_else(|e| e.into_inner());
-        match cache.last_loop {
-            Some(t) if t.elapsed() > stall => {
-                Err(format!("no relist finished for {:?}", t.elapsed()))
-            }
-            _ => Ok(()),
+        // A first relist that never returns (a hung runtime) is as stuck as a later one.
+        let since = cache.last_loop.unwrap_or(started);
+        if since.elapsed() > stall {
+            return Err(format!("no relist finished for {:?}", since.elapsed()));
         }
+        Ok(())
     });
     let server = Server::new(
         config.endpoint(Service::Pleg).clone(),

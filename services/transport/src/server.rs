@@ -239,6 +239,9 @@ async fn follow_loops(
     let period = watchdog.map_or(HEALTH_PERIOD, |w| (w / 2).min(HEALTH_PERIOD));
     let mut tick = tokio::time::interval(period);
     let mut stalled = false;
+    // sd_notify blocks while the notify socket's queue is full (a reader that does not read):
+    // it runs on the blocking pool, one ping at a time.
+    let mut pending_ping: Option<tokio::task::JoinHandle<std::io::Result<()>>> = None;
     loop {
         tick.tick().await;
         match loops.check() {
@@ -255,10 +258,15 @@ async fn follow_loops(
                     set_health(&reporter, &names, ServingStatus::Serving).await;
                 }
                 stalled = false;
-                if watchdog.is_some()
-                    && let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog])
-                {
-                    tracing::warn!(%address, error = %e, "sd_notify WATCHDOG failed");
+                if watchdog.is_some() && pending_ping.as_ref().is_none_or(|p| p.is_finished()) {
+                    if let Some(done) = pending_ping.take()
+                        && let Ok(Err(e)) = done.await
+                    {
+                        tracing::warn!(%address, error = %e, "sd_notify WATCHDOG failed");
+                    }
+                    pending_ping = Some(tokio::task::spawn_blocking(|| {
+                        sd_notify::notify(&[sd_notify::NotifyState::Watchdog])
+                    }));
                 }
             }
         }
