@@ -88,8 +88,9 @@ impl PodSync {
             {
                 tracing::warn!(cgroup = %parent, error = %e, "cannot remove the pod cgroup yet");
             }
-        } else {
+        } else if let Ok(uid) = nodeagent_hostpath::uid(uid) {
             // The pod is unknown (we restarted meanwhile): look for it under every QoS class.
+            // Its UID comes from a runtime label, so it is checked like any other.
             for qos in ["", "/burstable", "/besteffort"] {
                 let root = self.node.cgroup_root.trim_end_matches('/');
                 let _ = crate::cgroups::remove_pod_cgroup(
