@@ -297,6 +297,8 @@ impl Records {
                         "container {name} was replaced: {first} -> {}",
                         c.id
                     ));
+                    // Reported once: the replacement is the new baseline.
+                    *first = c.id.clone();
                 }
             }
             for what in replaced {

@@ -127,7 +127,10 @@ impl PodStore {
             self.first_seen.remove(&p.uid);
         }
         self.sources.insert(source.to_string(), next);
-        let first_list = listed && self.seen.insert(source.to_string());
+        // The deltas of a source's first list still say "not all sources ready": a consumer
+        // that acted on the first of them would take every pod not yet added for unwanted.
+        // The source counts as seen once all of them are sent.
+        let first_list = listed && !self.seen.contains(source);
         // A pod that gained a deletionTimestamp is being deleted gracefully: DELETE.
         let (deleting, updated): (Vec<SourcePod>, Vec<SourcePod>) =
             updated.into_iter().partition(|sp| {
@@ -156,6 +159,9 @@ impl PodStore {
                 let message = span.in_scope(|| self.message(op, vec![pod]));
                 let _ = self.tx.send(message);
             }
+        }
+        if first_list {
+            self.seen.insert(source.to_string());
         }
         if first_list && self.all_sources_ready() {
             // Tell watchers that every source has now delivered its first list.
@@ -280,6 +286,26 @@ mod tests {
         let (snap, _) = store.subscribe();
         assert_eq!(snap.pods.len(), 2);
         assert!(snap.all_sources_ready);
+    }
+
+    #[test]
+    fn no_delta_of_a_first_list_claims_every_source_ready() {
+        let mut store = PodStore::new(["file"]);
+        let (_, mut rx) = store.subscribe();
+        store.set_source("file", vec![pod("a", "u1", "i"), pod("b", "u2", "i")]);
+        let mut ready = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            ready.push((m.op(), m.all_sources_ready));
+        }
+        assert_eq!(
+            ready,
+            vec![(Op::Add, false), (Op::Add, false), (Op::Reconcile, true)]
+        );
+        store.set_source("file", vec![pod("a", "u1", "i")]);
+        assert!(
+            rx.try_recv().unwrap().all_sources_ready,
+            "later lists: ready"
+        );
     }
 
     #[test]
