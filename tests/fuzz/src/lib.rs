@@ -80,12 +80,12 @@ fn pods<'a>(jsons: impl IntoIterator<Item = &'a Vec<u8>>) {
 
 /// Every message of `kubelet.v1` that a service decodes from a peer (requests, responses
 /// and stream items), chosen by the first byte; the rest of the input is the message.
-/// The last choices are the JSON decoders for the pods and the node on the wire.
+/// Choices 24 and 25 are the JSON decoders for the pods and the node on the wire.
 pub fn wire(data: &[u8]) {
     let Some((&which, bytes)) = data.split_first() else {
         return;
     };
-    match which % 26 {
+    match which % 28 {
         0 => check::<api::WatchConfigRequest>(bytes),
         1 => {
             if let Some(u) = decode::<api::PodConfigUpdate>(bytes) {
@@ -133,9 +133,15 @@ pub fn wire(data: &[u8]) {
         24 => {
             let _ = decode_pod(bytes);
         }
-        _ => {
+        25 => {
             let _ = decode_node(bytes);
         }
+        26 => {
+            if let Some(r) = decode::<api::PrepareSubPathsRequest>(bytes) {
+                pods([&r.pod_json]);
+            }
+        }
+        _ => check::<api::PrepareSubPathsResponse>(bytes),
     }
 }
 

@@ -162,8 +162,39 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 .encode_to_vec(),
             ),
         ),
-        ("pod-json", seed(24, pod_json)),
+        ("pod-json", seed(24, pod_json.clone())),
         ("node-json", seed(25, node.to_vec())),
+        (
+            "prepare-subpaths",
+            seed(
+                26,
+                api::PrepareSubPathsRequest {
+                    pod_json,
+                    container_name: "httpd".into(),
+                    mounts: vec![api::SubPathMount {
+                        volume_name: "www".into(),
+                        sub_path: "site/a".into(),
+                        mount_index: 0,
+                    }],
+                    trace: None,
+                }
+                .encode_to_vec(),
+            ),
+        ),
+        (
+            "subpath-paths",
+            seed(
+                27,
+                api::PrepareSubPathsResponse {
+                    host_paths: [(
+                        0,
+                        "/var/lib/kubelet/pods/u1/volume-subpaths/www/httpd/0".to_string(),
+                    )]
+                    .into(),
+                }
+                .encode_to_vec(),
+            ),
+        ),
     ]
 }
 
