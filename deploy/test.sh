@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this): prepares the real container
-# runtime, checks formatting and lints, builds the seven binaries, runs every test.
+# runtime, checks formatting and lints, builds the seven binaries (and the previous
+# release's, for the upgrade test), runs every test, then each fuzz target briefly.
 # Run as root on Debian 12 (the runtime tests need containerd, runc and CNI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,3 +17,5 @@ echo "== cargo build (the binaries the cross-service tests start)"
 cargo build --workspace --bins
 echo "== cargo nextest"
 cargo nextest run --workspace --no-fail-fast
+echo "== fuzzing: every target for 20 s with a fixed seed"
+bash tests/fuzz/run.sh 20
