@@ -14,6 +14,8 @@ pub struct PodStore {
     /// Sources configured on this node; "all sources ready" waits for each.
     configured: BTreeSet<String>,
     seen: BTreeSet<String>,
+    /// Sources whose set was restored from a checkpoint and has not been listed since.
+    restored: BTreeSet<String>,
     /// uid -> when first seen (the config.seen annotation), stable across re-reads.
     first_seen: HashMap<String, String>,
     /// uid -> trace context of the pod's last change.
@@ -29,6 +31,7 @@ impl PodStore {
             sources: BTreeMap::new(),
             configured: configured.into_iter().map(String::from).collect(),
             seen: BTreeSet::new(),
+            restored: BTreeSet::new(),
             first_seen: HashMap::new(),
             traces: HashMap::new(),
             revision: 0,
@@ -38,6 +41,13 @@ impl PodStore {
 
     pub fn all_sources_ready(&self) -> bool {
         self.configured.iter().all(|s| self.seen.contains(s))
+    }
+
+    /// Every source has listed or served a restored set.
+    pub fn all_sources_served(&self) -> bool {
+        self.configured
+            .iter()
+            .all(|s| self.seen.contains(s) || self.restored.contains(s))
     }
 
     /// The full desired set, and a receiver for every delta after it.
@@ -61,6 +71,7 @@ impl PodStore {
             pods,
             sources_seen: self.seen.iter().cloned().collect(),
             all_sources_ready: self.all_sources_ready(),
+            all_sources_served: self.all_sources_served(),
             trace: nodeagent_telemetry::current_trace_context(),
             snapshot_continues: false,
         }
@@ -131,6 +142,8 @@ impl PodStore {
         // that acted on the first of them would take every pod not yet added for unwanted.
         // The source counts as seen once all of them are sent.
         let first_list = listed && !self.seen.contains(source);
+        let first_restore =
+            !listed && !self.seen.contains(source) && !self.restored.contains(source);
         // A pod that gained a deletionTimestamp is being deleted gracefully: DELETE.
         let (deleting, updated): (Vec<SourcePod>, Vec<SourcePod>) =
             updated.into_iter().partition(|sp| {
@@ -162,9 +175,16 @@ impl PodStore {
         }
         if first_list {
             self.seen.insert(source.to_string());
+            self.restored.remove(source);
         }
-        if first_list && self.all_sources_ready() {
-            // Tell watchers that every source has now delivered its first list.
+        if first_restore {
+            self.restored.insert(source.to_string());
+        }
+        if (first_list && self.all_sources_ready())
+            || (first_restore && self.all_sources_served() && !self.all_sources_ready())
+        {
+            // Tell watchers that every source has now delivered its first list (or a
+            // restored one).
             self.revision += 1;
             let _ = self.tx.send(self.message(Op::Reconcile, Vec::new()));
         }
@@ -314,7 +334,11 @@ mod tests {
         let (_, mut rx) = store.subscribe();
         store.restore_source("api", vec![pod("a", "u1", "i")]);
         assert!(!store.all_sources_ready());
-        assert_eq!(ops(&mut rx), vec![(Op::Add, vec!["u1".to_string()])]);
+        assert!(store.all_sources_served());
+        assert_eq!(
+            ops(&mut rx),
+            vec![(Op::Add, vec!["u1".to_string()]), (Op::Reconcile, vec![])]
+        );
         store.set_source("api", vec![]);
         assert!(store.all_sources_ready());
         assert_eq!(

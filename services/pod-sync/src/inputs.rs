@@ -47,6 +47,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
     {
         let mut st = sync.lock();
         st.sources_ready = update.all_sources_ready;
+        st.sources_served = update.all_sources_ready || update.all_sources_served;
         let mut pods = Vec::new();
         for sp in &update.pods {
             match k8s::decode_pod(&sp.pod_json) {

@@ -41,6 +41,9 @@ pub struct State {
     /// Every configured source has delivered its first list: a runtime pod that no
     /// source wants may now be removed.
     pub sources_ready: bool,
+    /// Every configured source has delivered a list, or a checkpoint of its last one: the
+    /// desired set is as complete as it can be (statuses may be served; no removals yet).
+    pub sources_served: bool,
     /// uid -> the runtime's view, from pleg.
     pub runtime: HashMap<String, RuntimePodStatus>,
     /// A pleg snapshot has been received.
@@ -78,8 +81,8 @@ pub struct State {
     /// then statuses are not served: a restarted pod-sync that answered with what little it
     /// knew would make running pods vanish from `/pods` and from the API's view.
     pub statuses_complete: bool,
-    /// When both snapshots were first seen: a pod whose first sync is slow (a long image
-    /// pull) must not hide every other pod's status for long.
+    /// When the full desired set and the runtime snapshot were first seen: a pod whose first
+    /// sync is slow (a long image pull) must not hide every other pod's status for long.
     pub snapshots_seen_at: Option<Instant>,
     /// A probe results snapshot has been received since this process started.
     pub probe_synced: bool,
@@ -108,7 +111,11 @@ impl State {
     /// after the config, runtime and probe snapshots arrived (or after a bounded wait, so
     /// that a dead probe service or a slow pod cannot hide every status for long).
     pub fn statuses_servable(&mut self) -> bool {
-        if self.statuses_complete || !(self.config_synced && self.pleg_synced) {
+        // Until every source has listed, the desired set is partial (config-source is
+        // restarting): even an empty one says nothing, so nothing is served yet.
+        if self.statuses_complete
+            || !(self.config_synced && self.sources_served && self.pleg_synced)
+        {
             return self.statuses_complete;
         }
         let since = *self.snapshots_seen_at.get_or_insert_with(Instant::now);
@@ -140,6 +147,14 @@ mod tests {
         assert!(!st.statuses_servable(), "nothing known yet");
         st.config_synced = true;
         st.pleg_synced = true;
+        assert!(
+            !st.statuses_servable(),
+            "an empty desired set before every source listed says nothing"
+        );
+        st.snapshots_seen_at = Some(Instant::now() - STATUS_GATE_MAX);
+        assert!(!st.statuses_servable(), "not even after the bounded wait");
+        st.snapshots_seen_at = None;
+        st.sources_served = true;
         st.desired.insert("u1".into(), Pod::default());
         st.published_since_probe.insert("u1".into());
         assert!(!st.statuses_servable(), "probe's results are not in yet");
@@ -162,6 +177,7 @@ mod tests {
     fn a_slow_pod_hides_the_others_for_a_bounded_time_only() {
         let mut st = State {
             config_synced: true,
+            sources_served: true,
             pleg_synced: true,
             ..State::default()
         };
