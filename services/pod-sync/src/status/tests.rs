@@ -45,19 +45,39 @@ fn compute_for(
     rt: Option<&RuntimePodStatus>,
     readiness: &HashMap<String, bool>,
 ) -> PodStatus {
+    compute_waiting(pod, rt, readiness, &HashMap::new())
+}
+
+/// The status with waiting reasons recorded by a sync.
+fn compute_waiting(
+    pod: &Pod,
+    rt: Option<&RuntimePodStatus>,
+    readiness: &HashMap<String, bool>,
+    waiting: &HashMap<String, Waiting>,
+) -> PodStatus {
     compute(
         &StatusInputs {
             pod,
             runtime: rt,
             readiness,
             started: &Default::default(),
-            waiting: &HashMap::new(),
+            waiting,
             host_ip: "192.0.2.1",
             pod_failed: None,
             termination_messages: &HashMap::new(),
         },
         None,
     )
+}
+
+fn waiting(reason: &str, message: &str) -> HashMap<String, Waiting> {
+    HashMap::from([(
+        "c".to_string(),
+        Waiting {
+            reason: reason.into(),
+            message: message.into(),
+        },
+    )])
 }
 
 fn cond(s: &PodStatus, t: &str) -> String {
@@ -128,25 +148,11 @@ fn nothing_yet_is_pending_and_creating() {
 #[test]
 fn a_recorded_error_is_the_waiting_reason() {
     let p = pod("Always", false);
-    let waiting = HashMap::from([(
-        "c".to_string(),
-        Waiting {
-            reason: "ErrImageNeverPull".into(),
-            message: "m".into(),
-        },
-    )]);
-    let s = compute(
-        &StatusInputs {
-            pod: &p,
-            runtime: None,
-            readiness: &HashMap::new(),
-            started: &Default::default(),
-            waiting: &waiting,
-            host_ip: "",
-            pod_failed: None,
-            termination_messages: &HashMap::new(),
-        },
+    let s = compute_waiting(
+        &p,
         None,
+        &HashMap::new(),
+        &waiting("ErrImageNeverPull", "m"),
     );
     let w = s.container_statuses.unwrap()[0]
         .state
@@ -194,27 +200,11 @@ fn a_failed_pod_and_termination_messages_show() {
 fn a_failed_sync_does_not_override_a_running_container() {
     let p = pod("Always", false);
     let rt = runtime(cri::ContainerState::ContainerRunning, 0);
-    let waiting: HashMap<String, Waiting> = [(
-        "c".to_string(),
-        Waiting {
-            reason: "CreateContainerConfigError".into(),
-            message: "volumes: the volume service is restarting".into(),
-        },
-    )]
-    .into();
-    let s = compute(
-        &StatusInputs {
-            pod: &p,
-            runtime: Some(&rt),
-            readiness: &HashMap::new(),
-            started: &Default::default(),
-            waiting: &waiting,
-            host_ip: "192.0.2.1",
-            pod_failed: None,
-            termination_messages: &HashMap::new(),
-        },
-        None,
+    let recorded = waiting(
+        "CreateContainerConfigError",
+        "volumes: the volume service is restarting",
     );
+    let s = compute_waiting(&p, Some(&rt), &HashMap::new(), &recorded);
     assert_eq!(s.phase.as_deref(), Some("Running"));
     assert_eq!(cond(&s, "Ready"), "True");
     let c = &s.container_statuses.as_ref().unwrap()[0];
