@@ -49,6 +49,8 @@ async fn kill_cycle(
         node.signal(*s, Signal::SIGKILL).await;
         *kills.entry(s.name()).or_default() += 1;
     }
+    // These delays are the scenario, not waits for a condition: systemd's RestartSec, and
+    // a second kill at a random moment of the start-up.
     tokio::time::sleep(rng.millis(0, 1000)).await;
     for s in services {
         node.spawn(*s);
@@ -59,7 +61,7 @@ async fn kill_cycle(
             node.signal(*s, Signal::SIGKILL).await;
             *kills.entry(s.name()).or_default() += 1;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await; // systemd's default RestartSec
         for s in services {
             node.spawn(*s);
         }

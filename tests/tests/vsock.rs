@@ -4,7 +4,7 @@
 //! a vsock endpoint but no secret refuses to start.
 
 use nodeagent_config::{Address, Service, VsockAuth};
-use nodeagent_tests::binary;
+use nodeagent_tests::{binary, eventually};
 use nodeagent_transport::{Server, connect_with_secret, shutdown_channel};
 use std::time::Duration;
 use tonic_health::pb::HealthCheckRequest;
@@ -92,8 +92,22 @@ async fn a_cid_that_is_not_allowed_gets_its_connection_closed() {
         return;
     };
     with_server(port, auth(vec![3]), |address| async move {
-        // Give the server time to listen: a refused connection looks the same as none.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A gRPC call cannot tell "not listening yet" from "refused": wait until a plain
+        // vsock connect is accepted (the server closes it right after, for our CID).
+        let Address::Vsock { cid, port } = address else {
+            unreachable!("a vsock address")
+        };
+        eventually(
+            "the vsock server listening",
+            Duration::from_secs(10),
+            || async {
+                tokio_vsock::VsockStream::connect(tokio_vsock::VsockAddr::new(cid, port))
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         for _ in 0..3 {
             let code = call(&address, Some(b"right-secret")).await;
             assert!(

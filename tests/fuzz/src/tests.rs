@@ -201,7 +201,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
 /// `cargo test --manifest-path tests/fuzz/Cargo.toml -- --ignored write_wire_seeds`
 /// after a schema change.
 #[test]
-#[ignore]
+#[ignore = "writes the committed seed corpus: run by hand after a schema change"]
 fn write_wire_seeds() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/wire");
     for (name, bytes) in wire_seeds() {
