@@ -23,31 +23,24 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let cache = Arc::new(Mutex::new(RelistCache::default()));
     let (events, _) = tokio::sync::broadcast::channel(4096);
     let relister = relist::Relister::new(cri.clone(), cache.clone(), events.clone());
-    let relist_task = tokio::spawn(relister.run(config.pleg_relist_period, shutdown.clone()));
+    // The systemd watchdog and health follow the relist loop: a loop stuck for this long (a
+    // relist normally takes milliseconds, and a first one that never returns counts too)
+    // gets pleg restarted, which disturbs no pod.
+    let stall = (config.pleg_relist_period * 5).max(std::time::Duration::from_secs(25));
+    let loops = nodeagent_transport::LoopHealth::default();
+    let heartbeat = loops.register("relist loop", stall);
+    let relist_task =
+        tokio::spawn(relister.run(config.pleg_relist_period, shutdown.clone(), heartbeat));
 
     let service = server::PlegService::new(cri, cache.clone(), events, shutdown.clone());
     let routes = tonic::service::Routes::new(PlegServer::new(service).with_limits())
         .add_service(MetricsServer::new(metrics::PlegMetrics(cache.clone())).with_limits());
-    // The systemd watchdog follows the relist loop: a loop stuck for this long (a relist
-    // normally takes milliseconds) gets pleg restarted, which disturbs no pod.
-    let stall = (config.pleg_relist_period * 5).max(std::time::Duration::from_secs(25));
-    let liveness_cache = cache.clone();
-    let started = std::time::Instant::now();
-    let liveness: nodeagent_transport::LivenessCheck = Arc::new(move || {
-        let cache = liveness_cache.lock().unwrap_or_else(|e| e.into_inner());
-        // A first relist that never returns (a hung runtime) is as stuck as a later one.
-        let since = cache.last_loop.unwrap_or(started);
-        if since.elapsed() > stall {
-            return Err(format!("no relist finished for {:?}", since.elapsed()));
-        }
-        Ok(())
-    });
     let server = Server::new(
         config.endpoint(Service::Pleg).clone(),
         routes,
         &[<PlegServer<server::PlegService> as tonic::server::NamedService>::NAME],
     );
-    let served = server.with_liveness(liveness).serve(shutdown.clone()).await;
+    let served = server.with_loop_health(loops).serve(shutdown.clone()).await;
     shutdown.wait().await;
     let _ = relist_task.await;
     served?;

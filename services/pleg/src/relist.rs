@@ -27,8 +27,6 @@ pub struct RelistCache {
     pub last_relist_duration: Duration,
     pub last_error: Option<String>,
     pub relist_duration: crate::metrics::Histogram,
-    /// When the relist loop last finished an iteration, successful or not.
-    pub last_loop: Option<Instant>,
     pub relist_interval: crate::metrics::Histogram,
 }
 
@@ -84,7 +82,13 @@ impl Relister {
         Self { cri, cache, events }
     }
 
-    pub async fn run(self, period: Duration, shutdown: Shutdown) {
+    /// Relists every `period` until `shutdown`, beating `heartbeat` after each relist.
+    pub async fn run(
+        self,
+        period: Duration,
+        shutdown: Shutdown,
+        heartbeat: nodeagent_transport::Heartbeat,
+    ) {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -100,7 +104,7 @@ impl Relister {
                 .await;
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.last_relist_duration = started.elapsed();
-            cache.last_loop = Some(Instant::now());
+            heartbeat.beat();
             let took = cache.last_relist_duration.as_secs_f64();
             cache.relist_duration.observe(took);
             match result {
