@@ -5,8 +5,10 @@
 pub mod apiserver;
 pub mod chaos;
 mod http;
+pub mod kubelet_client;
 mod node;
 pub mod otlp;
+pub mod pki;
 mod status;
 
 pub use http::http_get;

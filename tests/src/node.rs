@@ -2,11 +2,14 @@
 
 use crate::CONTAINERD_SOCKET;
 use crate::apiserver::{ApiServer, ApiState};
+use crate::kubelet_client::{Credentials, KubeletClient};
+use crate::pki::TestCa;
 use nodeagent_config::{Address, Service};
 use nodeagent_cri::Cri;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where cargo put the binaries of this workspace (the test runs from target/<profile>/deps),
@@ -83,6 +86,9 @@ pub struct NodeOptions {
     pub env: Vec<(String, String)>,
     /// A kubeconfig (its text): the node connects to that API server.
     pub kubeconfig: Option<String>,
+    /// The `authentication` and `authorization` sections of the config (YAML), instead of
+    /// the default: x509 against the node's test CA, no anonymous access, AlwaysAllow.
+    pub auth_config: Option<String>,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -111,6 +117,12 @@ pub struct Node {
     pub name: String,
     pub read_only_port: u16,
     pub healthz_port: u16,
+    /// The kubelet API's TLS port (upstream's 10250).
+    pub port: u16,
+    /// The CA whose clients the node's x509 authenticator accepts (`<dir>/pki/ca.crt`).
+    pub ca: Arc<TestCa>,
+    /// The kubelet API as `test-admin` (group `system:masters`), with a client certificate.
+    pub api: KubeletClient,
     pub cri: Cri,
     procs: BTreeMap<Service, Child>,
     env: Vec<(String, String)>,
@@ -143,16 +155,35 @@ impl Node {
             test.replace('_', "-"),
             suffix.replace(|c: char| !c.is_ascii_alphanumeric(), "x")
         );
-        for sub in ["manifests", "root", "sockets", "logs", "pod-logs"] {
+        for sub in [
+            "manifests",
+            "root",
+            "sockets",
+            "logs",
+            "pod-logs",
+            "pki",
+            "cert-dir",
+        ] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
         }
         let read_only_port = free_port();
         let healthz_port = free_port();
+        let port = free_port();
+        let ca = Arc::new(TestCa::new(&format!("{name}-ca")));
+        std::fs::write(dir.path().join("pki/ca.crt"), ca.cert_pem()).expect("write the CA");
+        let auth_config = options.auth_config.clone().unwrap_or_else(|| {
+            format!(
+                "authentication:\n  x509:\n    clientCAFile: {}/pki/ca.crt\n  anonymous:\n    enabled: false\n\
+                 authorization:\n  mode: AlwaysAllow\n",
+                dir.path().display()
+            )
+        });
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}\n\
              address: 127.0.0.1\nreadOnlyPort: {read_only_port}\nhealthzPort: {healthz_port}\n\
-             fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: 10s\n{extra}",
+             fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: 10s\nport: {port}\n\
+             {auth_config}{extra}",
             d = dir.path().display(),
             extra = options.extra_config,
         );
@@ -164,11 +195,19 @@ impl Node {
             &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
             Duration::from_secs(30),
         );
+        let api = KubeletClient {
+            port,
+            server_cert: dir.path().join("cert-dir/kubelet.crt"),
+            credentials: Credentials::Cert(ca.issue_client("test-admin", &["system:masters"])),
+        };
         let mut node = Node {
             dir,
             name,
             read_only_port,
             healthz_port,
+            port,
+            ca,
+            api,
             cri,
             procs: BTreeMap::new(),
             env: options.env.clone(),
@@ -236,6 +275,8 @@ impl Node {
             self.name.clone(),
             "--pleg-relist-period".into(),
             "500ms".into(),
+            "--cert-dir".into(),
+            self.path("cert-dir").display().to_string(),
         ];
         if self.kubeconfig {
             args.push("--kubeconfig".into());

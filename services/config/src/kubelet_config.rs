@@ -58,6 +58,98 @@ pub struct KubeletConfiguration {
     pub serialize_image_pulls: bool,
     /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set besides the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// The serving certificate of port 10250; with neither file set, a self-signed pair is
+    /// generated in `--cert-dir` as upstream.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub authentication: KubeletAuthentication,
+    pub authorization: KubeletAuthorization,
+    /// Serves `/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs` and `/logs/`.
+    pub enable_debugging_handlers: bool,
+    /// Rotate a container's log when it reaches this size (a resource quantity, `10Mi`).
+    pub container_log_max_size: String,
+    /// How many log files (the live one included) to keep per container.
+    pub container_log_max_files: i32,
+}
+
+/// `authentication` (upstream's `KubeletAuthentication`, v1beta1 defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthentication {
+    pub x509: KubeletX509Authentication,
+    pub webhook: KubeletWebhookAuthentication,
+    pub anonymous: KubeletAnonymousAuthentication,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletX509Authentication {
+    /// Client certificates signed by a CA in this bundle authenticate as their CN (user)
+    /// and O (groups).
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthentication {
+    /// Bearer tokens are checked with a TokenReview.
+    pub enabled: bool,
+    #[serde(rename = "cacheTTL", with = "serde_go")]
+    pub cache_ttl: Duration,
+}
+
+impl Default for KubeletWebhookAuthentication {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            cache_ttl: Duration::from_secs(120),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAnonymousAuthentication {
+    /// Requests with no credentials act as `system:anonymous` (group
+    /// `system:unauthenticated`) instead of getting 401.
+    pub enabled: bool,
+}
+
+/// `authorization` (upstream's `KubeletAuthorization`, v1beta1 defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletAuthorization {
+    /// `AlwaysAllow` or `Webhook` (SubjectAccessReview).
+    pub mode: String,
+    pub webhook: KubeletWebhookAuthorization,
+}
+
+impl Default for KubeletAuthorization {
+    fn default() -> Self {
+        Self {
+            mode: "Webhook".into(),
+            webhook: KubeletWebhookAuthorization::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletWebhookAuthorization {
+    #[serde(rename = "cacheAuthorizedTTL", with = "serde_go")]
+    pub cache_authorized_ttl: Duration,
+    #[serde(rename = "cacheUnauthorizedTTL", with = "serde_go")]
+    pub cache_unauthorized_ttl: Duration,
+}
+
+impl Default for KubeletWebhookAuthorization {
+    fn default() -> Self {
+        Self {
+            cache_authorized_ttl: Duration::from_secs(300),
+            cache_unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Default for KubeletConfiguration {
@@ -93,6 +185,13 @@ impl Default for KubeletConfiguration {
             enable_server: true,
             serialize_image_pulls: true,
             allowed_unsafe_sysctls: Vec::new(),
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            authentication: KubeletAuthentication::default(),
+            authorization: KubeletAuthorization::default(),
+            enable_debugging_handlers: true,
+            container_log_max_size: "10Mi".into(),
+            container_log_max_files: 5,
         }
     }
 }
@@ -153,6 +252,30 @@ impl KubeletConfiguration {
             errs.push(format!(
                 "invalid configuration: nodeLeaseDurationSeconds ({}) must be greater than zero",
                 self.node_lease_duration_seconds
+            ));
+        }
+        if !matches!(self.authorization.mode.as_str(), "AlwaysAllow" | "Webhook") {
+            errs.push(format!(
+                "invalid configuration: authorization.mode ({:?}) must be \"AlwaysAllow\" or \"Webhook\"",
+                self.authorization.mode
+            ));
+        }
+        if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
+            errs.push(
+                "invalid configuration: tlsCertFile and tlsPrivateKeyFile must be set together"
+                    .into(),
+            );
+        }
+        if self.container_log_max_files < 2 {
+            errs.push(format!(
+                "invalid configuration: containerLogMaxFiles ({}) must be greater than 1",
+                self.container_log_max_files
+            ));
+        }
+        if let Err(e) = crate::quantity::parse_bytes(&self.container_log_max_size) {
+            errs.push(format!(
+                "invalid configuration: containerLogMaxSize ({:?}): {e}",
+                self.container_log_max_size
             ));
         }
         if self.max_pods == 0 {

@@ -5,10 +5,15 @@
 mod address;
 pub mod duration;
 mod kubelet_config;
+pub mod quantity;
 mod vsock;
 
 pub use address::Address;
-pub use kubelet_config::{API_VERSION, KIND, KubeletConfiguration};
+pub use kubelet_config::{
+    API_VERSION, KIND, KubeletAnonymousAuthentication, KubeletAuthentication, KubeletAuthorization,
+    KubeletConfiguration, KubeletWebhookAuthentication, KubeletWebhookAuthorization,
+    KubeletX509Authentication,
+};
 pub use vsock::VsockAuth;
 
 use clap::Args;
@@ -97,6 +102,28 @@ pub struct KubeletFlags {
     /// Healthz port (overrides healthzPort; 0 disables).
     #[arg(long)]
     pub healthz_port: Option<u16>,
+    /// The kubelet API's secure port (overrides port).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Where the self-signed serving pair (kubelet.crt, kubelet.key) is kept when
+    /// tlsCertFile and tlsPrivateKeyFile are unset.
+    #[arg(long, default_value = "/var/lib/kubelet/pki")]
+    pub cert_dir: PathBuf,
+    /// Serving certificate of port 10250 (overrides tlsCertFile).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving private key of port 10250 (overrides tlsPrivateKeyFile).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Client CA bundle for x509 authentication (overrides authentication.x509.clientCAFile).
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Allow anonymous requests to port 10250 (overrides authentication.anonymous.enabled).
+    #[arg(long)]
+    pub anonymous_auth: Option<bool>,
+    /// AlwaysAllow or Webhook (overrides authorization.mode).
+    #[arg(long)]
+    pub authorization_mode: Option<String>,
     /// Period of pleg's relist (node-agent specific; upstream hard-codes 1s).
     #[arg(long, default_value = "1s", value_parser = duration::parse_go_duration)]
     pub pleg_relist_period: Duration,
@@ -134,6 +161,8 @@ pub struct Config {
     pub kubelet: KubeletConfiguration,
     pub kubeconfig: Option<PathBuf>,
     pub root_dir: PathBuf,
+    /// `--cert-dir`: the self-signed serving pair lives here.
+    pub cert_dir: PathBuf,
     pub node_name: String,
     pub runtime_endpoint: Address,
     pub endpoints: BTreeMap<Service, Address>,
@@ -165,6 +194,24 @@ impl Config {
         }
         if let Some(p) = flags.healthz_port {
             kubelet.healthz_port = p;
+        }
+        if let Some(p) = flags.port {
+            kubelet.port = p;
+        }
+        if let Some(f) = &flags.tls_cert_file {
+            kubelet.tls_cert_file = Some(f.clone());
+        }
+        if let Some(f) = &flags.tls_private_key_file {
+            kubelet.tls_private_key_file = Some(f.clone());
+        }
+        if let Some(f) = &flags.client_ca_file {
+            kubelet.authentication.x509.client_ca_file = Some(f.clone());
+        }
+        if let Some(a) = flags.anonymous_auth {
+            kubelet.authentication.anonymous.enabled = a;
+        }
+        if let Some(m) = &flags.authorization_mode {
+            kubelet.authorization.mode = m.clone();
         }
         kubelet.validate().map_err(ConfigError::Invalid)?;
 
@@ -206,6 +253,7 @@ impl Config {
             kubelet,
             kubeconfig: flags.kubeconfig.clone(),
             root_dir: flags.root_dir.clone(),
+            cert_dir: flags.cert_dir.clone(),
             node_name,
             runtime_endpoint,
             endpoints,

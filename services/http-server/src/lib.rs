@@ -1,8 +1,17 @@
 //! http-server: the kubelet's HTTP endpoints. `/healthz` on healthzBindAddress:healthzPort
 //! aggregates every service's gRPC health and pleg's relist health; the read-only port
-//! (readOnlyPort, off by default as upstream) serves `/pods` and `/healthz`.
+//! (readOnlyPort, off by default as upstream) serves the read-only handlers without
+//! authentication; port 10250 serves everything over TLS behind authentication and
+//! authorization (`auth.rs`).
 
+pub mod auth;
 mod health;
+pub mod listener;
+pub mod logs;
+pub mod metrics;
+pub mod stats;
+pub mod streaming;
+pub mod tls;
 
 use axum::Router;
 use axum::extract::State;
@@ -10,9 +19,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use nodeagent_config::{Config, Service};
-use nodeagent_proto::api::metrics_client::MetricsClient;
+use nodeagent_proto::api::WatchPodStatusRequest;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
-use nodeagent_proto::api::{ScrapeRequest, WatchPodStatusRequest};
 use nodeagent_transport::{Assembler, Channel, Server, Shutdown, WithLimits};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,8 +28,38 @@ use std::sync::Arc;
 pub use health::{HealthReport, check_all};
 
 pub struct AppState {
+    pub config: Config,
     pub peers: BTreeMap<Service, Channel>,
     pub pod_sync: PodSyncClient<Channel>,
+    /// The container runtime, for `/runningpods/`, stats, logs and streaming.
+    pub cri: nodeagent_cri::Cri,
+    /// The API server (TokenReview, SubjectAccessReview); None in standalone mode.
+    pub api: Option<kube::Client>,
+    /// Checks client certificates against `clientCAFile`.
+    pub client_ca: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+}
+
+/// The handlers the read-only port serves (upstream's default handlers, no debugging
+/// handlers): also served, behind authentication, on port 10250.
+fn read_only_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
+        .merge(metrics::routes())
+        .merge(stats::routes())
+}
+
+/// Everything port 10250 serves, before authentication.
+fn secure_routes(config: &Config) -> Router<Arc<AppState>> {
+    let mut router = read_only_routes().route("/configz", get(configz));
+    if config.kubelet.enable_debugging_handlers {
+        router = router
+            .merge(logs::routes())
+            .merge(streaming::routes())
+            .merge(stats::running_pods_routes());
+    }
+    router
 }
 
 /// Runs the http-server until `shutdown`.
@@ -31,9 +69,27 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         .filter(|s| *s != Service::HttpServer)
         .map(|s| (s, nodeagent_transport::connect(config.endpoint(s))))
         .collect();
+    let api = match &config.kubeconfig {
+        Some(path) => Some(nodeagent_config::kube_client(path).await?),
+        None => None,
+    };
+    let cri = nodeagent_cri::Cri::connect(
+        &config.runtime_endpoint,
+        config.kubelet.runtime_request_timeout,
+    );
+    let secure = config.kubelet.enable_server && config.kubelet.port > 0;
+    let tls = if secure {
+        Some(tls::server_config(&config)?)
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
+        client_ca: tls.as_ref().and_then(|t| t.client_ca.clone()),
         pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()).with_limits(),
         peers,
+        cri,
+        api,
+        config: config.clone(),
     });
     let mut tasks = tokio::task::JoinSet::new();
     if config.kubelet.healthz_port > 0 {
@@ -51,13 +107,18 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             "{}:{}",
             config.kubelet.address, config.kubelet.read_only_port
         );
-        let app = Router::new()
-            .route("/healthz", get(healthz))
-            .route("/pods", get(pods))
-            .route("/pods/", get(pods))
-            .route("/metrics", get(metrics))
-            .with_state(state.clone());
+        let app = read_only_routes().with_state(state.clone());
         tasks.spawn(serve_http(addr, app, shutdown.clone()));
+    }
+    if let Some(tls) = tls {
+        let addr = format!("{}:{}", config.kubelet.address, config.kubelet.port);
+        let app = secure_routes(&config)
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                auth::authenticate_and_authorize,
+            ))
+            .with_state(state.clone());
+        tasks.spawn(listener::serve_tls(addr, tls.server, app, shutdown.clone()));
     }
     // Bind failures surface here before we report ready.
     tokio::task::yield_now().await;
@@ -113,33 +174,11 @@ async fn healthz(
     (code, body).into_response()
 }
 
-/// Every service's metrics that serves the Metrics API, concatenated.
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = String::new();
-    for channel in state.peers.values() {
-        let mut client = MetricsClient::new(channel.clone()).with_limits();
-        if let Ok(Ok(r)) = tokio::time::timeout(
-            std::time::Duration::from_secs(2),
-            client.scrape(ScrapeRequest {}),
-        )
-        .await
-        {
-            text.push_str(&r.into_inner().text);
-        }
-    }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        text,
-    )
-        .into_response()
-}
-
 /// Every pod with its status: the snapshot of pod-sync's status stream, which arrives in
 /// chunks when it is large (a unary `ListPods` answer is one message and has a size limit).
-async fn pod_statuses(mut client: PodSyncClient<Channel>) -> Result<Vec<Vec<u8>>, tonic::Status> {
+pub async fn pod_statuses(
+    mut client: PodSyncClient<Channel>,
+) -> Result<Vec<Vec<u8>>, tonic::Status> {
     let request = WatchPodStatusRequest {
         accept_chunked_snapshot: true,
     };
@@ -181,4 +220,14 @@ async fn pods(State(state): State<Arc<AppState>>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// `/configz`: the configuration in effect, as upstream (`{"kubeletconfig": {...}}`).
+async fn configz(State(state): State<Arc<AppState>>) -> Response {
+    let body = serde_json::json!({ "kubeletconfig": state.config.kubelet });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }

@@ -1,0 +1,9 @@
+//! (being written)
+
+use crate::AppState;
+use axum::Router;
+use std::sync::Arc;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+}

@@ -1,0 +1,214 @@
+//! The serving identity of port 10250 and the TLS settings: `tlsCertFile` and
+//! `tlsPrivateKeyFile`, or (as upstream) a self-signed pair kept in `--cert-dir` as
+//! `kubelet.crt` and `kubelet.key`, made on first start and reused after.
+//!
+//! Client certificates are requested, never required: a request without one may still
+//! authenticate with a bearer token. A certificate that does not chain to the client CA
+//! does not fail the handshake either; the authenticator answers it with 401, as upstream
+//! (Go's `tls.RequestClientCert`). The handshake does check that the client holds the key
+//! of the certificate it presents.
+
+use anyhow::Context;
+use nodeagent_config::Config;
+use rustls::DistinguishedName;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The TLS configuration of port 10250 and the client verifier the authenticator uses.
+pub struct Tls {
+    pub server: Arc<rustls::ServerConfig>,
+    /// Checks a client's chain against `clientCAFile`; None when it is unset (then no
+    /// certificate authenticates anyone).
+    pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Loads (or makes) the serving pair and builds the server configuration.
+pub fn server_config(config: &Config) -> anyhow::Result<Tls> {
+    let (cert_file, key_file) = match (
+        &config.kubelet.tls_cert_file,
+        &config.kubelet.tls_private_key_file,
+    ) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let (c, k) = self_signed_paths(&config.cert_dir);
+            if !c.exists() || !k.exists() {
+                write_self_signed(config, &c, &k)?;
+            }
+            (c, k)
+        }
+    };
+    let certs = CertificateDer::pem_file_iter(&cert_file)
+        .with_context(|| format!("tlsCertFile {}", cert_file.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("tlsCertFile {}", cert_file.display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "tlsCertFile {} holds no certificate",
+        cert_file.display()
+    );
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .with_context(|| format!("tlsPrivateKeyFile {}", key_file.display()))?;
+    let client_ca = match &config.kubelet.authentication.x509.client_ca_file {
+        Some(path) => Some(client_ca_verifier(path)?),
+        None => None,
+    };
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
+    let builder = match &client_ca {
+        Some(inner) => builder.with_client_cert_verifier(Arc::new(RequestClientCert {
+            inner: inner.clone(),
+        })),
+        None => builder.with_no_client_auth(),
+    };
+    let mut server = builder
+        .with_single_cert(certs, key)
+        .context("the serving certificate and key do not match")?;
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Tls {
+        server: Arc::new(server),
+        client_ca,
+    })
+}
+
+/// `<cert-dir>/kubelet.crt` and `<cert-dir>/kubelet.key`, upstream's names.
+pub fn self_signed_paths(cert_dir: &Path) -> (PathBuf, PathBuf) {
+    (cert_dir.join("kubelet.crt"), cert_dir.join("kubelet.key"))
+}
+
+fn write_self_signed(config: &Config, cert: &Path, key: &Path) -> anyhow::Result<()> {
+    let mut names = vec![config.node_name.clone(), "localhost".to_string()];
+    names.push("127.0.0.1".into());
+    let address = &config.kubelet.address;
+    if address
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| !ip.is_unspecified())
+    {
+        names.push(address.clone());
+    }
+    names.dedup();
+    let key_pair = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(names)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("{}@{now}", config.node_name),
+    );
+    // Upstream's self-signed serving certificate lives a year.
+    params.not_before = rcgen::date_time_ymd(1975, 1, 1);
+    params.not_after = time_after_days(365);
+    let certificate = params.self_signed(&key_pair)?;
+    std::fs::create_dir_all(&config.cert_dir)
+        .with_context(|| format!("--cert-dir {}", config.cert_dir.display()))?;
+    write_private(key, key_pair.serialize_pem().as_bytes())?;
+    std::fs::write(cert, certificate.pem())
+        .with_context(|| format!("writing {}", cert.display()))?;
+    tracing::info!(cert = %cert.display(), "generated a self-signed serving certificate");
+    Ok(())
+}
+
+fn time_after_days(days: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc() + time::Duration::days(days)
+}
+
+fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn client_ca_verifier(path: &Path) -> anyhow::Result<Arc<dyn ClientCertVerifier>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("authentication.x509.clientCAFile {}", path.display()))?
+    {
+        roots
+            .add(cert.with_context(|| format!("clientCAFile {}", path.display()))?)
+            .with_context(|| format!("clientCAFile {}", path.display()))?;
+    }
+    anyhow::ensure!(
+        !roots.is_empty(),
+        "authentication.x509.clientCAFile {} holds no certificate",
+        path.display()
+    );
+    Ok(
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .allow_unauthenticated()
+            .build()?,
+    )
+}
+
+/// Asks for a client certificate and checks the handshake signatures (the client holds
+/// the key), but leaves the chain to the authenticator, which answers a foreign one with
+/// 401 instead of a failed handshake.
+#[derive(Debug)]
+struct RequestClientCert {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
