@@ -79,6 +79,10 @@ else
   install -m 0644 deploy/config/kubelet-config.yaml "$CONFIG"
   log "wrote the default $CONFIG"
 fi
+if grep -q '^    clientCAFile: /etc/nodeagent/pki/ca.crt' "$CONFIG"; then
+  # The default configuration's client CA, and an admin certificate for the kubelet API.
+  bash deploy/lib/admin-pki.sh /etc/nodeagent/pki
+fi
 if [ ! -e "$ENVFILE" ]; then
   cat >"$ENVFILE" <<'EOF'
 # Extra flags for all seven nodeagent services (read by their systemd units), e.g.

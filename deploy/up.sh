@@ -17,6 +17,7 @@ cargo build --workspace --bins
 mkdir -p "$CONFIG_DIR" "$MANIFESTS" "$LOGS"
 install -m 0644 deploy/config/kubelet-config.yaml "$CONFIG_DIR/kubelet-config.yaml"
 install -m 0644 deploy/examples/web.yaml "$MANIFESTS/web.yaml"
+bash deploy/lib/admin-pki.sh "$CONFIG_DIR/pki"
 
 bash deploy/down.sh --keep-pods >/dev/null 2>&1 || true
 for s in "${SERVICES[@]}"; do
@@ -35,6 +36,9 @@ for _ in $(seq 1 60); do
 The node agent is up; the example pod web-$node runs with IP $ip.
   pods (read-only API):  curl -s http://127.0.0.1:10255/pods
   health:                curl -s 'http://127.0.0.1:10248/healthz?verbose'
+  the kubelet API (TLS): curl -s --cacert /var/lib/kubelet/pki/kubelet.crt \\
+                           --cert $CONFIG_DIR/pki/admin.crt --key $CONFIG_DIR/pki/admin.key \\
+                           https://127.0.0.1:10250/pods
   the pod's web page:    curl -s http://$ip:8080/
   service logs:          $LOGS/<service>.log
   container logs:        /var/log/pods/default_web-${node}_*/

@@ -26,7 +26,7 @@ PACKAGES=(
   containerd runc containernetworking-plugins umoci busybox-static iptables
   protobuf-compiler gcc libc6-dev
   # tools the tests and operators use inside the node
-  curl ca-certificates iproute2 procps kmod util-linux
+  curl ca-certificates openssl iproute2 procps kmod util-linux
 )
 
 log() { printf '[base-image] %s\n' "$*"; }
