@@ -9,7 +9,6 @@ pub use relist::{RelistCache, diff_events};
 
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
-use nodeagent_proto::api::metrics_server::MetricsServer;
 use nodeagent_proto::api::pleg_server::PlegServer;
 use nodeagent_transport::{Server, Shutdown, WithLimits};
 use std::sync::{Arc, Mutex};
@@ -33,8 +32,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         tokio::spawn(relister.run(config.pleg_relist_period, shutdown.clone(), heartbeat));
 
     let service = server::PlegService::new(cri, cache.clone(), events, shutdown.clone());
-    let routes = tonic::service::Routes::new(PlegServer::new(service).with_limits())
-        .add_service(MetricsServer::new(metrics::PlegMetrics(cache.clone())).with_limits());
+    let routes = tonic::service::Routes::new(PlegServer::new(service).with_limits());
     let server = Server::new(
         config.endpoint(Service::Pleg).clone(),
         routes,

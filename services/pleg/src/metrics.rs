@@ -1,82 +1,53 @@
-//! pleg's metrics, with upstream's names: `kubelet_pleg_relist_duration_seconds`
-//! (histogram), `kubelet_pleg_relist_interval_seconds` (histogram) and
-//! `kubelet_pleg_last_seen_seconds` (gauge, unix time of the last relist).
+//! pleg's metrics, with upstream's names, in the process's registry (served by the
+//! transport's Metrics service): `kubelet_pleg_relist_duration_seconds`,
+//! `kubelet_pleg_relist_interval_seconds`, `kubelet_pleg_last_seen_seconds`, and, from
+//! each relist's view of the runtime, `kubelet_running_pods` and
+//! `kubelet_running_containers{container_state}`.
 
-use crate::RelistCache;
-use nodeagent_proto::api::metrics_server::Metrics;
-use nodeagent_proto::api::{ScrapeRequest, ScrapeResponse};
-use std::fmt::Write;
-use std::sync::{Arc, Mutex};
+use nodeagent_proto::cri::{ContainerState, PodSandboxState};
+use nodeagent_telemetry::metrics::kubelet;
+use std::time::SystemTime;
 
-/// Prometheus' default buckets, which upstream uses for these histograms.
-const BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-#[derive(Debug, Clone, Default)]
-pub struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+/// One relist took `seconds`.
+pub fn observe_relist_duration(seconds: f64) {
+    kubelet::PLEG_RELIST_DURATION.observe(seconds);
 }
 
-impl Histogram {
-    pub fn observe(&mut self, v: f64) {
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if v <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += v;
+/// A successful relist at `now`, `interval` after the previous one.
+pub fn observe_relist(now: SystemTime, interval: Option<f64>) {
+    if let Some(interval) = interval {
+        kubelet::PLEG_RELIST_INTERVAL.observe(interval);
     }
-
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", self.sum, self.count);
+    if let Ok(since_epoch) = now.duration_since(SystemTime::UNIX_EPOCH) {
+        kubelet::PLEG_LAST_SEEN.set(since_epoch.as_secs_f64());
     }
 }
 
-pub struct PlegMetrics(pub Arc<Mutex<RelistCache>>);
-
-pub fn render(cache: &RelistCache) -> String {
-    let mut out = String::new();
-    cache.relist_duration.render(
-        "kubelet_pleg_relist_duration_seconds",
-        "[ALPHA] Duration in seconds for relisting pods in PLEG.",
-        &mut out,
-    );
-    cache.relist_interval.render(
-        "kubelet_pleg_relist_interval_seconds",
-        "[ALPHA] Interval in seconds between relisting in PLEG.",
-        &mut out,
-    );
-    let last = cache
-        .last_relist
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    let _ = writeln!(
-        out,
-        "# HELP kubelet_pleg_last_seen_seconds [ALPHA] Timestamp in seconds when PLEG was last seen active.\n# TYPE kubelet_pleg_last_seen_seconds gauge\nkubelet_pleg_last_seen_seconds {last}"
-    );
-    out
+/// Upstream's `container_state` label: the lower-case kubecontainer state.
+fn container_state(state: i32) -> &'static str {
+    match ContainerState::try_from(state) {
+        Ok(ContainerState::ContainerCreated) => "created",
+        Ok(ContainerState::ContainerRunning) => "running",
+        Ok(ContainerState::ContainerExited) => "exited",
+        _ => "unknown",
+    }
 }
 
-#[tonic::async_trait]
-impl Metrics for PlegMetrics {
-    async fn scrape(
-        &self,
-        _r: tonic::Request<ScrapeRequest>,
-    ) -> Result<tonic::Response<ScrapeResponse>, tonic::Status> {
-        let cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(tonic::Response::new(ScrapeResponse {
-            text: render(&cache),
-        }))
+/// Pods with a ready sandbox, and containers by state, as the runtime listed them.
+pub fn record_runtime_view(sandbox_states: &[i32], container_states: &[i32]) {
+    let ready = sandbox_states
+        .iter()
+        .filter(|s| **s == PodSandboxState::SandboxReady as i32)
+        .count();
+    kubelet::RUNNING_PODS.set(i64::try_from(ready).unwrap_or(i64::MAX));
+    for state in ["created", "running", "exited", "unknown"] {
+        let n = container_states
+            .iter()
+            .filter(|s| container_state(**s) == state)
+            .count();
+        kubelet::RUNNING_CONTAINERS
+            .get_or_create(&vec![("container_state", state.to_string())])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 }
 
@@ -85,25 +56,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_upstream_names_and_cumulative_buckets() {
-        let mut cache = RelistCache::default();
-        cache.relist_duration.observe(0.003);
-        cache.relist_duration.observe(0.2);
-        let text = render(&cache);
+    fn counts_ready_sandboxes_and_containers_by_state() {
+        record_runtime_view(
+            &[
+                PodSandboxState::SandboxReady as i32,
+                PodSandboxState::SandboxNotready as i32,
+            ],
+            &[
+                ContainerState::ContainerRunning as i32,
+                ContainerState::ContainerRunning as i32,
+                ContainerState::ContainerExited as i32,
+            ],
+        );
+        observe_relist_duration(0.003);
+        let text = nodeagent_telemetry::metrics::encode();
+        assert!(text.contains("kubelet_running_pods 1\n"), "{text}");
         assert!(
-            text.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.005\"} 1"),
+            text.contains("kubelet_running_containers{container_state=\"running\"} 2\n"),
             "{text}"
         );
         assert!(
-            text.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.25\"} 2"),
+            text.contains("kubelet_running_containers{container_state=\"exited\"} 1\n"),
             "{text}"
         );
         assert!(
-            text.contains("kubelet_pleg_relist_duration_seconds_count 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE kubelet_pleg_last_seen_seconds gauge"),
+            text.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.005\"} 1\n"),
             "{text}"
         );
     }

@@ -26,8 +26,6 @@ pub struct RelistCache {
     pub last_relist: Option<SystemTime>,
     pub last_relist_duration: Duration,
     pub last_error: Option<String>,
-    pub relist_duration: crate::metrics::Histogram,
-    pub relist_interval: crate::metrics::Histogram,
 }
 
 impl RelistCache {
@@ -106,15 +104,12 @@ impl Relister {
             cache.last_relist_duration = started.elapsed();
             heartbeat.beat();
             let took = cache.last_relist_duration.as_secs_f64();
-            cache.relist_duration.observe(took);
+            crate::metrics::observe_relist_duration(took);
             match result {
                 Ok(()) => {
                     let now = SystemTime::now();
-                    if let Some(interval) =
-                        cache.last_relist.and_then(|t| now.duration_since(t).ok())
-                    {
-                        cache.relist_interval.observe(interval.as_secs_f64());
-                    }
+                    let interval = cache.last_relist.and_then(|t| now.duration_since(t).ok());
+                    crate::metrics::observe_relist(now, interval.map(|i| i.as_secs_f64()));
                     cache.last_relist = Some(now);
                     cache.last_error = None;
                 }
@@ -131,6 +126,10 @@ impl Relister {
     async fn relist(&self) -> Result<(), Status> {
         let sandboxes = self.cri.list_sandboxes(None).await?;
         let containers = self.cri.list_containers(None).await?;
+        crate::metrics::record_runtime_view(
+            &sandboxes.iter().map(|s| s.state).collect::<Vec<_>>(),
+            &containers.iter().map(|c| c.state).collect::<Vec<_>>(),
+        );
         let uid_of = |l: &HashMap<String, String>| l.get(labels::POD_UID).cloned();
         let new_containers: HashMap<String, (String, i32)> = containers
             .iter()

@@ -3,6 +3,7 @@
 //! propagation both in gRPC metadata (unary calls) and in the per-message `TraceContext`
 //! fields of our streams.
 
+pub mod metrics;
 mod propagation;
 
 pub use propagation::{

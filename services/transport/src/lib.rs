@@ -7,6 +7,7 @@ mod bind;
 mod chunk;
 mod client;
 mod loop_health;
+mod metrics;
 mod server;
 mod service_main;
 mod shutdown;
@@ -21,6 +22,7 @@ pub use chunk::{
 };
 pub use client::{Channel, check_health, connect, connect_with_secret};
 pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
+pub use metrics::MetricsService;
 pub use server::{ServeError, Server};
 pub use service_main::run_main;
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};

@@ -5,7 +5,7 @@
 use crate::bind::{BIND_WINDOW, BindError, bind_unix};
 use crate::loop_health::{LivenessCheck, LoopHealth};
 use crate::vsock_auth::{SecretCheckLayer, peer_cid_allowed};
-use crate::{ServerTraceLayer, Shutdown};
+use crate::{ServerTraceLayer, Shutdown, WithLimits};
 use nodeagent_config::{Address, VsockAuth};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,7 +116,11 @@ impl Server {
             Address::Vsock { .. } => Some(self.vsock_auth()?.secret.clone()),
             Address::Unix(_) => None,
         };
-        let routes = self.routes.clone().add_service(health);
+        // Every service serves its metrics (process metrics at least) for http-server.
+        let metrics =
+            nodeagent_proto::api::metrics_server::MetricsServer::new(crate::MetricsService)
+                .with_limits();
+        let routes = self.routes.clone().add_service(health).add_service(metrics);
         let router = tonic::transport::Server::builder()
             .layer(ServerTraceLayer)
             .layer(SecretCheckLayer::new(secret))

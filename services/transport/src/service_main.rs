@@ -45,6 +45,7 @@ where
                 return ExitCode::FAILURE;
             }
         };
+        nodeagent_telemetry::metrics::init_process_metrics(service);
         if let Some(auth) = &config.vsock_auth {
             crate::install_vsock_auth(auth.clone());
         }

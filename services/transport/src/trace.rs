@@ -89,13 +89,13 @@ impl<S> ClientTrace<S> {
     }
 }
 
-impl<S, B> Service<http::Request<B>> for ClientTrace<S>
+impl<S, B, RB> Service<http::Request<B>> for ClientTrace<S>
 where
-    S: Service<http::Request<B>>,
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Instrumented<S::Future>;
+    type Future = Instrumented<RuntimeOperation<S::Future>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -108,8 +108,52 @@ where
             req.headers_mut()
                 .insert(crate::SECRET_HEADER, secret.clone());
         }
-        let fut = span.in_scope(|| self.inner.call(req));
-        fut.instrument(span)
+        let operation = nodeagent_telemetry::metrics::kubelet::runtime_operation(req.uri().path());
+        let inner = span.in_scope(|| self.inner.call(req));
+        RuntimeOperation {
+            inner,
+            operation: operation.map(|op| (op, std::time::Instant::now())),
+        }
+        .instrument(span)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call's future that, for a CRI call, records upstream's
+    /// `kubelet_runtime_operations_*` metrics when the response (or failure) arrives. An
+    /// error is a transport failure or a non-OK `grpc-status` in the response headers
+    /// (where gRPC puts it for a call that fails without a body: CRI errors).
+    pub struct RuntimeOperation<F> {
+        #[pin]
+        inner: F,
+        operation: Option<(&'static str, std::time::Instant)>,
+    }
+}
+
+impl<F, RB, E> Future for RuntimeOperation<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        if let Some((operation, start)) = this.operation.take() {
+            let failed = match &out {
+                Ok(response) => response
+                    .headers()
+                    .get("grpc-status")
+                    .is_some_and(|code| code.as_bytes() != b"0"),
+                Err(_) => true,
+            };
+            nodeagent_telemetry::metrics::kubelet::record_runtime_operation(
+                operation,
+                start.elapsed().as_secs_f64(),
+                failed,
+            );
+        }
+        Poll::Ready(out)
     }
 }
 
