@@ -70,6 +70,10 @@ pub struct KubeletConfiguration {
     pub container_log_max_size: String,
     /// How many log files (the live one included) to keep per container.
     pub container_log_max_files: i32,
+    /// An exec, attach or port-forward stream with no bytes either way for this long is
+    /// closed (0: never).
+    #[serde(with = "serde_go")]
+    pub streaming_connection_idle_timeout: Duration,
 }
 
 /// `authentication` (upstream's `KubeletAuthentication`, v1beta1 defaults).
@@ -192,6 +196,7 @@ impl Default for KubeletConfiguration {
             enable_debugging_handlers: true,
             container_log_max_size: "10Mi".into(),
             container_log_max_files: 5,
+            streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
         }
     }
 }
