@@ -9,6 +9,7 @@ mod expansion;
 mod hooks;
 mod inputs;
 mod kill;
+mod log_rotation;
 mod probe_state;
 mod quantity;
 mod runonce;
@@ -138,6 +139,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     if let Some(client) = api {
         tasks.spawn(api_status::run(sync.clone(), client));
     }
+    tasks.spawn(log_rotation::run(
+        sync.cri.clone(),
+        config.kubelet.pod_logs_dir.clone(),
+        log_rotation::Policy::from_config(&config).map_err(anyhow::Error::msg)?,
+        shutdown.clone(),
+    ));
     tasks.spawn(inputs::ticks(
         sync.clone(),
         config.kubelet.sync_frequency,
