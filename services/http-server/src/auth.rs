@@ -1,55 +1,64 @@
-//! Authentication and authorization of port 10250, as upstream's `server/auth.go`:
-//! x509 client certificates (CN is the user, O the groups), then bearer tokens through
-//! TokenReview, then anonymous when enabled; a request no authenticator accepts gets 401.
-//! Authorization is `AlwaysAllow` or `Webhook` (SubjectAccessReview), with the request
-//! path mapped to a subresource of the node; a denied request gets 403.
+//! Authentication and authorization of port 10250, as upstream's `server/auth.go` and
+//! the auth filter of `server/server.go`: x509 client certificates (CN is the user, O the
+//! groups), then bearer tokens through TokenReview, then anonymous when enabled
+//! ([`authn`]); a request no authenticator accepts gets 401 `Unauthorized`. Then the
+//! request's node attributes are authorized ([`authz`]): `AlwaysAllow`, or `Webhook`
+//! through SubjectAccessReview; a denied request gets 403 with upstream's wording, a
+//! webhook that cannot be asked 500. The user goes into the request's extensions
+//! ([`UserInfo`]) for handlers.
 
-use crate::AppState;
+mod authn;
+pub mod authz;
+mod cache;
+mod webhook;
+
 use crate::listener::PeerCertificates;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rustls::pki_types::UnixTime;
+use nodeagent_config::Config;
+use rustls::server::danger::ClientCertVerifier;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Who made a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+pub use authn::Authenticator;
+pub use authz::{Authorizer, Decision};
+
+/// Who made a request (upstream's `user.Info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UserInfo {
     pub name: String,
+    pub uid: String,
     pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
-/// The user a client certificate names, if it chains to the client CA.
-pub fn x509_user(state: &AppState, certs: &PeerCertificates) -> Option<Result<UserInfo, String>> {
-    let (end_entity, intermediates) = certs.0.split_first()?;
-    let Some(verifier) = &state.client_ca else {
-        return Some(Err("no clientCAFile is configured".into()));
-    };
-    if let Err(e) = verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()) {
-        return Some(Err(format!("verifying certificate: {e}")));
+/// The authenticator and authorizer of port 10250.
+pub struct KubeletAuth {
+    pub authenticator: Authenticator,
+    pub authorizer: Authorizer,
+}
+
+impl KubeletAuth {
+    /// From the configuration; `api` is None in standalone mode, where webhook token
+    /// authentication and Webhook authorization are unavailable (said once, here).
+    pub fn new(
+        config: &Config,
+        client_ca: Option<Arc<dyn ClientCertVerifier>>,
+        api: Option<kube::Client>,
+    ) -> Self {
+        let k = &config.kubelet;
+        Self {
+            authenticator: Authenticator::new(&k.authentication, client_ca, api.clone()),
+            authorizer: Authorizer::new(&k.authorization, &config.node_name, api),
+        }
     }
-    Some(subject(end_entity))
 }
 
-fn subject(cert: &[u8]) -> Result<UserInfo, String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert).map_err(|e| e.to_string())?;
-    let subject = parsed.subject();
-    let name = subject
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    Ok(UserInfo { name, groups })
-}
-
-pub async fn authenticate_and_authorize(
-    State(state): State<Arc<AppState>>,
+/// The auth filter in front of every handler of port 10250.
+pub async fn filter(
+    State(auth): State<Arc<KubeletAuth>>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -58,32 +67,54 @@ pub async fn authenticate_and_authorize(
         .get::<PeerCertificates>()
         .cloned()
         .unwrap_or_default();
-    let user = match x509_user(&state, &certs) {
-        Some(Ok(user)) => Some(user),
-        Some(Err(e)) => {
-            tracing::debug!(error = %e, "client certificate rejected");
-            None
+    let user = match auth
+        .authenticator
+        .authenticate(&certs, request.headers_mut())
+        .await
+    {
+        Ok(Some(user)) => user,
+        Ok(None) => return unauthorized(),
+        Err(e) => {
+            tracing::debug!(error = %e, path = %request.uri().path(), "unable to authenticate the request");
+            return unauthorized();
         }
-        None => None,
     };
-    let user = match user {
-        Some(u) => u,
-        None if state.config.kubelet.authentication.anonymous.enabled => UserInfo {
-            name: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
-        },
-        None => return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
-    };
-    if state.config.kubelet.authorization.mode != "AlwaysAllow" {
-        return (
-            StatusCode::FORBIDDEN,
-            format!(
-                "Forbidden (user={}, webhook authorization is not available)",
-                user.name
-            ),
-        )
-            .into_response();
+    let attrs = authz::attributes(request.method(), request.uri().path());
+    let mut reasons = Vec::new();
+    for attr in &attrs {
+        match auth.authorizer.authorize(&user, attr).await {
+            Ok(Decision::Allow) => {
+                request.extensions_mut().insert(user);
+                return next.run(request).await;
+            }
+            Ok(Decision::Deny(reason)) => reasons.push(reason),
+            Err(e) => {
+                tracing::error!(error = %e, user = %user.name, verb = attr.verb, subresource = attr.subresource, "authorization error");
+                let msg = format!(
+                    "Authorization error (user={}, verb={}, resource=nodes, subresource={})",
+                    user.name, attr.verb, attr.subresource
+                );
+                return (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response();
+            }
+        }
     }
-    request.extensions_mut().insert(user);
-    next.run(request).await
+    let verb = attrs.first().map_or("", |a| a.verb);
+    let subresources: Vec<&str> = attrs.iter().map(|a| a.subresource).collect();
+    tracing::info!(user = %user.name, verb, ?subresources, reasons = ?reasons, "forbidden");
+    let mut msg = format!(
+        "Forbidden (user={}, verb={verb}, resource=nodes, subresource(s)=[{}])\n",
+        user.name,
+        subresources.join(" ")
+    );
+    if matches!(auth.authorizer, Authorizer::Unavailable) {
+        // Not upstream (whose kubelet would not start like this): say why and what to do.
+        msg.extend(reasons.first().map(|r| {
+            format!("{r}: set authorization.mode: AlwaysAllow or give the node a --kubeconfig\n")
+        }));
+    }
+    (StatusCode::FORBIDDEN, msg).into_response()
+}
+
+fn unauthorized() -> Response {
+    (StatusCode::UNAUTHORIZED, "Unauthorized").into_response()
 }

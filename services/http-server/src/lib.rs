@@ -112,10 +112,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     }
     if let Some(tls) = tls {
         let addr = format!("{}:{}", config.kubelet.address, config.kubelet.port);
+        let kubelet_auth =
+            auth::KubeletAuth::new(&config, state.client_ca.clone(), state.api.clone());
         let app = secure_routes(&config)
             .layer(axum::middleware::from_fn_with_state(
-                state.clone(),
-                auth::authenticate_and_authorize,
+                Arc::new(kubelet_auth),
+                auth::filter,
             ))
             .with_state(state.clone());
         tasks.spawn(listener::serve_tls(addr, tls.server, app, shutdown.clone()));
@@ -139,20 +141,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
 }
 
 async fn serve_http(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
-    let listener = match tokio::net::TcpListener::bind(&addr).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            // Running without the port would look healthy and serve nothing: exit now.
-            let why = format!("cannot listen on {addr}: {e}");
-            shutdown.fail(why.clone());
-            anyhow::bail!(why);
-        }
-    };
-    tracing::info!(%addr, "serving HTTP");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await?;
-    Ok(())
+    listener::serve_plain(addr, app, shutdown).await
 }
 
 #[derive(serde::Deserialize)]

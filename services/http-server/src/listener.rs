@@ -1,27 +1,60 @@
-//! Port 10250's listener: TLS over TCP, bound with `SO_REUSEPORT` so that several
-//! http-server instances share the port (the kernel spreads connections between them, and
-//! one instance's restart refuses no connection while another listens). Each request
-//! carries the client's certificate chain ([`PeerCertificates`]) for the authenticator,
-//! and connections may be upgraded (exec, attach, port-forward).
+//! The HTTP listeners: port 10250 (TLS over TCP) and the plain ones (healthz, read-only).
+//! All bind with `SO_REUSEPORT`, so that several http-server instances share a port (the
+//! kernel spreads connections between them, and one instance's restart refuses no
+//! connection while another listens). Each TLS request carries the client's certificate
+//! chain ([`PeerCertificates`]) for the authenticator, and connections may be upgraded
+//! (exec, attach, port-forward).
+//!
+//! Limits, so that one client cannot starve the others or `/healthz`:
+//! - a connection cap per listener ([`MAX_CONNECTIONS`]); past it, connections wait in
+//!   the kernel's backlog;
+//! - the TLS handshake within [`HANDSHAKE_TIMEOUT`];
+//! - HTTP/1 request heads within [`HEADER_READ_TIMEOUT`] (hyper's timer starts when the
+//!   connection is served and again whenever it goes idle, so a client that sends nothing
+//!   or half a head is cut off) and at most [`MAX_HEADER_BYTES`] (431 past it);
+//! - HTTP/2 (chosen by ALPN, never sniffed: hyper-util's version sniffing has no timeout)
+//!   must send its preface within [`HEADER_READ_TIMEOUT`], opens at most
+//!   [`MAX_CONCURRENT_STREAMS`] streams, and is pinged so dead peers are dropped;
+//! - request bodies at most [`MAX_BODY_BYTES`] (413; no kubelet endpoint takes a body).
+//!
+//! On shutdown a listener stops accepting, asks every open connection to finish
+//! gracefully, and waits [`DRAIN_TIMEOUT`] for them.
 
 use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use nodeagent_transport::Shutdown;
 use rustls::pki_types::CertificateDer;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 /// A TLS handshake must finish within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Request headers must arrive within this (a slow client is cut off).
+/// Request headers (HTTP/1) or the preface (HTTP/2) must arrive within this.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open connections at once; beyond it new connections wait in the kernel's backlog.
+/// Open connections at once, per listener.
 pub const MAX_CONNECTIONS: usize = 4096;
 /// The largest request head (line and headers) accepted.
 pub const MAX_HEADER_BYTES: usize = 64 << 10;
+/// The largest request body accepted.
+pub const MAX_BODY_BYTES: u64 = 1 << 20;
+/// Streams one HTTP/2 connection may have open at once.
+pub const MAX_CONCURRENT_STREAMS: u32 = 250;
+/// How long open connections get to finish after shutdown.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The client's certificate chain (end entity first), empty when it sent none.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +79,65 @@ pub async fn serve_tls(
     app: Router,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    serve(
+        addr,
+        "the kubelet API over TLS",
+        shutdown.clone(),
+        move |tcp, peer| {
+            let acceptor = acceptor.clone();
+            let app = app.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                let stream =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                let session = stream.get_ref().1;
+                let h2 = session.alpn_protocol() == Some(b"h2");
+                let certs = PeerCertificates(Arc::new(
+                    session
+                        .peer_certificates()
+                        .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                        .unwrap_or_default(),
+                ));
+                let app = app.layer(axum::Extension(certs));
+                serve_connection(stream, peer, h2, app, shutdown).await;
+            }
+        },
+    )
+    .await
+}
+
+/// Serves `app` over plain HTTP/1 on `addr` until `shutdown` (healthz, read-only port).
+pub async fn serve_plain(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
+    serve(addr, "HTTP", shutdown.clone(), move |tcp, peer| {
+        serve_connection(tcp, peer, false, app.clone(), shutdown.clone())
+    })
+    .await
+}
+
+/// The accept loop: binds (a failure ends the process, since running without the port
+/// would look healthy and serve nothing), runs `connection` for each accepted one under
+/// the connection cap, and drains on shutdown.
+async fn serve<F, Fut>(
+    addr: String,
+    what: &str,
+    shutdown: Shutdown,
+    connection: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let listener = match resolve(&addr).and_then(bind_reuseport) {
         Ok(l) => l,
         Err(e) => {
@@ -54,16 +146,17 @@ pub async fn serve_tls(
             anyhow::bail!(why);
         }
     };
-    tracing::info!(%addr, "serving the kubelet API over TLS");
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tracing::info!(%addr, "serving {what}");
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let permit = tokio::select! {
-            _ = shutdown.wait() => return Ok(()),
+            _ = shutdown.wait() => break,
             p = slots.clone().acquire_owned() => p?,
         };
         let (tcp, peer) = tokio::select! {
-            _ = shutdown.wait() => return Ok(()),
+            _ = shutdown.wait() => break,
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
@@ -74,52 +167,181 @@ pub async fn serve_tls(
                 }
             },
         };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
+        let _ = tcp.set_nodelay(true);
+        let served = connection(tcp, peer);
+        connections.spawn(async move {
             let _permit = permit;
-            let _ = tcp.set_nodelay(true);
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let certs = PeerCertificates(Arc::new(
-                stream
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-                    .unwrap_or_default(),
-            ));
-            let service = app
-                .layer(axum::Extension(certs))
-                .layer(axum::Extension(peer));
-            let service = hyper_util::service::TowerToHyperService::new(service);
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .max_buf_size(MAX_HEADER_BYTES);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .max_concurrent_streams(250)
-                .max_header_list_size(MAX_HEADER_BYTES as u32);
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
+            served.await;
         });
+    }
+    drop(listener);
+    if !connections.is_empty() {
+        tracing::info!(%addr, open = connections.len(), "draining connections");
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::info!(%addr, open = connections.len(), "closing connections still open after {DRAIN_TIMEOUT:?}");
+            connections.shutdown().await;
+        }
+    }
+    Ok(())
+}
+
+/// Serves one connection with HTTP/2 (`h2`) or HTTP/1 and upgrades, finishing gracefully
+/// on shutdown.
+async fn serve_connection<I>(io: I, peer: SocketAddr, h2: bool, app: Router, shutdown: Shutdown)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let app = app
+        .layer(axum::middleware::from_fn(limit_body))
+        .layer(axum::Extension(peer));
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let result = if h2 {
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
+        let io = FirstBytesDeadline::new(io, H2_PREFACE_LEN, HEADER_READ_TIMEOUT);
+        let conn = builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => r,
+            _ = shutdown.wait() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        }
+    } else {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .max_buf_size(MAX_HEADER_BYTES);
+        let conn = builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
+        tokio::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => r,
+            _ = shutdown.wait() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// 413 for a body declared too large; any other body is cut at [`MAX_BODY_BYTES`] (a
+/// handler reading past it gets an error, which axum's extractors answer with 413).
+async fn limit_body(request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body too large: at most {MAX_BODY_BYTES} bytes\n"),
+        )
+            .into_response();
+    }
+    let request =
+        request.map(|b| Body::new(http_body_util::Limited::new(b, MAX_BODY_BYTES as usize)));
+    next.run(request).await
+}
+
+const H2_PREFACE_LEN: usize = 24;
+
+/// Fails reads with `TimedOut` unless the first `want` bytes arrive within a deadline.
+struct FirstBytesDeadline<I> {
+    io: I,
+    want: usize,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstBytesDeadline<I> {
+    fn new(io: I, want: usize, within: Duration) -> Self {
+        Self {
+            io,
+            want,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstBytesDeadline<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                let got = buf.filled().len() - before;
+                if this.deadline.is_some() {
+                    this.want = this.want.saturating_sub(got);
+                    if this.want == 0 {
+                        this.deadline = None;
+                    }
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let expired = this
+                    .deadline
+                    .as_mut()
+                    .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                if expired {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client sent too little in time",
+                    )));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstBytesDeadline<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 
@@ -128,4 +350,30 @@ fn resolve(addr: &str) -> std::io::Result<SocketAddr> {
     addr.to_socket_addrs()?
         .next()
         .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to no address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_bytes_must_come_in_time() {
+        let (client, server) = tokio::io::duplex(64);
+        let mut guarded = FirstBytesDeadline::new(server, 4, Duration::from_secs(10));
+        let mut client = client;
+        client.write_all(b"ab").await.unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), 2);
+        let e = guarded.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut guarded = FirstBytesDeadline::new(server, 4, Duration::from_secs(10));
+        client.write_all(b"abcd").await.unwrap();
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), 4);
+        // Past the first bytes, a quiet client is no longer cut off.
+        let quiet = tokio::time::timeout(Duration::from_secs(60), guarded.read(&mut buf)).await;
+        assert!(quiet.is_err(), "still waiting after the deadline");
+    }
 }

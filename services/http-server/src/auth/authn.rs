@@ -1,0 +1,281 @@
+//! Who a request is, as upstream's delegating authenticator builds it for the kubelet:
+//! the union of x509 client certificates and bearer tokens (TokenReview, cached for
+//! `authentication.webhook.cacheTTL`, success and failure alike), every authenticated
+//! user in `system:authenticated`; then, only when no credential failed, anonymous.
+
+use super::UserInfo;
+use super::cache::{CAPACITY, ReviewCache};
+use crate::listener::PeerCertificates;
+use axum::http::HeaderMap;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use rustls::pki_types::UnixTime;
+use rustls::server::danger::ClientCertVerifier;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How bearer tokens are checked.
+enum Tokens {
+    /// `authentication.webhook.enabled: false`: a bearer token authenticates no one.
+    Disabled,
+    /// The webhook is enabled but the node runs standalone (no API server).
+    Unavailable,
+    Webhook {
+        client: kube::Client,
+        ttl: Duration,
+        /// SHA-256 of the token -> the reviewed user (None: not authenticated).
+        cache: ReviewCache<[u8; 32], Option<UserInfo>>,
+    },
+}
+
+pub struct Authenticator {
+    client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    tokens: Tokens,
+    anonymous: bool,
+}
+
+impl Authenticator {
+    pub fn new(
+        authn: &nodeagent_config::KubeletAuthentication,
+        client_ca: Option<Arc<dyn ClientCertVerifier>>,
+        api: Option<kube::Client>,
+    ) -> Self {
+        let tokens = match (authn.webhook.enabled, api) {
+            (false, _) => Tokens::Disabled,
+            (true, None) => {
+                tracing::warn!(
+                    "authentication.webhook.enabled is set but the node has no API server \
+                     (--kubeconfig): bearer tokens cannot be reviewed and get 401"
+                );
+                Tokens::Unavailable
+            }
+            (true, Some(client)) => Tokens::Webhook {
+                client,
+                ttl: authn.webhook.cache_ttl,
+                cache: ReviewCache::new(CAPACITY),
+            },
+        };
+        Self {
+            client_ca,
+            tokens,
+            anonymous: authn.anonymous.enabled,
+        }
+    }
+
+    /// The user, None when the request carries no credential (and anonymous is off), or
+    /// why a credential it carries was refused. Removes a bearer token it accepted from
+    /// `headers`, as upstream does, so handlers never see it.
+    pub async fn authenticate(
+        &self,
+        certs: &PeerCertificates,
+        headers: &mut HeaderMap,
+    ) -> Result<Option<UserInfo>, String> {
+        let mut errors = Vec::new();
+        match self.x509(certs) {
+            Some(Ok(user)) => return Ok(Some(authenticated(user))),
+            Some(Err(e)) => errors.push(e),
+            None => {}
+        }
+        if let Some(token) = bearer_token(headers) {
+            match self.token(token).await {
+                Some(Ok(user)) => {
+                    headers.remove(axum::http::header::AUTHORIZATION);
+                    return Ok(Some(authenticated(user)));
+                }
+                Some(Err(e)) => errors.push(e),
+                None => {}
+            }
+        }
+        if !errors.is_empty() {
+            // Upstream's anonymous authenticator runs only when no credential failed: a
+            // bad certificate or token is not taken for anonymous.
+            return Err(errors.join("; "));
+        }
+        Ok(self.anonymous.then(|| UserInfo {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+            ..UserInfo::default()
+        }))
+    }
+
+    /// The user a client certificate names (CN, O as groups), if one was presented and
+    /// a client CA is configured (without one, upstream installs no x509 authenticator).
+    fn x509(&self, certs: &PeerCertificates) -> Option<Result<UserInfo, String>> {
+        let (end_entity, intermediates) = certs.0.split_first()?;
+        let verifier = self.client_ca.as_ref()?;
+        if let Err(e) = verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()) {
+            return Some(Err(format!("verifying the client certificate: {e}")));
+        }
+        Some(subject(end_entity))
+    }
+
+    async fn token(&self, token: &str) -> Option<Result<UserInfo, String>> {
+        let (client, ttl, cache) = match &self.tokens {
+            Tokens::Disabled => return None,
+            Tokens::Unavailable => {
+                return Some(Err(
+                    "bearer token: no API server to review it (standalone mode)".into(),
+                ));
+            }
+            Tokens::Webhook { client, ttl, cache } => (client, *ttl, cache),
+        };
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let review = review_token(client.clone(), token.to_string());
+        match cache.get_or_review(key, review, |_| ttl).await {
+            Ok(Some(user)) => Some(Ok(user)),
+            Ok(None) => Some(Err("invalid bearer token".into())),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot review a bearer token");
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Upstream's `bearertoken` authenticator: `Authorization: Bearer <token>`, scheme case
+/// insensitive; an empty token is no token.
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Asks the API server who `token` is; Ok(None) when it says not authenticated (with
+/// no error of its own), which is cached like a success.
+async fn review_token(client: kube::Client, token: String) -> Result<Option<UserInfo>, String> {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token,
+            audiences: None,
+        },
+        ..TokenReview::default()
+    };
+    let answer = super::webhook::create(&client, &review).await?;
+    let status = answer.status.unwrap_or_default();
+    if status.authenticated != Some(true) {
+        return match status.error.filter(|e| !e.is_empty()) {
+            Some(e) => Err(format!("TokenReview: {e}")),
+            None => Ok(None),
+        };
+    }
+    let user = status.user.unwrap_or_default();
+    Ok(Some(UserInfo {
+        name: user.username.unwrap_or_default(),
+        uid: user.uid.unwrap_or_default(),
+        groups: user.groups.unwrap_or_default(),
+        extra: user.extra.unwrap_or_default(),
+    }))
+}
+
+/// Upstream's `AuthenticatedGroupAdder`.
+fn authenticated(mut user: UserInfo) -> UserInfo {
+    let special = ["system:authenticated", "system:unauthenticated"];
+    if user.name != "system:anonymous" && !user.groups.iter().any(|g| special.contains(&g.as_str()))
+    {
+        user.groups.push("system:authenticated".into());
+    }
+    user
+}
+
+fn subject(cert: &[u8]) -> Result<UserInfo, String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert)
+        .map_err(|e| format!("parsing the client certificate: {e}"))?;
+    let subject = parsed.subject();
+    let name = subject
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    Ok(UserInfo {
+        name,
+        groups,
+        ..UserInfo::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_authorization(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(axum::http::header::AUTHORIZATION, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_as_upstream() {
+        assert_eq!(bearer_token(&with_authorization("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&with_authorization("bearer abc")), Some("abc"));
+        assert_eq!(
+            bearer_token(&with_authorization("  Bearer abc  ")),
+            Some("abc")
+        );
+        assert_eq!(
+            bearer_token(&with_authorization("Bearer abc def")),
+            Some("abc")
+        );
+        assert_eq!(bearer_token(&with_authorization("Bearer ")), None);
+        assert_eq!(bearer_token(&with_authorization("Bearer  abc")), None);
+        assert_eq!(bearer_token(&with_authorization("Basic abc")), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn authenticated_users_join_system_authenticated_once() {
+        let u = authenticated(UserInfo {
+            name: "alice".into(),
+            groups: vec!["dev".into()],
+            ..UserInfo::default()
+        });
+        assert_eq!(u.groups, ["dev", "system:authenticated"]);
+        assert_eq!(authenticated(u.clone()).groups, u.groups);
+    }
+
+    #[tokio::test]
+    async fn no_credentials_are_anonymous_only_when_enabled() {
+        let mut authn = nodeagent_config::KubeletAuthentication::default();
+        authn.webhook.enabled = false;
+        let off = Authenticator::new(&authn, None, None);
+        let none = PeerCertificates::default();
+        assert_eq!(
+            off.authenticate(&none, &mut HeaderMap::new()).await,
+            Ok(None)
+        );
+        authn.anonymous.enabled = true;
+        let on = Authenticator::new(&authn, None, None);
+        let user = on
+            .authenticate(&none, &mut HeaderMap::new())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.name, "system:anonymous");
+        assert_eq!(user.groups, ["system:unauthenticated"]);
+        // Webhook disabled: a token is no credential at all, so anonymous applies.
+        let mut h = with_authorization("Bearer t");
+        assert!(on.authenticate(&none, &mut h).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_token_without_an_api_server_is_refused_even_with_anonymous() {
+        let mut authn = nodeagent_config::KubeletAuthentication::default();
+        authn.anonymous.enabled = true;
+        let standalone = Authenticator::new(&authn, None, None);
+        let mut h = with_authorization("Bearer t");
+        let r = standalone
+            .authenticate(&PeerCertificates::default(), &mut h)
+            .await;
+        assert!(r.unwrap_err().contains("standalone"));
+    }
+}
