@@ -66,8 +66,39 @@ impl PodSync {
             trace: nodeagent_telemetry::current_trace_context(),
             snapshot_continues: false,
         };
+        observe_pod_start(&with_status, previous.as_ref());
         st.statuses.insert(uid.to_string(), with_status);
         let _ = self.status_tx.send(update);
+    }
+}
+
+/// kubelet_pod_start_duration_seconds: from the pod's `kubernetes.io/config.seen` to
+/// the status that first shows it Running. Only a change this process saw counts, so a
+/// restarted pod-sync does not count its running pods again.
+fn observe_pod_start(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    previous: Option<&k8s_openapi::api::core::v1::PodStatus>,
+) {
+    let phase = |s: Option<&k8s_openapi::api::core::v1::PodStatus>| {
+        s.and_then(|s| s.phase.clone()).unwrap_or_default()
+    };
+    if previous.is_none() || phase(previous) == "Running" || phase(pod.status.as_ref()) != "Running"
+    {
+        return;
+    }
+    let seen = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k8s::labels::CONFIG_SEEN))
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    if let Some(seen) = seen {
+        let seconds = k8s_openapi::jiff::Timestamp::now()
+            .duration_since(seen)
+            .as_secs_f64();
+        nodeagent_telemetry::metrics::kubelet::POD_START_DURATION
+            .get_or_create(&Vec::new())
+            .observe(seconds.max(0.0));
     }
 }
 

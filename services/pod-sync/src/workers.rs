@@ -202,6 +202,13 @@ impl PodSync {
             return Ok(SyncOutcome::RetryAfter(Duration::from_millis(500)));
         }
         let runtime = self.runtime_status(uid, newer_than).await?;
+        // kubelet_pod_worker_duration_seconds, by upstream's SyncPodType.
+        let operation = match (&desired, runtime.sandboxes.is_empty()) {
+            (None, _) => "kill",
+            (Some(_), true) => "create",
+            (Some(_), false) => "sync",
+        };
+        let started = std::time::Instant::now();
         let (state, outcome) = match desired {
             Some(pod) => {
                 let outcome = self.sync_pod(&pod, &runtime).await;
@@ -225,6 +232,9 @@ impl PodSync {
             }
             None => return Ok(SyncOutcome::Idle),
         };
+        nodeagent_telemetry::metrics::kubelet::POD_WORKER_DURATION
+            .get_or_create(&vec![("operation_type", operation.to_string())])
+            .observe(started.elapsed().as_secs_f64());
         if outcome.is_ok() {
             self.set_worker_state(uid, state);
         }

@@ -5,6 +5,7 @@
 
 mod check;
 mod manager;
+mod metrics;
 
 pub use check::{ProbeCheck, run_check};
 

@@ -209,7 +209,18 @@ impl ProbeManager {
                 k8s.container.name = %key.1,
                 probe = ?Kind::try_from(key.2).unwrap_or(Kind::Unspecified),
             );
-            let handle = tokio::spawn(self.clone().worker(key.clone(), check).instrument(span));
+            let metrics = crate::metrics::ProbeMetrics::new(
+                key.2,
+                &key.1,
+                &k8s::pod_name(&pod),
+                &k8s::pod_namespace(&pod),
+                &key.0,
+            );
+            let handle = tokio::spawn(
+                self.clone()
+                    .worker(key.clone(), check, metrics)
+                    .instrument(span),
+            );
             inner.workers.insert(
                 key,
                 Worker {
@@ -220,7 +231,12 @@ impl ProbeManager {
         }
     }
 
-    async fn worker(self: Arc<Self>, key: WorkerKey, check: ProbeCheck) {
+    async fn worker(
+        self: Arc<Self>,
+        key: WorkerKey,
+        check: ProbeCheck,
+        metrics: crate::metrics::ProbeMetrics,
+    ) {
         let p = check.probe.clone();
         let period = Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
         let success_threshold = p.success_threshold.unwrap_or(1).max(1);
@@ -236,7 +252,9 @@ impl ProbeManager {
         let mut tick = tokio::time::interval(period);
         loop {
             tick.tick().await;
+            let probed = std::time::Instant::now();
             let result = run_check(&self.cri, &check).await;
+            metrics.observe(result.is_ok(), probed.elapsed().as_secs_f64());
             let outcome = match &result {
                 Ok(()) => {
                     successes += 1;

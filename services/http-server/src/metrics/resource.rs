@@ -1,0 +1,345 @@
+//! `/metrics/resource` (upstream's resource metrics, what metrics-server reads) and
+//! `/metrics/cadvisor` (cAdvisor's container families and labels), from the same
+//! collection as the Summary API.
+
+use super::exposition::{Family, Kind, render_family};
+use super::text;
+use crate::AppState;
+use crate::stats::collect::{Collected, collect};
+use crate::stats::types::{ContainerStats, CpuStats, MemoryStats};
+use axum::extract::State;
+use axum::response::Response;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::sync::Arc;
+
+fn ms(t: &Time) -> i64 {
+    t.0.as_millisecond()
+}
+
+fn seconds(t: &Time) -> f64 {
+    t.0.as_millisecond() as f64 / 1000.0
+}
+
+fn cpu_seconds(cpu: &Option<CpuStats>) -> Option<(f64, i64)> {
+    let cpu = cpu.as_ref()?;
+    Some((cpu.usage_core_nano_seconds? as f64 / 1e9, ms(&cpu.time)))
+}
+
+fn working_set(memory: &Option<MemoryStats>) -> Option<(f64, i64)> {
+    let m = memory.as_ref()?;
+    Some((m.working_set_bytes? as f64, ms(&m.time)))
+}
+
+pub fn render_resource(collected: Option<&Collected>) -> String {
+    let mut node_cpu = Family::new(
+        "node_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
+        Kind::Counter,
+    );
+    let mut node_memory = Family::new(
+        "node_memory_working_set_bytes",
+        "[STABLE] Current working set of the node in bytes",
+        Kind::Gauge,
+    );
+    let mut container_cpu = Family::new(
+        "container_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        Kind::Counter,
+    );
+    let mut container_memory = Family::new(
+        "container_memory_working_set_bytes",
+        "[STABLE] Current working set of the container in bytes",
+        Kind::Gauge,
+    );
+    let mut container_start = Family::new(
+        "container_start_time_seconds",
+        "[STABLE] Start time of the container since unix epoch in seconds",
+        Kind::Gauge,
+    );
+    let mut pod_cpu = Family::new(
+        "pod_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+        Kind::Counter,
+    );
+    let mut pod_memory = Family::new(
+        "pod_memory_working_set_bytes",
+        "[STABLE] Current working set of the pod in bytes",
+        Kind::Gauge,
+    );
+    let mut scrape_error = Family::new(
+        "resource_scrape_error",
+        "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
+        Kind::Gauge,
+    );
+    scrape_error.push(&[], if collected.is_some() { 0.0 } else { 1.0 }, None);
+    if let Some(c) = collected {
+        let node = &c.summary.node;
+        if let Some((v, t)) = cpu_seconds(&node.cpu) {
+            node_cpu.push(&[], v, Some(t));
+        }
+        if let Some((v, t)) = working_set(&node.memory) {
+            node_memory.push(&[], v, Some(t));
+        }
+        for pod in &c.summary.pods {
+            let (ns, name) = (pod.pod_ref.namespace.as_str(), pod.pod_ref.name.as_str());
+            let pod_labels = [("namespace", ns), ("pod", name)];
+            if let Some((v, t)) = cpu_seconds(&pod.cpu) {
+                pod_cpu.push(&pod_labels, v, Some(t));
+            }
+            if let Some((v, t)) = working_set(&pod.memory) {
+                pod_memory.push(&pod_labels, v, Some(t));
+            }
+            for ctr in &pod.containers {
+                let labels = [
+                    ("container", ctr.name.as_str()),
+                    ("namespace", ns),
+                    ("pod", name),
+                ];
+                if let Some((v, t)) = cpu_seconds(&ctr.cpu) {
+                    container_cpu.push(&labels, v, Some(t));
+                }
+                if let Some((v, t)) = working_set(&ctr.memory) {
+                    container_memory.push(&labels, v, Some(t));
+                }
+                container_start.push(&labels, seconds(&ctr.start_time), None);
+            }
+        }
+    }
+    let mut out = String::new();
+    for family in [
+        &container_cpu,
+        &container_memory,
+        &container_start,
+        &node_cpu,
+        &node_memory,
+        &pod_cpu,
+        &pod_memory,
+        &scrape_error,
+    ] {
+        render_family(family, &mut out);
+    }
+    out
+}
+
+pub async fn resource(State(state): State<Arc<AppState>>) -> Response {
+    let collected = match collect(&state, true).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e.message(), "resource metrics: collecting stats failed");
+            None
+        }
+    };
+    text(render_resource(collected.as_ref()))
+}
+
+/// cAdvisor's families for the root cgroup, each pod cgroup and each container.
+struct Cadvisor {
+    cpu: Family,
+    working_set: Family,
+    rss: Family,
+    usage: Family,
+    start: Family,
+    rx_bytes: Family,
+    tx_bytes: Family,
+    rx_errors: Family,
+    tx_errors: Family,
+    machine_memory: Family,
+}
+
+impl Cadvisor {
+    fn new() -> Self {
+        Self {
+            cpu: Family::new(
+                "container_cpu_usage_seconds_total",
+                "Cumulative cpu time consumed in seconds.",
+                Kind::Counter,
+            ),
+            working_set: Family::new(
+                "container_memory_working_set_bytes",
+                "Current working set in bytes.",
+                Kind::Gauge,
+            ),
+            rss: Family::new("container_memory_rss", "Size of RSS in bytes.", Kind::Gauge),
+            usage: Family::new(
+                "container_memory_usage_bytes",
+                "Current memory usage in bytes, including all memory regardless of when it was accessed",
+                Kind::Gauge,
+            ),
+            start: Family::new(
+                "container_start_time_seconds",
+                "Start time of the container since unix epoch in seconds.",
+                Kind::Gauge,
+            ),
+            rx_bytes: Family::new(
+                "container_network_receive_bytes_total",
+                "Cumulative count of bytes received",
+                Kind::Counter,
+            ),
+            tx_bytes: Family::new(
+                "container_network_transmit_bytes_total",
+                "Cumulative count of bytes transmitted",
+                Kind::Counter,
+            ),
+            rx_errors: Family::new(
+                "container_network_receive_errors_total",
+                "Cumulative count of errors encountered while receiving",
+                Kind::Counter,
+            ),
+            tx_errors: Family::new(
+                "container_network_transmit_errors_total",
+                "Cumulative count of errors encountered while transmitting",
+                Kind::Counter,
+            ),
+            machine_memory: Family::new(
+                "machine_memory_bytes",
+                "Amount of memory installed on the machine.",
+                Kind::Gauge,
+            ),
+        }
+    }
+
+    /// One cgroup's CPU and memory; `labels` are cAdvisor's, in its (sorted) order
+    /// without `cpu`.
+    fn usage(
+        &mut self,
+        labels: &[(&str, &str); 6],
+        cpu: &Option<CpuStats>,
+        memory: &Option<MemoryStats>,
+    ) {
+        if let Some((v, t)) = cpu_seconds(cpu) {
+            let mut with_cpu: Vec<(&str, &str)> = labels.to_vec();
+            with_cpu.insert(1, ("cpu", "total"));
+            self.cpu.push(&with_cpu, v, Some(t));
+        }
+        if let Some(m) = memory {
+            let t = Some(ms(&m.time));
+            if let Some(v) = m.working_set_bytes {
+                self.working_set.push(labels, v as f64, t);
+            }
+            if let Some(v) = m.rss_bytes {
+                self.rss.push(labels, v as f64, t);
+            }
+            if let Some(v) = m.usage_bytes {
+                self.usage.push(labels, v as f64, t);
+            }
+        }
+    }
+
+    fn container(&mut self, labels: &[(&str, &str); 6], c: &ContainerStats) {
+        self.usage(labels, &c.cpu, &c.memory);
+        self.start.push(labels, seconds(&c.start_time), None);
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for family in [
+            &self.cpu,
+            &self.working_set,
+            &self.rss,
+            &self.usage,
+            &self.rx_bytes,
+            &self.rx_errors,
+            &self.tx_bytes,
+            &self.tx_errors,
+            &self.start,
+            &self.machine_memory,
+        ] {
+            if !family.samples.is_empty() {
+                render_family(family, &mut out);
+            }
+        }
+        out
+    }
+}
+
+pub fn render_cadvisor(c: &Collected) -> String {
+    let mut m = Cadvisor::new();
+    let node = &c.summary.node;
+    let root = [
+        ("container", ""),
+        ("id", "/"),
+        ("image", ""),
+        ("name", ""),
+        ("namespace", ""),
+        ("pod", ""),
+    ];
+    m.usage(&root, &node.cpu, &node.memory);
+    if let Some(mem) = &node.memory
+        && let (Some(available), Some(ws)) = (mem.available_bytes, mem.working_set_bytes)
+    {
+        m.machine_memory.push(&[], (available + ws) as f64, None);
+    }
+    for pod in &c.summary.pods {
+        let (ns, name, uid) = (
+            pod.pod_ref.namespace.as_str(),
+            pod.pod_ref.name.as_str(),
+            pod.pod_ref.uid.as_str(),
+        );
+        let cgroup = c
+            .pod_cgroups
+            .get(uid)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let pod_labels = [
+            ("container", ""),
+            ("id", cgroup),
+            ("image", ""),
+            ("name", ""),
+            ("namespace", ns),
+            ("pod", name),
+        ];
+        m.usage(&pod_labels, &pod.cpu, &pod.memory);
+        for i in c.pod_interfaces.get(uid).into_iter().flatten() {
+            let mut labels: Vec<(&str, &str)> = pod_labels.to_vec();
+            labels.insert(3, ("interface", i.name.as_str()));
+            for (family, v) in [
+                (&mut m.rx_bytes, i.rx_bytes),
+                (&mut m.tx_bytes, i.tx_bytes),
+                (&mut m.rx_errors, i.rx_errors),
+                (&mut m.tx_errors, i.tx_errors),
+            ] {
+                if let Some(v) = v {
+                    family.push(&labels, v as f64, None);
+                }
+            }
+        }
+        for ctr in &pod.containers {
+            let Some(meta) = c
+                .containers
+                .iter()
+                .find(|x| x.pod.uid == uid && x.name == ctr.name)
+            else {
+                continue;
+            };
+            let labels = [
+                ("container", ctr.name.as_str()),
+                ("id", meta.cgroup.as_str()),
+                ("image", meta.image.as_str()),
+                ("name", meta.id.as_str()),
+                ("namespace", ns),
+                ("pod", name),
+            ];
+            m.container(&labels, ctr);
+        }
+    }
+    m.render()
+}
+
+pub async fn cadvisor(State(state): State<Arc<AppState>>) -> Response {
+    match collect(&state, false).await {
+        Ok(c) => text(render_cadvisor(&c)),
+        Err(e) => {
+            tracing::warn!(error = %e.message(), "cadvisor metrics: collecting stats failed");
+            (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "Internal Error: failed to get the runtime's pods: {}",
+                    e.message()
+                ),
+            )
+                .into_response()
+        }
+    }
+}
+
+use axum::response::IntoResponse;

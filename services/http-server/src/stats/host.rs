@@ -1,0 +1,177 @@
+//! The node's own numbers: CPU and memory from /proc (and the root cgroup on v1, as
+//! cAdvisor), network counters from a `net/dev` file, filesystems from statvfs, and the
+//! size of a directory of log files.
+
+use super::cgroup::{Cgroups, Memory, memory_from};
+use super::types::InterfaceStats;
+use std::path::Path;
+
+/// The interface upstream reports at the top of NetworkStats.
+pub const DEFAULT_INTERFACE: &str = "eth0";
+
+/// Cumulative CPU time of the whole machine in nanoseconds (/proc/stat's first line:
+/// user, nice, system, irq, softirq and steal; not idle or iowait).
+pub fn node_cpu_usage_ns(proc_stat: &str, ticks_per_second: u64) -> Option<u64> {
+    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|i| v.get(*i))
+        .sum::<u64>();
+    Some(busy.saturating_mul(1_000_000_000) / ticks_per_second.max(1))
+}
+
+/// A `/proc/meminfo` field in bytes.
+fn meminfo(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+
+/// Node memory: the root memory cgroup on v1 (as cAdvisor's root container), /proc on v2
+/// (where the root has no memory.current). `total` is MemTotal.
+pub fn node_memory(cgroups: &Cgroups) -> Option<(Memory, u64)> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total = meminfo(&info, "MemTotal")?;
+    if let Some(m) = cgroups.memory("/").filter(|m| m.usage > 0) {
+        return Some((m, total));
+    }
+    let usage = total.saturating_sub(meminfo(&info, "MemFree")?);
+    let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    let stat = format!(
+        "inactive_file {}\nanon {}\n{vmstat}",
+        meminfo(&info, "Inactive(file)").unwrap_or(0),
+        meminfo(&info, "AnonPages").unwrap_or(0)
+    );
+    Some((memory_from(usage, None, &stat, true), total))
+}
+
+/// Parses a `net/dev` file; `lo` is left out.
+pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            (name != "lo" && v.len() >= 16).then(|| InterfaceStats {
+                name: name.to_string(),
+                rx_bytes: Some(v[0]),
+                rx_errors: Some(v[2]),
+                tx_bytes: Some(v[8]),
+                tx_errors: Some(v[10]),
+            })
+        })
+        .collect()
+}
+
+/// Interfaces seen from a process's network namespace (`/proc/<pid>/net/dev`).
+pub fn interfaces_of(pid: Option<u32>) -> Vec<InterfaceStats> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/net/dev"),
+        None => "/proc/net/dev".to_string(),
+    };
+    std::fs::read_to_string(path)
+        .map(|t| parse_net_dev(&t))
+        .unwrap_or_default()
+}
+
+/// Capacity, free space and inodes of the filesystem holding `path`.
+pub struct Statvfs {
+    pub capacity: u64,
+    pub available: u64,
+    pub used: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+}
+
+pub fn statvfs(path: &Path) -> Option<Statvfs> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    let frsize = s.fragment_size() as u64;
+    let capacity = s.blocks() as u64 * frsize;
+    let free = s.blocks_free() as u64 * frsize;
+    Some(Statvfs {
+        capacity,
+        available: s.blocks_available() as u64 * frsize,
+        used: capacity.saturating_sub(free),
+        inodes: s.files() as u64,
+        inodes_free: s.files_free() as u64,
+    })
+}
+
+/// Bytes and files under `dir`, at most `depth` levels down (log directories are
+/// shallow; the bound keeps a planted deep tree cheap).
+pub fn dir_usage(dir: &Path, depth: usize) -> Option<(u64, u64)> {
+    let mut bytes = 0;
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        files += 1;
+        if meta.is_dir() && depth > 0 {
+            if let Some((b, f)) = dir_usage(&entry.path(), depth - 1) {
+                bytes += b;
+                files += f;
+            }
+        } else if meta.is_file() {
+            use std::os::unix::fs::MetadataExt;
+            bytes += meta.blocks() * 512;
+        }
+    }
+    Some((bytes, files))
+}
+
+/// (pid_max, processes and threads now): the node's rlimit stats.
+pub fn rlimit() -> (Option<i64>, Option<i64>) {
+    let max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    // /proc/loadavg's fourth field is running/total scheduling entities.
+    let cur = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| {
+        let field = s.split_whitespace().nth(3)?;
+        field.split_once('/')?.1.parse().ok()
+    });
+    (max, cur)
+}
+
+/// Boot time in nanoseconds since the epoch (`btime` of /proc/stat).
+pub fn boot_time_ns(proc_stat: &str) -> Option<i64> {
+    let secs: i64 = proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(secs * 1_000_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_cpu_counts_busy_ticks_only() {
+        let stat = "cpu  100 10 50 1000 20 5 5 10 0 0\ncpu0 1 2 3 4\nbtime 1700000000\n";
+        // user+nice+system+irq+softirq+steal = 180 ticks at 100/s = 1.8 s.
+        assert_eq!(node_cpu_usage_ns(stat, 100), Some(1_800_000_000));
+        assert_eq!(boot_time_ns(stat), Some(1_700_000_000_000_000_000));
+    }
+
+    #[test]
+    fn parses_net_dev_without_loopback() {
+        let text = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:  100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 2000 20 3 0 0 0 0 0 1000 10 4 0 0 0 0 0\n";
+        let v = parse_net_dev(text);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].name, "eth0");
+        assert_eq!((v[0].rx_bytes, v[0].rx_errors), (Some(2000), Some(3)));
+        assert_eq!((v[0].tx_bytes, v[0].tx_errors), (Some(1000), Some(4)));
+    }
+}
