@@ -10,6 +10,7 @@ mod node;
 pub mod otlp;
 pub mod pki;
 mod status;
+pub mod websocket;
 
 pub use http::http_get;
 pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime, wait_serving};

@@ -219,24 +219,29 @@ where
         start: Instant::now(),
         last_ms: AtomicU64::new(0),
     });
-    let (client_read, client_write) = tokio::io::split(client);
-    let (backend_read, backend_write) = tokio::io::split(backend);
-    let mut up = std::pin::pin!(pump(client_read, backend_write, &activity));
-    let mut down = std::pin::pin!(pump(backend_read, client_write, &activity));
-    let work = async {
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut backend_read, mut backend_write) = tokio::io::split(backend);
+    {
+        let mut up = std::pin::pin!(pump(&mut client_read, &mut backend_write, &activity));
+        let mut down = std::pin::pin!(pump(&mut backend_read, &mut client_write, &activity));
+        let work = async {
+            tokio::select! {
+                _ = &mut down => {}
+                _ = &mut up => down.await,
+            }
+        };
         tokio::select! {
-            _ = &mut down => {}
-            _ = &mut up => down.await,
+            _ = work => tracing::debug!("stream finished"),
+            _ = activity.idle(idle) => tracing::info!(?idle, "stream closed after streamingConnectionIdleTimeout without traffic"),
         }
-    };
-    tokio::select! {
-        _ = work => tracing::debug!("stream finished"),
-        _ = activity.idle(idle) => tracing::info!(?idle, "stream closed after streamingConnectionIdleTimeout without traffic"),
     }
+    // Close both sides cleanly (TLS close_notify to the client), whichever way it ended.
+    let _ = tokio::time::timeout(Duration::from_secs(1), client_write.shutdown()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), backend_write.shutdown()).await;
 }
 
 /// Copies `from` to `to` until end of file or an error, then shuts `to` down.
-async fn pump<R, W>(mut from: R, mut to: W, activity: &Activity)
+async fn pump<R, W>(from: &mut R, to: &mut W, activity: &Activity)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
