@@ -1,0 +1,404 @@
+//! The Summary API, `/runningpods/` and the metrics endpoints on the kubelet port, against
+//! real containers: values that move when a container burns CPU and fills memory, upstream's
+//! JSON shapes, and every metrics body parsed by a strict text-format parser.
+//! Needs root and the containerd that `deploy/runtime/setup.sh` starts.
+
+#[path = "stats/prom.rs"]
+mod prom;
+
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::Value;
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(40);
+
+/// One container spins (with a CPU limit), one writes 40 MiB into /dev/shm (a tmpfs
+/// charged to its memory cgroup) and sleeps.
+const BURNER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: burner
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: cpu
+    image: busybox:1.36
+    command: ["sh", "-c", "while :; do :; done"]
+    resources:
+      limits:
+        cpu: 500m
+  - name: mem
+    image: busybox:1.36
+    command: ["sh", "-c", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 && echo filled && sleep 3600"]
+"#;
+
+async fn get_json(node: &Node, path: &str) -> Result<Value, String> {
+    let r = node.api.get(path).await?;
+    if r.status != 200 {
+        return Err(format!("{path}: {} {}", r.status, r.text()));
+    }
+    serde_json::from_slice(&r.body).map_err(|e| format!("{path}: {e}: {}", r.text()))
+}
+
+async fn get_text(node: &Node, path: &str) -> String {
+    let r = node.api.get(path).await.expect(path);
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    let content_type = r
+        .headers
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    assert_eq!(
+        content_type.as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8"),
+        "{path}"
+    );
+    r.text()
+}
+
+fn pod<'a>(summary: &'a Value, name: &str) -> Option<&'a Value> {
+    summary["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == name)
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+fn u64_at(v: &Value, pointer: &str) -> Option<u64> {
+    v.pointer(pointer)?.as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
+    if !require_runtime("stats summary") {
+        return;
+    }
+    let node = Node::start("stats_summary", NodeOptions::default()).await;
+    node.write_manifest("burner.yaml", BURNER);
+    let pod_name = node.pod_name("burner");
+
+    // usageNanoCores needs two samples: asking again until it shows the spinning
+    // container near its 0.5 CPU limit.
+    let summary = eventually(
+        "the cpu container busy in the summary",
+        DEADLINE,
+        || async {
+            let s = get_json(&node, "/stats/summary").await?;
+            let p = pod(&s, &pod_name).ok_or("no burner pod yet")?;
+            let cpu = container(p, "cpu").ok_or("no cpu container yet")?;
+            let cores = u64_at(cpu, "/cpu/usageNanoCores").ok_or("no usageNanoCores yet")?;
+            (cores > 200_000_000)
+                .then_some(s.clone())
+                .ok_or_else(|| format!("usageNanoCores {cores}"))
+        },
+    )
+    .await;
+    let p = pod(&summary, &pod_name).unwrap();
+    let cpu = container(p, "cpu").unwrap();
+    // A 500m limit: never much more than half a core.
+    let cores = u64_at(cpu, "/cpu/usageNanoCores").unwrap();
+    assert!(cores < 800_000_000, "{cpu}");
+    let used = u64_at(cpu, "/cpu/usageCoreNanoSeconds").unwrap();
+
+    // Memory: the 40 MiB in /dev/shm shows in the container's and the pod's working set.
+    let summary = eventually("the mem container's working set", DEADLINE, || async {
+        let s = get_json(&node, "/stats/summary").await?;
+        let p = pod(&s, &pod_name).ok_or("no pod")?;
+        let ws = container(p, "mem")
+            .and_then(|c| u64_at(c, "/memory/workingSetBytes"))
+            .ok_or("no working set")?;
+        (ws >= 40 << 20)
+            .then_some(s.clone())
+            .ok_or_else(|| format!("workingSetBytes {ws}"))
+    })
+    .await;
+    let p = pod(&summary, &pod_name).unwrap();
+    let cpu_later = u64_at(container(p, "cpu").unwrap(), "/cpu/usageCoreNanoSeconds").unwrap();
+    assert!(cpu_later > used, "CPU time went from {used} to {cpu_later}");
+    assert!(
+        u64_at(p, "/memory/workingSetBytes").unwrap() >= 40 << 20,
+        "{p}"
+    );
+    assert!(
+        u64_at(p, "/cpu/usageCoreNanoSeconds").unwrap() >= cpu_later,
+        "{p}"
+    );
+
+    // Shapes as upstream.
+    let n = &summary["node"];
+    assert_eq!(n["nodeName"], node.name.as_str(), "{n}");
+    assert!(
+        n["startTime"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{n}"
+    );
+    for pointer in [
+        "/cpu/usageCoreNanoSeconds",
+        "/memory/workingSetBytes",
+        "/memory/usageBytes",
+        "/memory/availableBytes",
+        "/fs/capacityBytes",
+        "/fs/availableBytes",
+        "/fs/inodes",
+        "/runtime/imageFs/usedBytes",
+        "/runtime/imageFs/capacityBytes",
+        "/rlimit/maxpid",
+        "/rlimit/curproc",
+    ] {
+        assert!(u64_at(n, pointer).is_some(), "node{pointer} missing: {n}");
+    }
+    assert!(u64_at(n, "/cpu/usageNanoCores").is_some(), "{n}");
+    assert!(n["network"]["interfaces"].is_array(), "{n}");
+    assert_eq!(p["podRef"]["namespace"], "default");
+    assert!(p["podRef"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(p["startTime"].is_string(), "{p}");
+    assert_eq!(p["network"]["name"], "eth0", "{p}");
+    assert!(u64_at(p, "/network/rxBytes").is_some(), "{p}");
+    assert!(
+        u64_at(p, "/process_stats/process_count").unwrap() >= 2,
+        "{p}"
+    );
+    assert!(u64_at(p, "/ephemeral-storage/usedBytes").is_some(), "{p}");
+    let mem = container(p, "mem").unwrap();
+    for pointer in [
+        "/memory/rssBytes",
+        "/memory/pageFaults",
+        "/memory/usageBytes",
+        "/rootfs/usedBytes",
+        "/rootfs/capacityBytes",
+        "/logs/usedBytes",
+    ] {
+        assert!(
+            u64_at(mem, pointer).is_some(),
+            "container{pointer} missing: {mem}"
+        );
+    }
+    assert!(mem["startTime"].is_string(), "{mem}");
+
+    // only_cpu_and_memory: CPU and memory only, as metrics-server asks.
+    let small = get_json(&node, "/stats/summary?only_cpu_and_memory=true")
+        .await
+        .unwrap();
+    assert!(
+        small["node"]["cpu"].is_object() && small["node"]["memory"].is_object(),
+        "{small}"
+    );
+    for absent in ["fs", "network", "runtime", "rlimit"] {
+        assert!(
+            small["node"].get(absent).is_none(),
+            "node.{absent}: {small}"
+        );
+    }
+    let sp = pod(&small, &pod_name).expect("pod in the small summary");
+    assert!(sp["cpu"].is_object() && sp["memory"].is_object(), "{sp}");
+    assert!(
+        sp.get("network").is_none() && sp.get("ephemeral-storage").is_none(),
+        "{sp}"
+    );
+    assert!(
+        container(sp, "cpu").is_some_and(|c| c.get("rootfs").is_none()),
+        "{sp}"
+    );
+
+    // /metrics/resource and /metrics/cadvisor: the same numbers under upstream's names.
+    let resource =
+        prom::parse(&get_text(&node, "/metrics/resource").await).expect("resource metrics parse");
+    let series = |f: &str| {
+        resource
+            .get(f)
+            .map(|f| f.samples.clone())
+            .unwrap_or_default()
+    };
+    assert!(series("node_cpu_usage_seconds_total")[0].value > 0.0);
+    assert_eq!(series("resource_scrape_error")[0].value, 0.0);
+    let burning = series("container_cpu_usage_seconds_total")
+        .into_iter()
+        .find(|s| s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == "cpu")
+        .expect("the cpu container's series");
+    assert_eq!(burning.labels["namespace"], "default");
+    assert!(burning.value > 0.0);
+    assert!(
+        series("pod_memory_working_set_bytes")
+            .iter()
+            .any(|s| s.labels.get("pod") == Some(&pod_name) && s.value >= (40 << 20) as f64)
+    );
+    assert!(
+        series("container_start_time_seconds")
+            .iter()
+            .any(|s| s.labels.get("pod") == Some(&pod_name))
+    );
+
+    let cadvisor =
+        prom::parse(&get_text(&node, "/metrics/cadvisor").await).expect("cadvisor metrics parse");
+    let rss = &cadvisor["container_memory_rss"].samples;
+    let mem_series = rss
+        .iter()
+        .find(|s| s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == "mem")
+        .expect("the mem container's rss");
+    for label in ["id", "image", "name", "namespace"] {
+        assert!(
+            mem_series.labels.get(label).is_some_and(|v| !v.is_empty()),
+            "{label}: {mem_series:?}"
+        );
+    }
+    assert!(
+        cadvisor["container_cpu_usage_seconds_total"]
+            .samples
+            .iter()
+            .any(|s| s.labels.get("id").map(String::as_str) == Some("/")
+                && s.labels["cpu"] == "total")
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_bodies_parse_and_running_pods_lists_the_pod() {
+    if !require_runtime("metrics") {
+        return;
+    }
+    let node = Node::start("stats_metrics", NodeOptions::default()).await;
+    node.write_manifest(
+        "probed.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: probed\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: web\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    readinessProbe:\n      exec:\n        command: [\"true\"]\n      periodSeconds: 1\n",
+    );
+    let pod_name = node.pod_name("probed");
+
+    let running = eventually("the pod in /runningpods/", DEADLINE, || async {
+        let list = get_json(&node, "/runningpods/").await?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        items
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == pod_name.as_str())
+            .filter(|p| {
+                p["spec"]["containers"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+            })
+            .ok_or_else(|| format!("not listed yet: {list}"))
+    })
+    .await;
+    assert_eq!(running["metadata"]["namespace"], "default");
+    assert!(
+        running["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
+    assert_eq!(running["spec"]["containers"][0]["name"], "web");
+    assert!(running["spec"]["containers"][0]["image"].is_string());
+    let list = get_json(&node, "/runningpods/").await.unwrap();
+    assert_eq!(
+        (list["kind"].as_str(), list["apiVersion"].as_str()),
+        (Some("PodList"), Some("v1"))
+    );
+
+    // /metrics: once the probe has run and the pod is up, every family once.
+    let families = eventually("probe and pod metrics in /metrics", DEADLINE, || async {
+        let body = get_text(&node, "/metrics").await;
+        let families = prom::parse(&body)?;
+        let probes = families
+            .get("prober_probe_total")
+            .map(|f| f.samples.clone())
+            .unwrap_or_default();
+        let seen = probes.iter().any(|s| {
+            s.labels.get("pod") == Some(&pod_name)
+                && s.labels["probe_type"] == "Readiness"
+                && s.labels["result"] == "successful"
+                && s.labels["container"] == "web"
+                && s.labels["namespace"] == "default"
+                && s.value >= 1.0
+        });
+        let running = families
+            .get("kubelet_running_pods")
+            .is_some_and(|f| f.samples[0].value >= 1.0);
+        let started = families
+            .get("kubelet_pod_start_duration_seconds")
+            .is_some_and(|f| {
+                f.samples
+                    .iter()
+                    .any(|s| s.name.ends_with("_count") && s.value >= 1.0)
+            });
+        (seen && running && started)
+            .then_some(families)
+            .ok_or_else(|| {
+                format!("probe seen {seen}, running pods {running}, pod start {started}")
+            })
+    })
+    .await;
+    assert_eq!(families["kubelet_running_pods"].kind, "gauge");
+    assert!(
+        families["kubelet_running_containers"]
+            .samples
+            .iter()
+            .any(|s| s.labels["container_state"] == "running" && s.value >= 1.0)
+    );
+    let operations = &families["kubelet_runtime_operations_total"].samples;
+    for op in [
+        "list_podsandbox",
+        "list_containers",
+        "run_podsandbox",
+        "create_container",
+        "exec_sync",
+    ] {
+        assert!(
+            operations
+                .iter()
+                .any(|s| s.labels["operation_type"] == op && s.value >= 1.0),
+            "no {op} in {operations:?}"
+        );
+    }
+    assert_eq!(
+        families["kubelet_runtime_operations_duration_seconds"].kind,
+        "histogram"
+    );
+    assert_eq!(
+        families["kubelet_pod_worker_duration_seconds"].kind,
+        "histogram"
+    );
+    assert_eq!(
+        families["kubelet_pleg_relist_duration_seconds"].kind,
+        "histogram"
+    );
+    assert!(families.contains_key("kubelet_pleg_last_seen_seconds"));
+    // Process metrics of every service, told apart by their service label.
+    let services: Vec<String> = families["process_resident_memory_bytes"]
+        .samples
+        .iter()
+        .map(|s| s.labels["service"].clone())
+        .collect();
+    for service in [
+        "config-source",
+        "pleg",
+        "pod-sync",
+        "probe",
+        "volume",
+        "node-status",
+        "http-server",
+    ] {
+        assert!(
+            services.iter().any(|s| s == service),
+            "{service} missing from {services:?}"
+        );
+    }
+    assert!(families["process_cpu_seconds_total"].samples.len() >= 7);
+    assert!(
+        families["process_start_time_seconds"]
+            .samples
+            .iter()
+            .all(|s| s.value > 1.6e9)
+    );
+
+    // /metrics/probes: the prober's families only.
+    let probes =
+        prom::parse(&get_text(&node, "/metrics/probes").await).expect("probe metrics parse");
+    assert!(probes.contains_key("prober_probe_total"), "{probes:?}");
+    assert!(
+        probes.keys().all(|k| k.starts_with("prober_probe_")),
+        "{:?}",
+        probes.keys()
+    );
+    node.stop().await;
+}
