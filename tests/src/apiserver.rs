@@ -38,7 +38,7 @@ const HISTORY: usize = 1000;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 /// A resource the server knows: (plural, kind, API group version, namespaced).
-const RESOURCES: [(&str, &str, &str, bool); 6] = [
+pub(crate) const RESOURCES: [(&str, &str, &str, bool); 6] = [
     ("pods", "Pod", "v1", true),
     ("nodes", "Node", "v1", false),
     ("configmaps", "ConfigMap", "v1", true),
@@ -73,6 +73,8 @@ pub struct ApiState {
     events: broadcast::Sender<WatchEvent>,
     /// How many watches were refused with 410 Gone.
     pub expired_watches: Arc<std::sync::atomic::AtomicUsize>,
+    /// How the proxy subresources reach kubelets (`apiserver_proxy`).
+    pub kubelet: crate::apiserver_proxy::KubeletAccess,
 }
 
 impl Default for ApiState {
@@ -81,6 +83,7 @@ impl Default for ApiState {
             store: Arc::default(),
             events: broadcast::channel(4096).0,
             expired_watches: Arc::default(),
+            kubelet: Default::default(),
         }
     }
 }
@@ -100,7 +103,7 @@ impl Drop for ApiServer {
     }
 }
 
-fn status(code: StatusCode, reason: &str, message: String) -> Response {
+pub(crate) fn status(code: StatusCode, reason: &str, message: String) -> Response {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
         "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
@@ -126,11 +129,26 @@ fn now() -> String {
 impl ApiServer {
     /// Serves `state` on 127.0.0.1:`port` (0: any free port).
     pub async fn start(state: ApiState, port: u16) -> ApiServer {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        Self::start_at(state, ([127, 0, 0, 1], port).into())
             .await
-            .expect("bind the API server");
-        let port = listener.local_addr().expect("addr").port();
-        let app = Router::new().fallback(handle).with_state(state.clone());
+            .expect("bind the API server")
+    }
+
+    /// Serves `state` on `addr` (the standalone binary's `--bind-address` and `--port`).
+    pub async fn start_at(
+        state: ApiState,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<ApiServer> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let port = listener.local_addr()?.port();
+        // Discovery, proxy subresources and Tables (what kubectl needs) sit in front.
+        let app = Router::new()
+            .fallback(handle)
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                crate::apiserver_kubectl::layer,
+            ))
+            .with_state(state.clone());
         // Our own accept loop: every connection task lives in this task's JoinSet, so that
         // stopping the server really closes every connection (and every watch), as a
         // restarting API server does.
@@ -142,16 +160,17 @@ impl ApiServer {
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(io, service)
+                        .with_upgrades()
                         .await;
                 });
                 while connections.try_join_next().is_some() {}
             }
         });
-        ApiServer {
+        Ok(ApiServer {
             state,
             port,
             task: Some(task),
-        }
+        })
     }
 
     /// Stops serving: the listener and every open connection (and watch) close.

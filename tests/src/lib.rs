@@ -3,6 +3,11 @@
 //! starts. Waiting is always on a condition with a deadline ([`eventually`]).
 
 pub mod apiserver;
+mod apiserver_discovery;
+mod apiserver_kubectl;
+pub mod apiserver_proxy;
+mod apiserver_relay;
+mod apiserver_table;
 pub mod chaos;
 mod http;
 pub mod kubelet_client;

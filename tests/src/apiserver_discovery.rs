@@ -1,0 +1,207 @@
+//! The test API server's discovery documents, in the legacy (unaggregated) format every
+//! kubectl reads: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>` and
+//! `/apis/<group>/<version>`. A kubectl ≥ 1.26 asks for aggregated discovery first; a
+//! plain `application/json` answer makes it read these, as against an older server.
+//!
+//! The resources listed are exactly those the storage serves (`apiserver::RESOURCES`)
+//! plus the subresources the server answers: `status`, and `pods/{log,exec,attach,
+//! portforward}` and `nodes/proxy`, which are forwarded to the node's kubelet API
+//! (`apiserver_proxy`). OpenAPI (`/openapi/v2`, `/openapi/v3`) is not served: kubectl's
+//! get, logs, exec and port-forward do without it.
+
+use crate::apiserver::RESOURCES;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// The version `/version` reports (the Kubernetes API this server imitates).
+const MAJOR: &str = "1";
+const MINOR: &str = "32";
+
+/// Verbs of the storage resources (the test server serves all of them, deletecollection
+/// excepted).
+const VERBS: [&str; 7] = [
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+
+/// Short names kubectl resolves (`kubectl get po`).
+fn short_names(plural: &str) -> &'static [&'static str] {
+    match plural {
+        "pods" => &["po"],
+        "nodes" => &["no"],
+        "configmaps" => &["cm"],
+        "events" => &["ev"],
+        _ => &[],
+    }
+}
+
+/// The subresources of a resource beyond `status`, with their kind and verbs.
+fn subresources(plural: &str) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
+    match plural {
+        "pods" => &[
+            ("log", "Pod", &["get"]),
+            ("exec", "PodExecOptions", &["create", "get"]),
+            ("attach", "PodAttachOptions", &["create", "get"]),
+            ("portforward", "PodPortForwardOptions", &["create", "get"]),
+        ],
+        "nodes" => &[(
+            "proxy",
+            "NodeProxyOptions",
+            &["create", "delete", "get", "patch", "update"],
+        )],
+        _ => &[],
+    }
+}
+
+/// The discovery document at `path`, if `path` is a discovery path.
+pub fn document(path: &str) -> Option<Response> {
+    let path = path.trim_end_matches('/');
+    let doc = match path {
+        "/version" => version(),
+        "/api" => json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+        }),
+        "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups()}),
+        _ => {
+            if let Some(gv) = path.strip_prefix("/api/") {
+                resource_list(gv)?
+            } else {
+                let gv = path.strip_prefix("/apis/")?;
+                match gv.split_once('/') {
+                    Some(_) => resource_list(gv)?,
+                    None => groups().into_iter().find(|g| g["name"] == gv)?,
+                }
+            }
+        }
+    };
+    Some(
+        (
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            doc.to_string(),
+        )
+            .into_response(),
+    )
+}
+
+fn version() -> Value {
+    json!({
+        "major": MAJOR,
+        "minor": MINOR,
+        "gitVersion": format!("v{MAJOR}.{MINOR}.0-nodeagent-test"),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "",
+        "compiler": "",
+        "platform": format!("{}/{}", std::env::consts::OS, arch()),
+    })
+}
+
+/// The architecture in Go's names (kubectl prints it).
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// The API groups (other than the legacy core group) the storage serves.
+fn groups() -> Vec<Value> {
+    let mut names: Vec<&str> = RESOURCES
+        .iter()
+        .filter_map(|r| r.2.split_once('/').map(|(group, _)| group))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let versions: Vec<Value> = RESOURCES
+                .iter()
+                .filter_map(|r| r.2.split_once('/'))
+                .filter(|(g, _)| *g == name)
+                .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            json!({
+                "kind": "APIGroup", "apiVersion": "v1", "name": name,
+                "preferredVersion": versions[0].clone(), "versions": versions,
+            })
+        })
+        .collect()
+}
+
+/// The APIResourceList of one group version ("v1", "coordination.k8s.io/v1").
+fn resource_list(group_version: &str) -> Option<Value> {
+    let mut resources = Vec::new();
+    for (plural, kind, _, namespaced) in RESOURCES.iter().filter(|r| r.2 == group_version) {
+        resources.push(json!({
+            "name": plural, "singularName": kind.to_lowercase(), "namespaced": namespaced,
+            "kind": kind, "verbs": VERBS, "shortNames": short_names(plural),
+        }));
+        resources.push(json!({
+            "name": format!("{plural}/status"), "singularName": "", "namespaced": namespaced,
+            "kind": kind, "verbs": ["get", "patch", "update"],
+        }));
+        for (sub, sub_kind, verbs) in subresources(plural) {
+            resources.push(json!({
+                "name": format!("{plural}/{sub}"), "singularName": "", "namespaced": namespaced,
+                "kind": sub_kind, "verbs": verbs,
+            }));
+        }
+    }
+    if resources.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "kind": "APIResourceList", "apiVersion": "v1",
+        "groupVersion": group_version, "resources": resources,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_list_has_the_proxy_subresources() {
+        let list = resource_list("v1").unwrap();
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for want in [
+            "pods",
+            "pods/status",
+            "pods/log",
+            "pods/exec",
+            "pods/attach",
+            "pods/portforward",
+            "nodes",
+            "nodes/proxy",
+        ] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+        assert!(!names.contains(&"leases"));
+    }
+
+    #[test]
+    fn groups_list_coordination() {
+        let groups = groups();
+        assert_eq!(groups[0]["name"], "coordination.k8s.io");
+        assert_eq!(
+            groups[0]["preferredVersion"]["groupVersion"],
+            "coordination.k8s.io/v1"
+        );
+        assert!(resource_list("coordination.k8s.io/v1").is_some());
+        assert!(resource_list("apps/v1").is_none());
+        assert!(document("/apis/apps").is_none());
+        assert!(document("/apis/coordination.k8s.io").is_some());
+        assert!(document("/openapi/v2").is_none());
+    }
+}

@@ -1,0 +1,139 @@
+//! `nodeagent-test-apiserver`: the test API server on its own, for kubectl and a node agent
+//! outside the test suite (the compose `cluster` profile). Plain HTTP, no authentication:
+//! bind it to loopback or a private network only.
+//!
+//! ```text
+//! nodeagent-test-apiserver --port 8080 --kubelet-client-pki /var/lib/test-apiserver
+//! kubectl --server http://127.0.0.1:8080 get nodes
+//! ```
+
+use anyhow::Context;
+use clap::Parser;
+use nodeagent_tests::apiserver::{ApiServer, ApiState};
+use nodeagent_tests::pki::{Identity, TestCa};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// The test API server (pods, nodes, leases, events, configmaps, secrets; discovery; the
+/// pods/log, exec, attach, portforward and nodes/proxy subresources) on plain HTTP.
+#[derive(Parser, Debug)]
+#[command(name = "nodeagent-test-apiserver")]
+struct Args {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    /// The port to listen on (plain HTTP).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// The client certificate (PEM) presented to kubelets.
+    #[arg(long, requires = "kubelet_client_key")]
+    kubelet_client_certificate: Option<PathBuf>,
+    /// The key (PEM) of --kubelet-client-certificate.
+    #[arg(long, requires = "kubelet_client_certificate")]
+    kubelet_client_key: Option<PathBuf>,
+    /// A directory with the kubelet client pair (kubelet-client.crt, kubelet-client.key)
+    /// and the CA that signed it (ca.crt, the kubelets' clientCAFile); made there on first
+    /// start (CN kube-apiserver-kubelet-client, O system:masters; the CA key is not kept).
+    #[arg(long, conflicts_with = "kubelet_client_certificate")]
+    kubelet_client_pki: Option<PathBuf>,
+    /// The CA (PEM) of the kubelets' serving certificates; unset: not verified, as
+    /// kube-apiserver without it.
+    #[arg(long)]
+    kubelet_certificate_authority: Option<PathBuf>,
+    /// NODE=HOST: dial NODE's kubelet at HOST instead of its published address
+    /// (repeatable).
+    #[arg(long, value_parser = parse_host)]
+    kubelet_host: Vec<(String, String)>,
+}
+
+fn parse_host(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((node, host)) if !node.is_empty() && !host.is_empty() => {
+            Ok((node.to_string(), host.to_string()))
+        }
+        _ => Err(format!("{s:?} is not NODE=HOST")),
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The kubelet client pair in `dir`, made (with its CA) when absent.
+fn client_pki(dir: &Path) -> anyhow::Result<Identity> {
+    let (cert, key) = (
+        dir.join("kubelet-client.crt"),
+        dir.join("kubelet-client.key"),
+    );
+    if cert.exists() && key.exists() {
+        return Ok(Identity {
+            cert_pem: read(&cert)?,
+            key_pem: read(&key)?,
+        });
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ca = TestCa::new("nodeagent-test-apiserver-kubelet-client-ca");
+    let id = ca.issue_client("kube-apiserver-kubelet-client", &["system:masters"]);
+    let write = |path: &Path, text: &str, mode: u32| -> anyhow::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.write_all(text.as_bytes())?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    };
+    write(&key, &id.key_pem, 0o600)?;
+    write(&cert, &id.cert_pem, 0o644)?;
+    // Last: its presence tells a waiting kubelet that the pair is complete.
+    write(&dir.join("ca.crt"), ca.cert_pem(), 0o644)?;
+    Ok(id)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let client = match (
+        &args.kubelet_client_pki,
+        &args.kubelet_client_certificate,
+        &args.kubelet_client_key,
+    ) {
+        (Some(dir), _, _) => Some(client_pki(dir)?),
+        (None, Some(cert), Some(key)) => Some(Identity {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        }),
+        _ => None,
+    };
+    let server_ca = args
+        .kubelet_certificate_authority
+        .as_deref()
+        .map(read)
+        .transpose()?;
+    let state = ApiState::default();
+    state.kubelet.configure(|k| {
+        k.client = client;
+        k.server_ca = server_ca;
+        k.hosts = args.kubelet_host.iter().cloned().collect();
+    });
+    let addr = (args.bind_address, args.port).into();
+    let server = ApiServer::start_at(state, addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    eprintln!(
+        "nodeagent-test-apiserver: serving on http://{}:{} (try: kubectl --server http://{}:{} get nodes)",
+        args.bind_address, server.port, args.bind_address, server.port
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    server.stop().await;
+    Ok(())
+}
