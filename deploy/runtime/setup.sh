@@ -35,6 +35,8 @@ START_TIMEOUT=${NODEAGENT_CONTAINERD_START_TIMEOUT:-30}
 
 PACKAGES=(containerd runc containernetworking-plugins umoci busybox-static
   protobuf-compiler iptables gcc libc6-dev)
+# kubectl for tests/tests/kubectl.rs: Debian's kubernetes-client, unless one is on PATH.
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
