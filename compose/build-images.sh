@@ -78,6 +78,12 @@ mkdir -p "$ctx/services"
 cp compose/services.Dockerfile "$ctx/services/Dockerfile"
 cp compose/grpc-health.sh "$ctx/services/"
 nodeagent_snapshot_bins "$bin_dir" "$ctx/services/bin"
+# The test API server, for the `cluster` profile (cargo builds it with the other binaries).
+if [ -x "$bin_dir/nodeagent-test-apiserver" ]; then
+  cp "$bin_dir/nodeagent-test-apiserver" "$ctx/services/bin/"
+else
+  log "no $bin_dir/nodeagent-test-apiserver: the cluster profile will not start"
+fi
 build nodeagent-compose-services "$ctx/services/Dockerfile" "$ctx/services"
 log "nodeagent-compose-services built from $bin_dir in $((SECONDS - t)) s"
 
