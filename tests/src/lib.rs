@@ -15,6 +15,7 @@ mod node;
 pub mod otlp;
 pub mod pki;
 mod status;
+pub mod spdy;
 pub mod websocket;
 
 pub use http::http_get;

@@ -1,8 +1,9 @@
 //! `/exec`, `/attach`, `/portForward` and `/run` on the kubelet API against real
-//! containers, over the WebSocket channel protocols (SPDY is driven by kubectl through the
-//! test API server in the kubectl tests). Needs root and the containerd that
+//! containers, over the WebSocket channel protocols and SPDY/3.1 (kubectl drives SPDY
+//! through the test API server in the kubectl tests). Needs root and the containerd that
 //! `deploy/runtime/setup.sh` starts.
 
+use nodeagent_tests::spdy::{DICTIONARY_ID, SpdyClient};
 use nodeagent_tests::websocket::{ChannelClient, Received, exit_code};
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use std::time::Duration;
@@ -75,7 +76,7 @@ async fn open(node: &Node, path: &str, protocols: &[&str]) -> ChannelClient {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn exec_attach_and_run_over_websocket() {
+async fn exec_attach_and_run() {
     if !require_runtime("streaming") {
         return;
     }
@@ -191,7 +192,35 @@ async fn exec_attach_and_run_over_websocket() {
         .unwrap();
     assert_eq!(run.status, 405, "{}", run.text());
 
+    exec_over_spdy(&node, &pod).await;
     bad_requests(&node, &pod).await;
+}
+
+/// The same exec over SPDY/3.1, as kubectl and the API server speak it: here stdin can
+/// be closed (FIN), so `cat` ends.
+async fn exec_over_spdy(node: &Node, pod: &str) {
+    let path = format!(
+        "/exec/default/{pod}/web?{}&input=1&output=1&error=1",
+        command_query(&["sh", "-c", "cat; echo done >&2; exit 3"])
+    );
+    let mut spdy = SpdyClient::connect(&node.api, &path, &[V4, "v3.channel.k8s.io"])
+        .await
+        .unwrap();
+    assert_eq!(spdy.protocol.as_deref(), Some(V4));
+    spdy.open_stream("error").await.unwrap();
+    let stdin = spdy.open_stream("stdin").await.unwrap();
+    spdy.open_stream("stdout").await.unwrap();
+    spdy.open_stream("stderr").await.unwrap();
+    spdy.data(stdin, b"piped input\n", false).await.unwrap();
+    spdy.data(stdin, b"", true).await.unwrap();
+    let got = spdy.read_to_close(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(got.text("stdout"), "piped input\n", "{got:?}");
+    assert_eq!(got.text("stderr"), "done\n", "{got:?}");
+    let status = got.data.get("error").expect("a status on the error stream");
+    assert_eq!(exit_code(status), Ok(3), "{}", got.text("error"));
+    // The server's header blocks name the same dictionary this client's do.
+    let zlib = got.server_zlib_header.expect("a SYN_REPLY");
+    assert_eq!(zlib[2..], DICTIONARY_ID);
 }
 
 /// 404 and 400 with upstream's wording, before any stream is opened.
