@@ -212,8 +212,8 @@ impl ProbeManager {
             let metrics = crate::metrics::ProbeMetrics::new(
                 key.2,
                 &key.1,
-                &k8s::pod_name(&pod),
-                &k8s::pod_namespace(&pod),
+                k8s::pod_name(&pod),
+                k8s::pod_namespace(&pod),
                 &key.0,
             );
             let handle = tokio::spawn(

@@ -201,9 +201,12 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, Family>, String> {
     Ok(families)
 }
 
+/// A series' labels without `le`.
+type SeriesKey = Vec<(String, String)>;
+
 fn check_histogram(name: &str, f: &Family) -> Result<(), String> {
-    let mut by_series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
-    let mut counts: BTreeMap<Vec<(String, String)>, f64> = BTreeMap::new();
+    let mut by_series: BTreeMap<SeriesKey, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut counts: BTreeMap<SeriesKey, f64> = BTreeMap::new();
     for s in &f.samples {
         let mut labels = s.labels.clone();
         let le = labels.remove("le");

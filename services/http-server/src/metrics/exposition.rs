@@ -121,7 +121,9 @@ fn unescape_help(s: &str) -> String {
 }
 
 /// Parses `{a="x",b="y"}` at the start of `s`; returns the labels and the rest.
-fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+type LabelPairs = Vec<(String, String)>;
+
+fn parse_labels(s: &str) -> Result<(LabelPairs, &str), String> {
     let mut labels = Vec::new();
     let mut rest = s.strip_prefix('{').ok_or("expected '{'")?;
     loop {
@@ -327,7 +329,22 @@ pub fn render_family(family: &Family, out: &mut String) {
         );
     }
     let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind.as_str());
-    for s in &family.samples {
+    let mut samples: Vec<&Sample> = family.samples.iter().collect();
+    if family.kind == Kind::Histogram {
+        // Each series' buckets, then its sum and count, as client_golang writes them.
+        let rank = |s: &Sample| match s.name.strip_prefix(&family.name) {
+            Some("_bucket") => 0,
+            Some("_sum") => 1,
+            _ => 2,
+        };
+        fn series(s: &Sample) -> Vec<&(String, String)> {
+            let mut l: Vec<_> = s.labels.iter().filter(|(k, _)| k != "le").collect();
+            l.sort();
+            l
+        }
+        samples.sort_by(|a, b| series(a).cmp(&series(b)).then(rank(a).cmp(&rank(b))));
+    }
+    for s in samples {
         out.push_str(&s.name);
         if !s.labels.is_empty() {
             out.push('{');
@@ -335,7 +352,12 @@ pub fn render_family(family: &Family, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                let _ = write!(out, "{k}=\"{}\"", escape(v, true));
+                // `le` as Go formats it ("1", not "1.0").
+                let v = match (k.as_str(), parse_value(v)) {
+                    ("le", Ok(le)) => format_value(le),
+                    _ => v.clone(),
+                };
+                let _ = write!(out, "{k}=\"{}\"", escape(&v, true));
             }
             out.push('}');
         }

@@ -1,0 +1,93 @@
+//! Benchmark: `/stats/summary` latency (p50, p99) on a node running 100 pods, and the
+//! resident memory of http-server. Prints numbers, asserts no timing.
+//! Run it with `bash tests/bench/stats-summary.sh` (root and the test containerd).
+
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use std::time::{Duration, Instant};
+
+const PODS: usize = 100;
+const REQUESTS: usize = 200;
+
+/// VmRSS of the node's http-server, found by its command line (which names the node's dir).
+fn http_server_rss_kib(node: &Node) -> Option<u64> {
+    let dir = node.dir.path().to_string_lossy().to_string();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains("nodeagent-http-server") && cmdline.contains(&dir) {
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            return line.split_whitespace().nth(1)?.parse().ok();
+        }
+    }
+    None
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark of several minutes: tests/bench/stats-summary.sh runs it"]
+async fn stats_summary_latency_at_100_pods() {
+    if !require_runtime("stats benchmark") {
+        return;
+    }
+    let node = Node::start("stats_bench", NodeOptions::default()).await;
+    for i in 0..PODS {
+        node.write_manifest(
+            &format!("p{i}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n"
+            ),
+        );
+    }
+    let started = Instant::now();
+    eventually(
+        "100 pods in the summary",
+        Duration::from_secs(600),
+        || async {
+            let r = node.api.get("/stats/summary").await?;
+            let s: serde_json::Value =
+                serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+            let n = s["pods"]
+                .as_array()
+                .map(|p| {
+                    p.iter()
+                        .filter(|p| p["containers"].as_array().is_some_and(|c| !c.is_empty()))
+                        .count()
+                })
+                .unwrap_or(0);
+            (n >= PODS)
+                .then_some(())
+                .ok_or_else(|| format!("{n} pods running"))
+        },
+    )
+    .await;
+    eprintln!("{PODS} pods running after {:?}", started.elapsed());
+    let rss_before = http_server_rss_kib(&node);
+    let mut latencies = Vec::with_capacity(REQUESTS);
+    for _ in 0..REQUESTS {
+        let t = Instant::now();
+        let r = node.api.get("/stats/summary").await.expect("summary");
+        latencies.push(t.elapsed());
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    latencies.sort();
+    let rss_after = http_server_rss_kib(&node);
+    println!(
+        "/stats/summary at {PODS} pods over {REQUESTS} sequential requests: p50 {:?}, p99 {:?}, max {:?}",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies[latencies.len() - 1],
+    );
+    println!(
+        "http-server RSS: {} KiB before, {} KiB after the requests",
+        rss_before.map_or("?".into(), |v| v.to_string()),
+        rss_after.map_or("?".into(), |v| v.to_string()),
+    );
+    node.stop().await;
+}
