@@ -1,6 +1,6 @@
 //! A real client drives the node: kubectl (whichever is on PATH; Debian 12's
 //! kubernetes-client is 1.20, newer ones try WebSocket before SPDY) against the test API
-//! server, which forwards pods/log, pods/exec, pods/portforward and nodes/proxy to the
+//! server, which forwards pods/log, exec, attach, portforward and nodes/proxy to the
 //! node's kubelet API on its TLS port with a client certificate, as kube-apiserver does.
 
 use nodeagent_tests::apiserver::ApiServer;
@@ -392,7 +392,7 @@ async fn kubectl_logs_previous_after_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_port_forwards_and_proxies_to_the_node() {
+async fn kubectl_attaches_port_forwards_and_proxies_to_the_node() {
     if !require_runtime("kubectl port-forward") || require_kubectl("kubectl port-forward").is_none()
     {
         return;
@@ -406,7 +406,31 @@ async fn kubectl_port_forwards_and_proxies_to_the_node() {
             "  containers:\n  - name: httpd\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"mkdir -p /www && echo hello through port-forward > /www/index.html && exec httpd -f -p 8080 -h /www\"]\n",
         ))
         .await;
+    let shell = node.pod_name("shell");
+    kubectl
+        .create(&pod_yaml(
+            &shell,
+            &node.name,
+            "  containers:\n  - name: sh\n    image: busybox:1.36\n    command: [\"sh\"]\n    stdin: true\n",
+        ))
+        .await;
     kubectl.wait_running(&pod).await;
+    kubectl.wait_running(&shell).await;
+
+    // attach -i to the running shell: a command in through stdin, its output out.
+    let mut attach = kubectl
+        .command(&["attach", "-i", &shell])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("kubectl attach");
+    let mut attach_in = attach.stdin.take().expect("stdin");
+    let mut lines = stdout_lines(&mut attach);
+    attach_in
+        .write_all(b"echo attached-$((6 * 7))\n")
+        .await
+        .expect("write to kubectl attach");
+    read_until(&mut lines, "attached-42").await.unwrap();
+    attach.kill().await.expect("kill kubectl attach");
 
     // port-forward to a local port kubectl picks, then a GET through it.
     let mut forward = kubectl
