@@ -39,6 +39,8 @@ const FLAG_FIN: u8 = 0x01;
 pub struct SpdyReceived {
     /// Data per stream type (`stdout`, `stderr`, `error`).
     pub data: BTreeMap<String, Vec<u8>>,
+    /// Streams the server closed (FIN), by type.
+    pub finished: std::collections::BTreeSet<String>,
     /// The zlib header the server's first header block started with.
     pub server_zlib_header: Option<[u8; 6]>,
 }
@@ -120,13 +122,28 @@ impl SpdyClient {
 
     /// Opens a stream of `stream_type`; returns its id.
     pub async fn open_stream(&mut self, stream_type: &str) -> Result<u32, String> {
+        self.open_stream_with(stream_type, &[]).await
+    }
+
+    /// Opens a stream of `stream_type` with more headers (lower-case names), e.g. a
+    /// port-forward's `port` and `requestid`.
+    pub async fn open_stream_with(
+        &mut self,
+        stream_type: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<u32, String> {
         let id = self.next_id;
         self.next_id += 2;
         let mut block = Vec::new();
-        block.extend_from_slice(&1u32.to_be_bytes());
-        for s in ["streamtype", stream_type] {
-            block.extend_from_slice(&(s.len() as u32).to_be_bytes());
-            block.extend_from_slice(s.as_bytes());
+        block.extend_from_slice(&(headers.len() as u32 + 1).to_be_bytes());
+        let pairs = [("streamtype", stream_type)]
+            .into_iter()
+            .chain(headers.iter().copied());
+        for (name, value) in pairs {
+            for s in [name, value] {
+                block.extend_from_slice(&(s.len() as u32).to_be_bytes());
+                block.extend_from_slice(s.as_bytes());
+            }
         }
         let mut payload = Vec::new();
         payload.extend_from_slice(&id.to_be_bytes());
@@ -179,9 +196,19 @@ impl SpdyClient {
     /// Reads frames until the server closes the connection or says GOAWAY, within
     /// `deadline`; answers pings.
     pub async fn read_to_close(&mut self, deadline: Duration) -> Result<SpdyReceived, String> {
+        self.read_until(deadline, |_| false).await
+    }
+
+    /// Reads frames until `until` holds for what arrived, or the server closes the
+    /// connection or says GOAWAY, within `deadline`; answers pings.
+    pub async fn read_until(
+        &mut self,
+        deadline: Duration,
+        until: impl Fn(&SpdyReceived) -> bool,
+    ) -> Result<SpdyReceived, String> {
         let mut got = SpdyReceived::default();
         let end = tokio::time::Instant::now() + deadline;
-        loop {
+        while !until(&got) {
             let mut head = [0u8; 8];
             match tokio::time::timeout_at(end, self.io.read_exact(&mut head)).await {
                 Err(_) => return Err(format!("no end within {deadline:?}; received {got:?}")),
@@ -216,5 +243,6 @@ impl SpdyClient {
                 _ => {}
             }
         }
+        Ok(got)
     }
 }

@@ -359,6 +359,31 @@ async fn port_forward_and_idle_timeout() {
         "nothing but the port on the error channel: {got:?}"
     );
 
+    // The same over SPDY/3.1 (kubectl port-forward's protocol): per request an error and
+    // a data stream naming the port.
+    let mut spdy = SpdyClient::connect(
+        &node.api,
+        &format!("/portForward/default/{pod}"),
+        &["portforward.k8s.io"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(spdy.protocol.as_deref(), Some("portforward.k8s.io"));
+    let request = [("port", "8080"), ("requestid", "0")];
+    spdy.open_stream_with("error", &request).await.unwrap();
+    let data = spdy.open_stream_with("data", &request).await.unwrap();
+    spdy.data(data, b"GET / HTTP/1.0\r\n\r\n", true)
+        .await
+        .unwrap();
+    let got = spdy
+        .read_until(Duration::from_secs(20), |r| r.finished.contains("data"))
+        .await
+        .unwrap();
+    let http = got.text("data");
+    assert!(http.starts_with("HTTP/1.1 200 OK"), "{got:?}");
+    assert!(http.ends_with("hello-from-httpd\n"), "{got:?}");
+    assert_eq!(got.text("error"), "", "{got:?}");
+
     // A stream with no traffic is closed after streamingConnectionIdleTimeout.
     let path = format!(
         "/exec/default/{pod}/web?{}&output=1",
