@@ -112,9 +112,13 @@ async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
         let ws = container(p, "mem")
             .and_then(|c| u64_at(c, "/memory/workingSetBytes"))
             .ok_or("no working set")?;
-        (ws >= 40 << 20)
+        // The CFS quota may pause the spinner between two close reads: wait for growth.
+        let cpu = container(p, "cpu")
+            .and_then(|c| u64_at(c, "/cpu/usageCoreNanoSeconds"))
+            .ok_or("no cpu")?;
+        (ws >= 40 << 20 && cpu > used)
             .then_some(s.clone())
-            .ok_or_else(|| format!("workingSetBytes {ws}"))
+            .ok_or_else(|| format!("workingSetBytes {ws}, CPU time {used} then {cpu}"))
     })
     .await;
     let p = pod(&summary, &pod_name).unwrap();
@@ -311,9 +315,15 @@ async fn metrics_bodies_parse_and_running_pods_lists_the_pod() {
                 && s.labels["namespace"] == "default"
                 && s.value >= 1.0
         });
+        // pleg's gauges follow its relists, which may lag the probe by a second.
         let running = families
             .get("kubelet_running_pods")
-            .is_some_and(|f| f.samples[0].value >= 1.0);
+            .is_some_and(|f| f.samples[0].value >= 1.0)
+            && families.get("kubelet_running_containers").is_some_and(|f| {
+                f.samples
+                    .iter()
+                    .any(|s| s.labels["container_state"] == "running" && s.value >= 1.0)
+            });
         let started = families
             .get("kubelet_pod_start_duration_seconds")
             .is_some_and(|f| {
