@@ -15,11 +15,13 @@
 //! - `fieldSelector=spec.nodeName=<name>` (and `metadata.name`, `metadata.namespace`);
 //! - deletion with a grace period: a pod with grace > 0 gets `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds` (a MODIFIED event) and is removed by a later delete with
-//!   grace 0; other kinds are removed at once.
+//!   grace 0; other kinds are removed at once;
+//! - `tokenreviews` and `subjectaccessreviews` (create only), answered from a policy the
+//!   test sets (`apiserver_auth`), as a kubelet's webhook authn/authz calls them.
 //!
 //! Not covered (a test needing them must extend this first): authentication and
-//! authorization, label selectors, server-side apply, JSON patch, finalizers, admission and
-//! validation, defaulting, pagination (`limit`/`continue`), protobuf encoding, and any
+//! authorization of its own clients, label selectors, server-side apply, JSON patch,
+//! finalizers, admission and validation, defaulting, pagination (`limit`/`continue`), protobuf encoding, and any
 //! resource not listed above.
 
 use axum::Router;
@@ -75,6 +77,8 @@ pub struct ApiState {
     pub expired_watches: Arc<std::sync::atomic::AtomicUsize>,
     /// How the proxy subresources reach kubelets (`apiserver_proxy`).
     pub kubelet: crate::apiserver_proxy::KubeletAccess,
+    /// TokenReview and SubjectAccessReview answers (`apiserver_auth`).
+    pub auth: crate::apiserver_auth::AuthPolicy,
 }
 
 impl Default for ApiState {
@@ -84,6 +88,7 @@ impl Default for ApiState {
             events: broadcast::channel(4096).0,
             expired_watches: Arc::default(),
             kubelet: Default::default(),
+            auth: Default::default(),
         }
     }
 }
@@ -320,6 +325,9 @@ async fn handle(
     Query(query): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
+    if let Some(r) = crate::apiserver_auth::handle(&state.auth, &method, uri.path(), &body) {
+        return r;
+    }
     let Some(t) = parse_path(uri.path()) else {
         return status(
             StatusCode::NOT_FOUND,

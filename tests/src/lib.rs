@@ -3,6 +3,7 @@
 //! starts. Waiting is always on a condition with a deadline ([`eventually`]).
 
 pub mod apiserver;
+pub mod apiserver_auth;
 mod apiserver_discovery;
 mod apiserver_kubectl;
 pub mod apiserver_proxy;

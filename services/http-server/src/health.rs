@@ -1,13 +1,16 @@
 //! `/healthz`: every service's gRPC health plus pleg's relist health, in upstream's
 //! `[+]name ok` / `[-]name failed: reason` format.
 
+use nodeagent_config::Address;
 use nodeagent_config::Service;
 use nodeagent_proto::api::PlegHealthRequest;
 use nodeagent_proto::api::pleg_client::PlegClient;
 use nodeagent_transport::WithLimits;
 use nodeagent_transport::{Channel, check_health};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -67,6 +70,58 @@ pub async fn check_all(peers: &BTreeMap<Service, Channel>) -> HealthReport {
     }
     checks.sort_by(|a, b| a.0.cmp(&b.0));
     HealthReport { checks }
+}
+
+/// `/healthz`'s checks, made on a thread and runtime of their own with channels of their
+/// own, so that load on the kubelet API (a burst of TLS handshakes, requests queued on
+/// the services' channels) cannot delay them past their timeout and make a busy node
+/// look unhealthy. Concurrent asks share one round of checks.
+pub struct HealthChecks {
+    asks: mpsc::UnboundedSender<oneshot::Sender<Arc<HealthReport>>>,
+}
+
+impl HealthChecks {
+    /// Starts the checker for the services at `endpoints`; it stops when this is dropped.
+    pub fn spawn(endpoints: BTreeMap<Service, Address>) -> std::io::Result<HealthChecks> {
+        let (asks, mut rx) = mpsc::unbounded_channel::<oneshot::Sender<Arc<HealthReport>>>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("healthz".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let peers: BTreeMap<Service, Channel> = endpoints
+                        .iter()
+                        .map(|(s, a)| (*s, nodeagent_transport::connect(a)))
+                        .collect();
+                    while let Some(first) = rx.recv().await {
+                        let mut waiting = vec![first];
+                        while let Ok(more) = rx.try_recv() {
+                            waiting.push(more);
+                        }
+                        let report = Arc::new(check_all(&peers).await);
+                        for w in waiting {
+                            let _ = w.send(report.clone());
+                        }
+                    }
+                })
+            })?;
+        Ok(HealthChecks { asks })
+    }
+
+    /// The report of the next round of checks.
+    pub async fn check(&self) -> Arc<HealthReport> {
+        let (tx, rx) = oneshot::channel();
+        if self.asks.send(tx).is_ok()
+            && let Ok(report) = rx.await
+        {
+            return report;
+        }
+        Arc::new(HealthReport {
+            checks: vec![("healthz".into(), Err("the health checker stopped".into()))],
+        })
+    }
 }
 
 #[cfg(test)]

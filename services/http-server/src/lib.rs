@@ -37,6 +37,8 @@ pub struct AppState {
     pub api: Option<kube::Client>,
     /// Checks client certificates against `clientCAFile`.
     pub client_ca: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    /// `/healthz`'s checks, on a thread of their own.
+    pub health: health::HealthChecks,
 }
 
 /// The handlers the read-only port serves (upstream's default handlers, no debugging
@@ -90,6 +92,13 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         cri,
         api,
         config: config.clone(),
+        health: health::HealthChecks::spawn(
+            Service::ALL
+                .into_iter()
+                .filter(|s| *s != Service::HttpServer)
+                .map(|s| (s, config.endpoint(s).clone()))
+                .collect(),
+        )?,
     });
     let mut tasks = tokio::task::JoinSet::new();
     if config.kubelet.healthz_port > 0 {
@@ -153,7 +162,7 @@ async fn healthz(
     State(state): State<Arc<AppState>>,
     axum::extract::Query(q): axum::extract::Query<HealthzQuery>,
 ) -> Response {
-    let report = check_all(&state.peers).await;
+    let report = state.health.check().await;
     let body = report.render(q.verbose.is_some());
     let code = if report.healthy() {
         StatusCode::OK

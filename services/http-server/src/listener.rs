@@ -51,6 +51,13 @@ pub const MAX_HEADER_BYTES: usize = 64 << 10;
 pub const MAX_BODY_BYTES: u64 = 1 << 20;
 /// Streams one HTTP/2 connection may have open at once.
 pub const MAX_CONCURRENT_STREAMS: u32 = 250;
+/// Requests handled at once per listener, `/healthz` aside: past it a request waits for
+/// its turn (at most [`INFLIGHT_WAIT`], then 429), so a flood cannot queue so many calls
+/// on the services' channels that `/healthz`'s own checks time out behind them. Only the
+/// handler's work counts: a response body that streams (logs, exec) holds no slot.
+pub const MAX_INFLIGHT_REQUESTS: usize = 16;
+/// How long a request waits for a slot before 429.
+pub const INFLIGHT_WAIT: Duration = Duration::from_secs(30);
 /// How long open connections get to finish after shutdown.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -80,6 +87,7 @@ pub async fn serve_tls(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let app = with_inflight_cap(app);
     serve(
         addr,
         "the kubelet API over TLS",
@@ -89,18 +97,18 @@ pub async fn serve_tls(
             let app = app.clone();
             let shutdown = shutdown.clone();
             async move {
-                let stream =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
+                let handshake = acceptor.accept(tcp);
+                let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
                 let session = stream.get_ref().1;
                 let h2 = session.alpn_protocol() == Some(b"h2");
                 let certs = PeerCertificates(Arc::new(
@@ -119,6 +127,7 @@ pub async fn serve_tls(
 
 /// Serves `app` over plain HTTP/1 on `addr` until `shutdown` (healthz, read-only port).
 pub async fn serve_plain(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
+    let app = with_inflight_cap(app);
     serve(addr, "HTTP", shutdown.clone(), move |tcp, peer| {
         serve_connection(tcp, peer, false, app.clone(), shutdown.clone())
     })
@@ -222,7 +231,9 @@ where
         builder
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
-            .max_buf_size(MAX_HEADER_BYTES);
+            // Not max_buf_size: hyper reads into the buffer's whole spare capacity, so a
+            // head past it can still be parsed (found by the test below).
+            .max_header_size(MAX_HEADER_BYTES);
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
@@ -237,6 +248,31 @@ where
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+fn with_inflight_cap(app: Router) -> Router {
+    let slots = Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS));
+    app.layer(axum::middleware::from_fn_with_state(slots, cap_inflight))
+}
+
+async fn cap_inflight(
+    axum::extract::State(slots): axum::extract::State<Arc<Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path.starts_with("/healthz/") {
+        return next.run(request).await;
+    }
+    match tokio::time::timeout(INFLIGHT_WAIT, slots.acquire_owned()).await {
+        Ok(Ok(_slot)) => next.run(request).await,
+        _ => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            "Too many requests, please try again later.\n",
+        )
+            .into_response(),
     }
 }
 
@@ -375,5 +411,77 @@ mod tests {
         // Past the first bytes, a quiet client is no longer cut off.
         let quiet = tokio::time::timeout(Duration::from_secs(60), guarded.read(&mut buf)).await;
         assert!(quiet.is_err(), "still waiting after the deadline");
+    }
+
+    async fn exchange(request: Vec<u8>) -> (String, tokio::task::JoinHandle<()>) {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let app = Router::new().route(
+            "/",
+            axum::routing::any(|body: axum::body::Bytes| async move { format!("{}", body.len()) }),
+        );
+        let peer: SocketAddr = ([127, 0, 0, 1], 1).into();
+        let served = tokio::spawn(serve_connection(
+            server,
+            peer,
+            false,
+            app,
+            Shutdown::never(),
+        ));
+        client.write_all(&request).await.unwrap();
+        let mut reply = Vec::new();
+        let _ = client.read_to_end(&mut reply).await;
+        (String::from_utf8_lossy(&reply).into_owned(), served)
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_gets_431() {
+        let big = "a".repeat(100 << 10);
+        let head =
+            format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\nConnection: close\r\n\r\n");
+        let (reply, _) = exchange(head.into_bytes()).await;
+        assert!(reply.starts_with("HTTP/1.1 431"), "{reply}");
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_limit_get_413() {
+        let declared = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            MAX_BODY_BYTES + 1
+        );
+        let (reply, _) = exchange(declared.into_bytes()).await;
+        assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+        // Chunked, so undeclared: cut while the handler reads it.
+        let chunk = vec![b'a'; 64 << 10];
+        let mut chunked =
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                .to_vec();
+        for _ in 0..(MAX_BODY_BYTES as usize / chunk.len() + 1) {
+            chunked.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            chunked.extend_from_slice(&chunk);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let (reply, _) = exchange(chunked).await;
+        assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+        let small =
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc";
+        let (reply, _) = exchange(small.to_vec()).await;
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.ends_with("3"),
+            "{reply}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn half_a_head_is_cut_off_after_the_header_timeout() {
+        let started = tokio::time::Instant::now();
+        let (reply, served) = exchange(b"GET / HTTP/1.1\r\nHost: x\r\n".to_vec()).await;
+        served.await.unwrap();
+        assert!(!reply.contains("200"), "{reply}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= HEADER_READ_TIMEOUT && waited < HEADER_READ_TIMEOUT * 2,
+            "{waited:?}"
+        );
     }
 }
