@@ -15,8 +15,8 @@ pub mod kubelet_client;
 mod node;
 pub mod otlp;
 pub mod pki;
-mod status;
 pub mod spdy;
+mod status;
 pub mod websocket;
 
 pub use http::http_get;
