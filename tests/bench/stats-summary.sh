@@ -3,5 +3,6 @@
 # Needs root and the test containerd (bash deploy/runtime/setup.sh). Takes a few minutes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# Release builds are what operators run; the timings of a debug build are pessimistic.
 cargo build --bins
 cargo nextest run -p nodeagent-tests --test stats_bench --run-ignored only --no-capture
