@@ -39,6 +39,8 @@ pub struct AppState {
     pub client_ca: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
     /// `/healthz`'s checks, on a thread of their own.
     pub health: health::HealthChecks,
+    /// Exec, attach, port-forward and log-follow streams open at once.
+    pub streams: streaming::StreamLimit,
 }
 
 /// The handlers the read-only port serves (upstream's default handlers, no debugging
@@ -87,6 +89,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     };
     let state = Arc::new(AppState {
         client_ca: tls.as_ref().and_then(|t| t.client_ca.clone()),
+        streams: streaming::StreamLimit::default(),
         pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()).with_limits(),
         peers,
         cri,

@@ -10,10 +10,10 @@ mod proxy;
 mod target;
 
 use crate::AppState;
+use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, on, post};
-use axum::{Extension, Router};
 use http::{StatusCode, header};
 use nodeagent_proto::cri::{AttachRequest, ExecRequest, ExecSyncRequest, PortForwardRequest};
 use params::{Query, Upgrade};
@@ -29,7 +29,6 @@ pub const MAX_CONCURRENT_STREAMS: usize = 256;
 /// The streaming routes, with their shared stream limit.
 pub fn routes() -> Router<Arc<AppState>> {
     let get_or_post = MethodFilter::GET.or(MethodFilter::POST);
-    let limit = StreamLimit(Arc::new(Semaphore::new(MAX_CONCURRENT_STREAMS)));
     Router::new()
         .route(
             "/exec/{podNamespace}/{podID}/{containerName}",
@@ -60,11 +59,26 @@ pub fn routes() -> Router<Arc<AppState>> {
             "/run/{podNamespace}/{podID}/{uid}/{containerName}",
             post(run),
         )
-        .layer(Extension(limit))
 }
 
+/// The node's long-lived streams: exec, attach, port-forward and `/containerLogs?follow`
+/// (which holds a blocking-pool thread while it follows), at most
+/// [`MAX_CONCURRENT_STREAMS`] at once.
 #[derive(Clone)]
-struct StreamLimit(Arc<Semaphore>);
+pub struct StreamLimit(Arc<Semaphore>);
+
+impl Default for StreamLimit {
+    fn default() -> Self {
+        StreamLimit(Arc::new(Semaphore::new(MAX_CONCURRENT_STREAMS)))
+    }
+}
+
+impl StreamLimit {
+    /// A slot for one stream, or None when all are taken (answer 429).
+    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.clone().try_acquire_owned().ok()
+    }
+}
 
 /// Why a streaming request failed, mapped to upstream's status codes.
 #[derive(Debug)]
@@ -145,21 +159,17 @@ fn idle_timeout(state: &AppState) -> Duration {
 }
 
 fn acquire(limit: &StreamLimit) -> Result<OwnedSemaphorePermit, StreamError> {
-    limit
-        .0
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| StreamError::TooMany)
+    limit.try_acquire().ok_or(StreamError::TooMany)
 }
 
 async fn exec(
     State(state): State<Arc<AppState>>,
-    Extension(limit): Extension<StreamLimit>,
     Path(path): Path<ContainerPath>,
     request: Request,
 ) -> Response {
     let span = span("exec", &path.namespace, &path.pod, &path.container);
-    exec_inner(state, limit, path, request)
+    let streams = state.streams.clone();
+    exec_inner(state, streams, path, request)
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -202,12 +212,12 @@ async fn exec_inner(
 
 async fn attach(
     State(state): State<Arc<AppState>>,
-    Extension(limit): Extension<StreamLimit>,
     Path(path): Path<ContainerPath>,
     request: Request,
 ) -> Response {
     let span = span("attach", &path.namespace, &path.pod, &path.container);
-    attach_inner(state, limit, path, request)
+    let streams = state.streams.clone();
+    attach_inner(state, streams, path, request)
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -260,12 +270,12 @@ async fn attach_inner(
 
 async fn port_forward(
     State(state): State<Arc<AppState>>,
-    Extension(limit): Extension<StreamLimit>,
     Path(path): Path<PodPath>,
     request: Request,
 ) -> Response {
     let span = span("portForward", &path.namespace, &path.pod, "");
-    port_forward_inner(state, limit, path, request)
+    let streams = state.streams.clone();
+    port_forward_inner(state, streams, path, request)
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response)

@@ -84,6 +84,24 @@ pub async fn container_logs(
         );
     }
     let path = std::path::PathBuf::from(log_path);
+    // A follower holds a blocking-pool thread until the container exits or the client
+    // leaves: it counts against the node's stream limit, as exec and attach do.
+    let permit = if opts.follow {
+        match state.streams.try_acquire() {
+            Some(p) => Some(p),
+            None => {
+                return error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!(
+                        "too many streams: at most {} exec, attach, port-forward and log-follow streams run at once; retry later",
+                        crate::streaming::MAX_CONCURRENT_STREAMS
+                    ),
+                );
+            }
+        }
+    } else {
+        None
+    };
     let reader = {
         let opts = opts.clone();
         match tokio::task::spawn_blocking(move || LogReader::open(&path, &opts)).await {
@@ -98,7 +116,10 @@ pub async fn container_logs(
         cri: state.cri.clone(),
         id,
     };
-    tokio::task::spawn_blocking(move || reader.run(tx, &mut liveness));
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        reader.run(tx, &mut liveness)
+    });
     (
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
