@@ -6,6 +6,8 @@
 use http_body_util::BodyExt;
 use k8s_openapi::jiff::Timestamp;
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -295,7 +297,7 @@ async fn follow_continues_across_rotation_and_rotation_keeps_max_files() {
         return;
     }
     let options = NodeOptions {
-        extra_config: "containerLogMaxSize: 1Ki\ncontainerLogMaxFiles: 2\n".into(),
+        extra_config: "containerLogMaxSize: 1Ki\ncontainerLogMaxFiles: 3\n".into(),
         ..Default::default()
     };
     let node = Node::start("container_logs_rotation", options).await;
@@ -314,43 +316,72 @@ async fn follow_continues_across_rotation_and_rotation_keeps_max_files() {
     let (_, mut body) = response.into_parts();
     let mut text = String::new();
 
-    // Two rotations: after the first, the live log and one rotated file; after the
-    // second, still two files (the oldest rotated one removed), as containerLogMaxFiles says.
+    // Three rotations, never more than containerLogMaxFiles files (`.gz` ones count): after
+    // the second, the live log, the first rotated file gzipped and the second plain; after
+    // the third, the first is removed. The bytes of each plain rotated file are kept as
+    // last read, to compare with its gzip later.
     let mut rotated_seen: Vec<String> = Vec::new();
-    let dir = eventually("two rotations", Duration::from_secs(40), || {
+    let mut plain: HashMap<String, Vec<u8>> = HashMap::new();
+    let dir = eventually("three rotations", Duration::from_secs(50), || {
         let (dir, names) = match log_files(&node, "chatty") {
             Ok(v) => v,
             Err(e) => return std::future::ready(Err(e)),
         };
-        for n in names.iter().filter(|n| n.starts_with("0.log.")) {
-            if !rotated_seen.contains(n) {
-                rotated_seen.push(n.clone());
-            }
-        }
         assert!(
-            names.len() <= 2,
+            names.len() <= 3,
             "more than containerLogMaxFiles files: {names:?}"
         );
+        for n in names.iter().filter(|n| n.starts_with("0.log.")) {
+            if n.ends_with(".tmp") {
+                continue;
+            }
+            let base = n.strip_suffix(".gz").unwrap_or(n).to_string();
+            if !n.ends_with(".gz")
+                && let Ok(bytes) = std::fs::read(dir.join(n))
+            {
+                plain.insert(base.clone(), bytes);
+            }
+            if !rotated_seen.contains(&base) {
+                rotated_seen.push(base);
+            }
+        }
         std::future::ready(
-            (rotated_seen.len() >= 2)
+            (rotated_seen.len() >= 3)
                 .then_some(dir)
                 .ok_or(format!("rotated so far: {rotated_seen:?}, now {names:?}")),
         )
     })
     .await;
     let (_, names) = log_files(&node, "chatty").unwrap();
-    assert_eq!(names.len(), 2, "{names:?}");
-    assert!(names.contains(&"0.log".to_string()));
-    assert!(
-        !names.contains(&rotated_seen[0]),
-        "the oldest rotated file is removed: {names:?}"
+    let (older, newest) = (&rotated_seen[1], &rotated_seen[2]);
+    assert_eq!(
+        names,
+        vec!["0.log".to_string(), format!("{older}.gz"), newest.clone()],
+        "the live log, the older rotated file gzipped, the newest plain; the oldest removed \
+         (rotated: {rotated_seen:?})"
     );
+    let compressed = std::fs::read(dir.join(format!("{older}.gz"))).expect("read the .gz");
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(compressed.as_slice())
+        .read_to_end(&mut unzipped)
+        .expect("the older rotated file is a valid gzip");
+    let original = plain
+        .get(older)
+        .expect("the older rotated file was seen plain before compression");
+    assert!(!original.is_empty());
     assert!(
-        std::fs::metadata(dir.join(&rotated_seen[1])).is_ok(),
-        "the newest rotated file stays"
+        unzipped == *original,
+        "the gzip holds the plain file's bytes ({} bytes unzipped, {} read plain)",
+        unzipped.len(),
+        original.len()
+    );
+    let newest_bytes = std::fs::read(dir.join(newest)).expect("read the newest rotated file");
+    assert!(
+        newest_bytes.starts_with(b"20") && newest_bytes.ends_with(b"\n"),
+        "the newest rotated file stays plain CRI log text"
     );
 
-    // The follower read through both rotations without losing or repeating a line.
+    // The follower read through the rotations without losing or repeating a line.
     let live_first = eventually("the live log's first line", Duration::from_secs(10), || {
         let content = std::fs::read_to_string(dir.join("0.log")).unwrap_or_default();
         std::future::ready(

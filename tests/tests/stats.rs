@@ -412,3 +412,95 @@ async fn metrics_bodies_parse_and_running_pods_lists_the_pod() {
     );
     node.stop().await;
 }
+
+/// A container writes 8 MiB into an emptyDir; a hostPath volume beside it is not reported.
+const WRITER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: writer
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: w
+    image: busybox:1.36
+    command: ["sh", "-c", "mkdir -p /scratch/a/b && dd if=/dev/zero of=/scratch/a/b/fill bs=1M count=8 && echo done > /scratch/done && sleep 3600"]
+    volumeMounts:
+    - name: scratch
+      mountPath: /scratch
+    - name: host
+      mountPath: /host
+  volumes:
+  - name: scratch
+    emptyDir: {}
+  - name: host
+    hostPath:
+      path: HOSTDIR
+      type: DirectoryOrCreate
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn summary_reports_empty_dir_usage_after_a_container_writes() {
+    if !require_runtime("stats volumes") {
+        return;
+    }
+    let options = NodeOptions {
+        extra_config: "volumeStatsAggPeriod: 2s\n".into(),
+        ..Default::default()
+    };
+    let node = Node::start("stats_volumes", options).await;
+    let host_dir = node.path("host-volume");
+    node.write_manifest(
+        "writer.yaml",
+        &WRITER.replace("HOSTDIR", &host_dir.display().to_string()),
+    );
+    let pod_name = node.pod_name("writer");
+
+    // Measured in the background every 2 s: the 8 MiB show within a few periods.
+    let p = eventually("the emptyDir's usage in the summary", DEADLINE, || async {
+        let s = get_json(&node, "/stats/summary").await?;
+        let p = pod(&s, &pod_name).ok_or("no writer pod yet")?;
+        let used = p["volume"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == "scratch"))
+            .and_then(|v| u64_at(v, "/usedBytes"))
+            .ok_or_else(|| format!("no scratch volume yet: {}", p["volume"]))?;
+        (used >= 8 << 20)
+            .then(|| p.clone())
+            .ok_or_else(|| format!("scratch usedBytes {used}"))
+    })
+    .await;
+    let volumes = p["volume"].as_array().unwrap();
+    assert_eq!(
+        volumes.len(),
+        1,
+        "only the emptyDir is reported: {volumes:?}"
+    );
+    let v = &volumes[0];
+    // du-like: the file's blocks and the directories', not the whole filesystem.
+    let used = u64_at(v, "/usedBytes").unwrap();
+    assert!(used < 9 << 20, "{v}");
+    // The volume dir, a, b, fill and done at least.
+    assert!(u64_at(v, "/inodesUsed").is_some_and(|n| n >= 5), "{v}");
+    for field in ["availableBytes", "capacityBytes", "inodesFree", "inodes"] {
+        assert!(v[field].as_u64().is_some_and(|n| n > 0), "{field}: {v}");
+    }
+    assert!(
+        u64_at(v, "/capacityBytes").unwrap() >= u64_at(v, "/availableBytes").unwrap(),
+        "{v}"
+    );
+    assert!(v["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
+    // The pod's ephemeral storage includes the emptyDir (upstream's calcEphemeralStorage).
+    let ephemeral = u64_at(&p, "/ephemeral-storage/usedBytes").unwrap();
+    assert!(
+        ephemeral >= used,
+        "ephemeral {ephemeral} < volume {used}: {p}"
+    );
+
+    // only_cpu_and_memory leaves volumes out, as upstream.
+    let s = get_json(&node, "/stats/summary?only_cpu_and_memory=true")
+        .await
+        .unwrap();
+    let p = pod(&s, &pod_name).expect("the writer pod");
+    assert!(p.get("volume").is_none(), "{p}");
+    node.stop().await;
+}

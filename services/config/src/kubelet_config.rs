@@ -74,6 +74,10 @@ pub struct KubeletConfiguration {
     /// closed (0: never).
     #[serde(with = "serde_go")]
     pub streaming_connection_idle_timeout: Duration,
+    /// How often the disk usage of pod volumes is recomputed for `/stats/summary` (0: never,
+    /// no volume stats).
+    #[serde(with = "serde_go")]
+    pub volume_stats_agg_period: Duration,
 }
 
 /// `authentication` (upstream's `KubeletAuthentication`, v1beta1 defaults).
@@ -197,6 +201,7 @@ impl Default for KubeletConfiguration {
             container_log_max_size: "10Mi".into(),
             container_log_max_files: 5,
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
+            volume_stats_agg_period: Duration::from_secs(60),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod collect;
 pub mod host;
 pub mod types;
+pub mod volumes;
 
 use crate::AppState;
 use axum::Router;

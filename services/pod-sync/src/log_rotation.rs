@@ -4,9 +4,12 @@
 //! `<log>.<YYYYMMDD-hhmmss>` and the runtime is told to reopen it (CRI
 //! `ReopenContainerLog`); at most `containerLogMaxFiles` files are kept per container (the
 //! live one included), the oldest removed first; rotated files of containers the runtime no
-//! longer has are removed. Differences from upstream: rotated files are not gzipped (no
-//! deflate implementation is in the dependency tree), and only logs under `podLogsDir` are
-//! touched (upstream rotates every container of the runtime).
+//! longer has are removed. Before each rotation, every rotated file but the one about to be
+//! made is gzipped as upstream's `compressLog` (to `<file>.tmp`, renamed to `<file>.gz`,
+//! then the original removed), so the newest rotated file stays plain for readers that
+//! were following it; `.tmp` leftovers and originals whose `.gz` exists are removed first.
+//! Difference from upstream: only logs under `podLogsDir` are touched (upstream rotates
+//! every container of the runtime).
 
 use nodeagent_cri::Cri;
 use nodeagent_cri::api::{ContainerState, ReopenContainerLogRequest};
@@ -23,6 +26,8 @@ const MONITOR_PERIOD: Duration = Duration::from_secs(10);
 const TIMESTAMP_FORMAT: &str = "%Y%m%d-%H%M%S";
 /// Left by an interrupted compression (upstream's), never in use.
 const TMP_SUFFIX: &str = ".tmp";
+/// A compressed rotated file (upstream's).
+const COMPRESS_SUFFIX: &str = ".gz";
 
 /// `containerLogMaxSize` and `containerLogMaxFiles`.
 #[derive(Clone, Copy, Debug)]
@@ -168,7 +173,9 @@ async fn reopen(cri: &Cri, id: &str) -> Result<(), String> {
 }
 
 /// Removes unused and excess rotated files so that, with the live log and the one about to
-/// be rotated, at most `max_files` remain; then renames the live log to `rotated`.
+/// be rotated, at most `max_files` remain; gzips the rotated files that are left; then
+/// renames the live log to `rotated`. A failed compression stops the rotation (it is tried
+/// again next round), as upstream.
 fn prepare_rotation(log: &Path, rotated: &Path, max_files: usize) -> Result<(), String> {
     if rotated.exists() {
         return Err(format!("{} exists already", rotated.display()));
@@ -176,16 +183,28 @@ fn prepare_rotation(log: &Path, rotated: &Path, max_files: usize) -> Result<(), 
     let dir = log.parent().ok_or("the log has no directory")?;
     let base = file_name(log);
     let names = read_names(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-    for name in to_remove(&names, &base, max_files) {
+    let plan = plan(&names, &base, max_files);
+    for name in plan.remove {
         remove(&dir.join(name))?;
+    }
+    for name in plan.compress {
+        compress(&dir.join(name))?;
     }
     std::fs::rename(log, rotated).map_err(|e| format!("renaming to {}: {e}", rotated.display()))
 }
 
-/// Which of `names` (a log directory's entries) go before `base` is rotated once more:
-/// temporary files, and the oldest rotated files beyond `max_files - 2` (the live log and
-/// the one about to be rotated make up the rest).
-fn to_remove<'a>(names: &'a [String], base: &str, max_files: usize) -> Vec<&'a str> {
+/// What to do with a log directory's entries before `base` is rotated once more.
+#[derive(Debug, PartialEq)]
+struct Plan<'a> {
+    /// Temporary files, originals already compressed, and the oldest rotated files beyond
+    /// `max_files - 2` (the live log and the one about to be rotated make up the rest).
+    remove: Vec<&'a str>,
+    /// The rotated files kept that are not gzipped yet.
+    compress: Vec<&'a str>,
+}
+
+/// Upstream's `cleanupUnusedLogs`, `removeExcessLogs` and the compression list, in order.
+fn plan<'a>(names: &'a [String], base: &str, max_files: usize) -> Plan<'a> {
     let prefix = format!("{base}.");
     let mut rotated: Vec<&str> = names
         .iter()
@@ -193,13 +212,66 @@ fn to_remove<'a>(names: &'a [String], base: &str, max_files: usize) -> Vec<&'a s
         .filter(|n| n.starts_with(&prefix))
         .collect();
     rotated.sort_unstable();
-    let (tmp, mut rotated): (Vec<&str>, Vec<&str>) =
-        rotated.into_iter().partition(|n| n.ends_with(TMP_SUFFIX));
+    let compressed = |n: &str| {
+        names
+            .iter()
+            .any(|other| other.strip_suffix(COMPRESS_SUFFIX) == Some(n))
+    };
+    let (mut remove, mut kept): (Vec<&str>, Vec<&str>) = rotated
+        .into_iter()
+        .partition(|n| n.ends_with(TMP_SUFFIX) || (!n.ends_with(COMPRESS_SUFFIX) && compressed(n)));
     let keep = max_files.saturating_sub(2);
-    let excess = rotated.len().saturating_sub(keep);
-    let mut out = tmp;
-    out.extend(rotated.drain(..excess));
-    out
+    let excess = kept.len().saturating_sub(keep);
+    remove.extend(kept.drain(..excess));
+    let compress = kept
+        .into_iter()
+        .filter(|n| !n.ends_with(COMPRESS_SUFFIX))
+        .collect();
+    Plan { remove, compress }
+}
+
+/// Gzips `log` to `<log>.tmp`, renames that to `<log>.gz` and removes `log` (upstream's
+/// `compressLog`); the temporary file is removed if anything fails before the rename.
+fn compress(log: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let tmp = with_suffix(log, TMP_SUFFIX);
+    let gz = with_suffix(log, COMPRESS_SUFFIX);
+    let write = || -> io::Result<()> {
+        let mut input = std::fs::File::open(log)?;
+        let mode = input.metadata()?.permissions();
+        let out = std::fs::File::create(&tmp)?;
+        out.set_permissions(mode)?;
+        let mut encoder =
+            flate2::write::GzEncoder::new(io::BufWriter::new(out), flate2::Compression::default());
+        io::copy(&mut input, &mut encoder)?;
+        let mut out = encoder.finish()?;
+        out.flush()?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "compressing {} to {}: {e}",
+            log.display(),
+            tmp.display()
+        ));
+    }
+    if let Err(e) = std::fs::rename(&tmp, &gz) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "renaming {} to {}: {e}",
+            tmp.display(),
+            gz.display()
+        ));
+    }
+    tracing::debug!(path = %gz.display(), "compressed a rotated container log");
+    remove(log)
+}
+
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
 }
 
 /// Removes rotated files (`<attempt>.log.<suffix>`) whose container is gone, in every
@@ -305,16 +377,51 @@ mod tests {
             "1.log.20240501-100000",
         ]);
         // Five files in all: live, about to be rotated, three older ones.
-        assert_eq!(to_remove(&n, "0.log", 5), vec!["0.log.20240501-100030.tmp"]);
         assert_eq!(
-            to_remove(&n, "0.log", 3),
-            vec![
-                "0.log.20240501-100030.tmp",
-                "0.log.20240501-100000.gz",
-                "0.log.20240501-100010"
-            ]
+            plan(&n, "0.log", 5),
+            Plan {
+                remove: vec!["0.log.20240501-100030.tmp"],
+                compress: vec!["0.log.20240501-100010", "0.log.20240501-100020"],
+            }
         );
-        assert_eq!(to_remove(&n, "0.log", 2).len(), 4);
+        assert_eq!(
+            plan(&n, "0.log", 3),
+            Plan {
+                remove: vec![
+                    "0.log.20240501-100030.tmp",
+                    "0.log.20240501-100000.gz",
+                    "0.log.20240501-100010"
+                ],
+                compress: vec!["0.log.20240501-100020"],
+            }
+        );
+        let two = plan(&n, "0.log", 2);
+        assert_eq!((two.remove.len(), two.compress.len()), (4, 0));
+    }
+
+    #[test]
+    fn originals_whose_gzip_exists_are_unused() {
+        // Compression interrupted after the rename: the `.gz` is complete, the original and
+        // the temporary file go; `.gz` files count towards `max_files`.
+        let n = names(&[
+            "0.log",
+            "0.log.20240501-100000.gz",
+            "0.log.20240501-100010",
+            "0.log.20240501-100010.gz",
+            "0.log.20240501-100020",
+            "0.log.20240501-100020.tmp",
+        ]);
+        assert_eq!(
+            plan(&n, "0.log", 4),
+            Plan {
+                remove: vec![
+                    "0.log.20240501-100010",
+                    "0.log.20240501-100020.tmp",
+                    "0.log.20240501-100000.gz",
+                ],
+                compress: vec!["0.log.20240501-100020"],
+            }
+        );
     }
 
     #[test]
@@ -344,23 +451,81 @@ mod tests {
         assert_eq!(&s[8..9], "-");
     }
 
+    fn gunzip(path: &Path) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
     #[test]
-    fn rotation_renames_and_prunes_on_disk() {
-        let dir = std::env::temp_dir().join(format!("nodeagent-rotation-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for n in ["0.log", "0.log.20240501-100000", "0.log.20240501-100010"] {
+    fn rotation_renames_compresses_and_prunes_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        for n in [
+            "0.log",
+            "0.log.20240501-100000",
+            "0.log.20240501-100010",
+            "0.log.20240501-100010.tmp",
+        ] {
             std::fs::write(dir.join(n), n).unwrap();
         }
         let rotated = dir.join("0.log.20240501-100020");
         prepare_rotation(&dir.join("0.log"), &rotated, 3).unwrap();
-        let mut left = read_names(&dir).unwrap();
+        let mut left = read_names(dir).unwrap();
         left.sort();
-        assert_eq!(left, vec!["0.log.20240501-100010", "0.log.20240501-100020"]);
+        assert_eq!(
+            left,
+            vec!["0.log.20240501-100010.gz", "0.log.20240501-100020"]
+        );
         assert_eq!(std::fs::read_to_string(&rotated).unwrap(), "0.log");
+        assert_eq!(
+            gunzip(&dir.join("0.log.20240501-100010.gz")),
+            b"0.log.20240501-100010"
+        );
         // The same suffix twice in one second is refused, not overwritten.
         std::fs::write(dir.join("0.log"), "again").unwrap();
         assert!(prepare_rotation(&dir.join("0.log"), &rotated, 3).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+        // The next rotation compresses the previous one and drops the oldest `.gz`.
+        let next = dir.join("0.log.20240501-100030");
+        prepare_rotation(&dir.join("0.log"), &next, 3).unwrap();
+        let mut left = read_names(dir).unwrap();
+        left.sort();
+        assert_eq!(
+            left,
+            vec!["0.log.20240501-100020.gz", "0.log.20240501-100030"]
+        );
+        assert_eq!(gunzip(&dir.join("0.log.20240501-100020.gz")), b"0.log");
+    }
+
+    #[test]
+    fn compression_keeps_large_contents_and_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log.20240501-100000");
+        // 3 MiB of varied lines, more than any internal buffer.
+        let data: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("2024-05-01T10:00:00Z stdout F line {i}\n").into_bytes())
+            .collect();
+        std::fs::write(&log, &data).unwrap();
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o640)).unwrap();
+        compress(&log).unwrap();
+        assert!(!log.exists());
+        assert!(!with_suffix(&log, TMP_SUFFIX).exists());
+        let gz = with_suffix(&log, COMPRESS_SUFFIX);
+        assert_eq!(gunzip(&gz), data);
+        let mode = std::fs::metadata(&gz).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        assert!(std::fs::metadata(&gz).unwrap().len() < data.len() as u64 / 4);
+    }
+
+    #[test]
+    fn failed_compression_leaves_the_original_and_no_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log.20240501-100000");
+        assert!(compress(&log).is_err());
+        assert!(read_names(dir.path()).unwrap().is_empty());
     }
 }

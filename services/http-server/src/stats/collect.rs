@@ -2,7 +2,8 @@
 //! CRI (`ListPodSandbox`, `ListContainers`, `ListContainerStats`, `ImageFsInfo`), CPU,
 //! memory and process counts from the pod and container cgroups (v1 or v2; CRI's numbers
 //! when a cgroup cannot be read), pod network counters from the sandbox's network
-//! namespace, and the node's numbers from /proc and statvfs.
+//! namespace, emptyDir volumes as last measured in the background (`volumes`), and the
+//! node's numbers from /proc and statvfs.
 //!
 //! `usageNanoCores` is a rate: as upstream's CRI stats provider, the previous sample of
 //! each container, pod and the node is kept in memory and the rate computed against it.
@@ -10,6 +11,7 @@
 use super::cgroup::{Cgroups, Memory};
 use super::host::{self, DEFAULT_INTERFACE};
 use super::types::*;
+use super::volumes;
 use crate::AppState;
 use nodeagent_cri::api;
 use nodeagent_proto::cri::{ContainerState, PodSandboxState};
@@ -46,7 +48,7 @@ fn nano_cores(samples: &mut HashMap<String, CpuSample>, key: &str, now: CpuSampl
     rate
 }
 
-fn now_ns() -> i64 {
+pub(super) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
@@ -165,10 +167,17 @@ pub async fn collect(
         root_dir: state.config.root_dir.clone(),
         pod_logs_dir: state.config.kubelet.pod_logs_dir.clone(),
         only_cpu_and_memory,
+        volume_stats: !state.config.kubelet.volume_stats_agg_period.is_zero(),
     };
-    tokio::task::spawn_blocking(move || assemble(&settings, view))
+    let (collected, volume_paths) = tokio::task::spawn_blocking(move || assemble(&settings, view))
         .await
-        .map_err(|e| tonic::Status::internal(format!("collecting stats failed: {e}")))
+        .map_err(|e| tonic::Status::internal(format!("collecting stats failed: {e}")))?;
+    let period = state.config.kubelet.volume_stats_agg_period;
+    if !only_cpu_and_memory && !period.is_zero() {
+        // In the background, for the next requests.
+        volumes::refresh(volume_paths, period);
+    }
+    Ok(collected)
 }
 
 struct Settings {
@@ -178,6 +187,8 @@ struct Settings {
     root_dir: PathBuf,
     pod_logs_dir: PathBuf,
     only_cpu_and_memory: bool,
+    /// `volumeStatsAggPeriod` is not 0.
+    volume_stats: bool,
 }
 
 fn cpu_stats(
@@ -289,7 +300,8 @@ fn running_containers(containers: Vec<api::Container>) -> HashMap<String, Vec<ap
     by_sandbox
 }
 
-fn assemble(settings: &Settings, view: RuntimeView) -> Collected {
+/// The Summary, and the emptyDir volumes of its pods (to measure for the next requests).
+fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>) {
     let cgroups = Cgroups::detect();
     let at_ns = now_ns();
     let full = !settings.only_cpu_and_memory;
@@ -330,6 +342,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> Collected {
     let mut metas = Vec::new();
     let mut pod_cgroups = HashMap::new();
     let mut pod_interfaces = HashMap::new();
+    let mut volume_paths = Vec::new();
     for sandbox in ready_sandboxes(view.sandboxes) {
         let Some(md) = sandbox.metadata.clone() else {
             continue;
@@ -436,6 +449,27 @@ fn assemble(settings: &Settings, view: RuntimeView) -> Collected {
             });
         }
         containers.sort_by(|a, b| a.name.cmp(&b.name));
+        // emptyDir volumes, as last measured in the background; they count towards the
+        // pod's ephemeral storage (upstream's calcEphemeralStorage).
+        let mut volume = Vec::new();
+        if full && settings.volume_stats {
+            for (name, path) in volumes::empty_dirs(&settings.root_dir, &md.uid) {
+                if let Some(m) = volumes::cached(&path) {
+                    ephemeral_used += m.usage.bytes;
+                    ephemeral_inodes += m.usage.inodes;
+                    volume.push(VolumeStats {
+                        fs: fs_stats(
+                            m.at_ns,
+                            m.statvfs().as_ref(),
+                            Some(m.usage.bytes),
+                            Some(m.usage.inodes),
+                        ),
+                        name,
+                    });
+                }
+                volume_paths.push(path);
+            }
+        }
         let pod_key = format!("pod/{}", md.uid);
         seen.insert(pod_key.clone());
         let pod_usage = pod_cgroup
@@ -489,7 +523,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> Collected {
             cpu,
             memory,
             network: network_stats,
-            volume: Vec::new(),
+            volume,
             ephemeral_storage: ephemeral,
             process_stats,
         });
@@ -576,12 +610,13 @@ fn assemble(settings: &Settings, view: RuntimeView) -> Collected {
         runtime,
         rlimit,
     };
-    Collected {
+    let collected = Collected {
         summary: Summary { node, pods },
         containers: metas,
         pod_cgroups,
         pod_interfaces,
-    }
+    };
+    (collected, volume_paths)
 }
 
 #[cfg(test)]
