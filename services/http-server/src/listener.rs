@@ -58,6 +58,10 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 250;
 pub const MAX_INFLIGHT_REQUESTS: usize = 16;
 /// How long a request waits for a slot before 429.
 pub const INFLIGHT_WAIT: Duration = Duration::from_secs(30);
+/// On shutdown, how long a connection may still send a request before it is asked to
+/// finish: hyper's graceful shutdown closes a connection that has not sent its first
+/// request yet, so one accepted just before the shutdown would be closed unanswered.
+pub const SHUTDOWN_REQUEST_GRACE: Duration = Duration::from_secs(1);
 /// How long open connections get to finish after shutdown.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -183,6 +187,20 @@ where
             served.await;
         });
     }
+    // Connections already in the accept queue would be reset when the listener closes:
+    // take them first. (A SYN that lands after this and before the close can still be
+    // reset unless net.ipv4.tcp_migrate_req=1 hands it to another SO_REUSEPORT listener.)
+    while let Some(Ok((tcp, peer))) = futures::FutureExt::now_or_never(listener.accept()) {
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let _ = tcp.set_nodelay(true);
+        let served = connection(tcp, peer);
+        connections.spawn(async move {
+            let _permit = permit;
+            served.await;
+        });
+    }
     drop(listener);
     if !connections.is_empty() {
         tracing::info!(%addr, open = connections.len(), "draining connections");
@@ -221,10 +239,7 @@ where
         tokio::pin!(conn);
         tokio::select! {
             r = conn.as_mut() => r,
-            _ = shutdown.wait() => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
+            _ = shutdown.wait() => finish(conn).await
         }
     } else {
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -240,14 +255,58 @@ where
         tokio::pin!(conn);
         tokio::select! {
             r = conn.as_mut() => r,
-            _ = shutdown.wait() => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
+            _ = shutdown.wait() => finish(conn).await
         }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Lets a connection send its request for [`SHUTDOWN_REQUEST_GRACE`], then asks it to
+/// finish what it serves and close.
+async fn finish<C, E>(mut conn: Pin<&mut C>) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>> + GracefulShutdown,
+{
+    tokio::select! {
+        r = conn.as_mut() => r,
+        _ = tokio::time::sleep(SHUTDOWN_REQUEST_GRACE) => {
+            conn.as_mut().graceful();
+            conn.await
+        }
+    }
+}
+
+/// hyper's HTTP/1 and HTTP/2 connections, which both shut down gracefully.
+trait GracefulShutdown {
+    fn graceful(self: Pin<&mut Self>);
+}
+
+impl<I, S, E> GracefulShutdown for hyper::server::conn::http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S::ResBody: hyper::body::Body + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
+{
+    fn graceful(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S> GracefulShutdown for hyper::server::conn::http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S::ResBody: hyper::body::Body + 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }
 

@@ -98,22 +98,75 @@ type StatsById = std::sync::Arc<HashMap<String, api::ContainerStats>>;
 static CONTAINER_STATS: LazyLock<tokio::sync::Mutex<Option<(std::time::Instant, StatsById)>>> =
     LazyLock::new(|| tokio::sync::Mutex::new(None));
 
-/// Every container's stats, at most [`CONTAINER_STATS_TTL`] old. Concurrent requests share
-/// one call (the lock is held across it). Stats are best effort: pods are still listed
-/// without them.
-async fn container_stats(state: &AppState) -> StatsById {
+/// Every container's stats, at most [`CONTAINER_STATS_TTL`] old, and fresh for running
+/// containers the cached answer does not know yet (asked one by one, by ID, which costs
+/// containerd one shim call each). Concurrent requests share one call (the lock is held
+/// across it). Stats are best effort: pods are still listed without them.
+async fn container_stats(state: &AppState, running: &[String]) -> StatsById {
     let mut cached = CONTAINER_STATS.lock().await;
-    if let Some((at, stats)) = cached.as_ref()
-        && at.elapsed() < CONTAINER_STATS_TTL
-    {
-        return stats.clone();
+    let fresh = cached
+        .as_ref()
+        .filter(|(at, _)| at.elapsed() < CONTAINER_STATS_TTL)
+        .map(|(_, stats)| stats.clone());
+    if let Some(stats) = fresh {
+        let missing: Vec<&String> = running
+            .iter()
+            .filter(|id| !stats.contains_key(*id))
+            .collect();
+        if missing.is_empty() {
+            return stats;
+        }
+        if missing.len() > MAX_SINGLE_ASKS {
+            return refresh_container_stats(state, &mut cached).await;
+        }
+        let mut merged = (*stats).clone();
+        let asks = missing
+            .iter()
+            .map(|id| list_container_stats(state, Some((*id).clone())));
+        for answer in futures::future::join_all(asks).await.into_iter().flatten() {
+            merged.extend(answer);
+        }
+        let merged = std::sync::Arc::new(merged);
+        // The cache keeps its age: the full answer is still renewed on time.
+        if let Some((_, s)) = cached.as_mut() {
+            *s = merged.clone();
+        }
+        return merged;
     }
+    refresh_container_stats(state, &mut cached).await
+}
+
+/// Beyond this many new containers one full answer is cheaper than asking each.
+const MAX_SINGLE_ASKS: usize = 8;
+
+async fn refresh_container_stats(
+    state: &AppState,
+    cached: &mut Option<(std::time::Instant, StatsById)>,
+) -> StatsById {
+    match list_container_stats(state, None).await {
+        Some(answer) => {
+            let stats: StatsById = std::sync::Arc::new(answer);
+            *cached = Some((std::time::Instant::now(), stats.clone()));
+            stats
+        }
+        // Keep the previous answer rather than dropping every writable layer.
+        None => cached.as_ref().map(|(_, s)| s.clone()).unwrap_or_default(),
+    }
+}
+
+/// `ListContainerStats` for every container, or the one with `id`.
+async fn list_container_stats(
+    state: &AppState,
+    id: Option<String>,
+) -> Option<HashMap<String, api::ContainerStats>> {
     let mut runtime = state.cri.runtime.clone();
-    let request = state
-        .cri
-        .request(api::ListContainerStatsRequest { filter: None });
-    let stats: StatsById = match runtime.list_container_stats(request).await {
-        Ok(r) => std::sync::Arc::new(
+    let filter = id.map(|id| api::ContainerStatsFilter {
+        id,
+        ..Default::default()
+    });
+    let request = state.cri.request(api::ListContainerStatsRequest { filter });
+    match runtime.list_container_stats(request).await {
+        Ok(r) => Some(
             r.into_inner()
                 .stats
                 .into_iter()
@@ -122,33 +175,33 @@ async fn container_stats(state: &AppState) -> StatsById {
         ),
         Err(e) => {
             tracing::debug!(error = %e, "ListContainerStats failed");
-            // Keep the previous answer rather than dropping every writable layer.
-            return cached.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
+            None
         }
-    };
-    *cached = Some((std::time::Instant::now(), stats.clone()));
-    stats
+    }
 }
 
 async fn runtime_view(state: &AppState, with_fs: bool) -> Result<RuntimeView, tonic::Status> {
     let cri = &state.cri;
     let mut image = cri.image.clone();
     let fs_request = cri.request(api::ImageFsInfoRequest {});
-    let (sandboxes, containers, stats, image_fs) = tokio::join!(
-        cri.list_sandboxes(None),
-        cri.list_containers(None),
-        container_stats(state),
-        async {
+    let (sandboxes, containers, image_fs) =
+        tokio::join!(cri.list_sandboxes(None), cri.list_containers(None), async {
             if with_fs {
                 Some(image.image_fs_info(fs_request).await)
             } else {
                 None
             }
-        }
-    );
+        });
+    let containers = containers?;
+    let running: Vec<String> = containers
+        .iter()
+        .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+        .map(|c| c.id.clone())
+        .collect();
+    let stats = container_stats(state, &running).await;
     Ok(RuntimeView {
         sandboxes: sandboxes?,
-        containers: containers?,
+        containers,
         stats,
         image_fs: image_fs.and_then(|r| r.ok()).map(|r| r.into_inner()),
     })
