@@ -294,15 +294,29 @@ impl Node {
         self.spawn_from(service, &binary(service));
     }
 
-    /// Starts (or restarts) one service from another build of its binary (the upgrade test).
+    /// Starts (or restarts) one service from another build of its binary (the upgrade test),
+    /// with the flags that build knows: an older build's unit file would not name flags
+    /// added since (`--cert-dir`, say), and clap refuses unknown ones.
     pub fn spawn_from(&mut self, service: Service, binary: &Path) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path(service))
             .expect("open log");
+        let help = Command::new(binary)
+            .arg("--help")
+            .output()
+            .expect("run --help");
+        let help = String::from_utf8_lossy(&help.stdout).into_owned();
+        let args: Vec<String> = self
+            .args()
+            .chunks(2)
+            .filter(|pair| help.contains(&format!("{} <", pair[0])))
+            .flatten()
+            .cloned()
+            .collect();
         let child = Command::new(binary)
-            .args(self.args())
+            .args(args)
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
