@@ -162,6 +162,14 @@ where
     tracing::info!(%addr, "serving {what}");
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
+    let start = |connections: &mut tokio::task::JoinSet<()>, tcp: TcpStream, peer, permit| {
+        let _ = tcp.set_nodelay(true);
+        let served = connection(tcp, peer);
+        connections.spawn(async move {
+            let _permit: tokio::sync::OwnedSemaphorePermit = permit;
+            served.await;
+        });
+    };
     loop {
         while connections.try_join_next().is_some() {}
         let permit = tokio::select! {
@@ -180,12 +188,7 @@ where
                 }
             },
         };
-        let _ = tcp.set_nodelay(true);
-        let served = connection(tcp, peer);
-        connections.spawn(async move {
-            let _permit = permit;
-            served.await;
-        });
+        start(&mut connections, tcp, peer, permit);
     }
     // Connections already in the accept queue would be reset when the listener closes:
     // take them first. (A SYN that lands after this and before the close can still be
@@ -194,12 +197,7 @@ where
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             break;
         };
-        let _ = tcp.set_nodelay(true);
-        let served = connection(tcp, peer);
-        connections.spawn(async move {
-            let _permit = permit;
-            served.await;
-        });
+        start(&mut connections, tcp, peer, permit);
     }
     drop(listener);
     if !connections.is_empty() {

@@ -168,8 +168,7 @@ async fn exec(
     request: Request,
 ) -> Response {
     let span = span("exec", &path.namespace, &path.pod, &path.container);
-    let streams = state.streams.clone();
-    exec_inner(state, streams, path, request)
+    exec_inner(state, path, request)
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -177,7 +176,6 @@ async fn exec(
 
 async fn exec_inner(
     state: Arc<AppState>,
-    limit: StreamLimit,
     path: ContainerPath,
     request: Request,
 ) -> Result<Response, StreamError> {
@@ -192,7 +190,7 @@ async fn exec_inner(
         })?;
     params::check_upgrade(request.headers(), params::REMOTE_COMMAND_PROTOCOLS)
         .map_err(StreamError::BadRequest)?;
-    let permit = acquire(&limit)?;
+    let permit = acquire(&state.streams)?;
     let mut runtime = state.cri.runtime.clone();
     let url = runtime
         .exec(state.cri.request(ExecRequest {
@@ -216,8 +214,7 @@ async fn attach(
     request: Request,
 ) -> Response {
     let span = span("attach", &path.namespace, &path.pod, &path.container);
-    let streams = state.streams.clone();
-    attach_inner(state, streams, path, request)
+    attach_inner(state, path, request)
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -225,7 +222,6 @@ async fn attach(
 
 async fn attach_inner(
     state: Arc<AppState>,
-    limit: StreamLimit,
     path: ContainerPath,
     request: Request,
 ) -> Result<Response, StreamError> {
@@ -251,7 +247,7 @@ async fn attach_inner(
     if tty {
         options.stderr = false;
     }
-    let permit = acquire(&limit)?;
+    let permit = acquire(&state.streams)?;
     let mut runtime = state.cri.runtime.clone();
     let url = runtime
         .attach(state.cri.request(AttachRequest {
@@ -274,8 +270,7 @@ async fn port_forward(
     request: Request,
 ) -> Response {
     let span = span("portForward", &path.namespace, &path.pod, "");
-    let streams = state.streams.clone();
-    port_forward_inner(state, streams, path, request)
+    port_forward_inner(state, path, request)
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -283,7 +278,6 @@ async fn port_forward(
 
 async fn port_forward_inner(
     state: Arc<AppState>,
-    limit: StreamLimit,
     path: PodPath,
     request: Request,
 ) -> Result<Response, StreamError> {
@@ -299,7 +293,7 @@ async fn port_forward_inner(
         .await?
         .ok_or_else(|| StreamError::NotFound(format!("pod not found ({:?})", pod.full_name())))?;
     upgrade.map_err(StreamError::BadRequest)?;
-    let permit = acquire(&limit)?;
+    let permit = acquire(&state.streams)?;
     let mut runtime = state.cri.runtime.clone();
     let url = runtime
         .port_forward(state.cri.request(PortForwardRequest {
