@@ -62,7 +62,11 @@ pub fn memory_from(usage: u64, limit: Option<u64>, stat: &str, v2: bool) -> Memo
 
 impl Cgroups {
     pub fn detect() -> Self {
-        let root = PathBuf::from("/sys/fs/cgroup");
+        Self::at(PathBuf::from("/sys/fs/cgroup"))
+    }
+
+    /// The cgroup tree mounted at `root`: v2 when it has `cgroup.controllers`.
+    pub fn at(root: PathBuf) -> Self {
         let v2 = root.join("cgroup.controllers").exists();
         Self { root, v2 }
     }
@@ -160,5 +164,87 @@ mod tests {
         assert_eq!(m.limit, Some(4096));
         // More inactive pages than usage (racy reads) floors at zero.
         assert_eq!(memory_from(10, None, v2, true).working_set, 0);
+    }
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// The same pod read from a v2 tree and from a v1 tree laid out as the kernel does
+    /// (these VMs run v1, so the v2 files are only exercised here).
+    #[test]
+    fn reads_a_pod_from_v2_and_v1_trees() {
+        let pod = "kubepods/burstable/podabc";
+        let v2 = tempfile::tempdir().unwrap();
+        write(v2.path(), "cgroup.controllers", "cpu memory pids\n");
+        write(
+            v2.path(),
+            &format!("{pod}/cpu.stat"),
+            "usage_usec 1500\nuser_usec 1000\n",
+        );
+        write(v2.path(), &format!("{pod}/memory.current"), "8192\n");
+        write(v2.path(), &format!("{pod}/memory.max"), "max\n");
+        write(
+            v2.path(),
+            &format!("{pod}/memory.stat"),
+            "anon 4096\ninactive_file 1024\npgfault 3\npgmajfault 1\n",
+        );
+        write(v2.path(), &format!("{pod}/pids.current"), "2\n");
+        write(v2.path(), &format!("{pod}/cgroup.procs"), "4242\n4243\n");
+        let cg = Cgroups::at(v2.path().to_path_buf());
+        assert!(cg.v2);
+        assert_eq!(
+            cg.pod_cgroup("/", "abc").as_deref(),
+            Some("/kubepods/burstable/podabc")
+        );
+        assert_eq!(cg.cpu_usage_ns(pod), Some(1_500_000));
+        let m = cg.memory(pod).unwrap();
+        assert_eq!(
+            (m.usage, m.working_set, m.rss, m.limit),
+            (8192, 7168, Some(4096), None)
+        );
+        assert_eq!(cg.pids(pod), Some(2));
+        assert_eq!(cg.first_pid(pod), Some(4242));
+
+        let v1 = tempfile::tempdir().unwrap();
+        write(
+            v1.path(),
+            &format!("cpuacct/{pod}/cpuacct.usage"),
+            "1500000\n",
+        );
+        write(
+            v1.path(),
+            &format!("memory/{pod}/memory.usage_in_bytes"),
+            "8192\n",
+        );
+        write(
+            v1.path(),
+            &format!("memory/{pod}/memory.limit_in_bytes"),
+            "65536\n",
+        );
+        write(
+            v1.path(),
+            &format!("memory/{pod}/memory.stat"),
+            "total_rss 4096\ntotal_inactive_file 1024\ntotal_pgfault 3\ntotal_pgmajfault 1\n",
+        );
+        write(v1.path(), &format!("memory/{pod}/cgroup.procs"), "4242\n");
+        write(v1.path(), &format!("pids/{pod}/pids.current"), "2\n");
+        let cg = Cgroups::at(v1.path().to_path_buf());
+        assert!(!cg.v2);
+        assert_eq!(
+            cg.pod_cgroup("/", "abc").as_deref(),
+            Some("/kubepods/burstable/podabc")
+        );
+        assert_eq!(cg.cpu_usage_ns(pod), Some(1_500_000));
+        let m = cg.memory(pod).unwrap();
+        assert_eq!(
+            (m.usage, m.working_set, m.rss, m.limit),
+            (8192, 7168, Some(4096), Some(65536))
+        );
+        assert_eq!(cg.pids(pod), Some(2));
+        assert_eq!(cg.first_pid(pod), Some(4242));
+        assert_eq!(cg.pod_cgroup("/", "missing"), None);
     }
 }
