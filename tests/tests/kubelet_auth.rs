@@ -536,14 +536,20 @@ async fn two_instances_share_the_port_and_a_restart_refuses_no_connection() {
 
     // A client that asks /healthz over a new connection, again and again.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Answers so far, for the phases below to wait on.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let looping = tokio::spawn({
         let api = node.api.clone();
         let stop = stop.clone();
+        let answered = answered.clone();
         async move {
             let mut tally = Tally::default();
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 match api.get("/healthz").await {
-                    Ok(r) if r.status == 200 => tally.ok += 1,
+                    Ok(r) if r.status == 200 => {
+                        tally.ok += 1;
+                        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     Ok(r) => tally.other.push(format!("{}: {}", r.status, r.text())),
                     Err(e) if e.contains("refused") => tally.refused += 1,
                     Err(e) => tally.other.push(e),
@@ -554,17 +560,52 @@ async fn two_instances_share_the_port_and_a_restart_refuses_no_connection() {
     });
     // Stop the first instance: the second serves alone. Then start the first again and
     // stop the second: the first serves alone.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each phase lasts until the client has had this many more answers.
+    let answers = |n: usize| {
+        let answered = answered.clone();
+        async move {
+            let until = answered.load(std::sync::atomic::Ordering::SeqCst) + n;
+            eventually(
+                "answers to the looping client",
+                Duration::from_secs(30),
+                || {
+                    let seen = answered.load(std::sync::atomic::Ordering::SeqCst);
+                    async move {
+                        (seen >= until)
+                            .then_some(())
+                            .ok_or(format!("{seen} of {until}"))
+                    }
+                },
+            )
+            .await;
+        }
+    };
+    answers(10).await;
     let status = node
         .signal(Service::HttpServer, nix::sys::signal::Signal::SIGTERM)
         .await;
     assert!(status.success(), "the first instance exited with {status}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    answers(20).await;
     node.spawn(Service::HttpServer);
     node.wait_serving(Service::HttpServer).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The restarted instance listens on the secure port again (its log says so twice).
+    eventually(
+        "the restarted instance on the secure port",
+        Duration::from_secs(10),
+        || {
+            let log = node.log(Service::HttpServer);
+            let listening = log.matches("serving the kubelet API over TLS").count();
+            async move {
+                (listening >= 2)
+                    .then_some(())
+                    .ok_or(format!("{listening} listens logged"))
+            }
+        },
+    )
+    .await;
+    answers(10).await;
     second.stop().await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    answers(20).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let tally = looping.await.unwrap();
     eprintln!("through two restarts: {tally:?}");
