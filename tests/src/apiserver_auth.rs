@@ -117,19 +117,19 @@ pub(crate) fn handle(
         _ => return None,
     };
     if method != Method::POST {
-        return Some(failure(
+        return Some(crate::apiserver::status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
+            "the server does not allow this method on the requested resource".to_string(),
         ));
     }
     let mut review: Value = match serde_json::from_slice(body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {
-            return Some(failure(
+            return Some(crate::apiserver::status(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
-                &format!("the body is not a {kind}"),
+                format!("the body is not a {kind}"),
             ));
         }
     };
@@ -148,17 +148,4 @@ pub(crate) fn handle(
         )
             .into_response(),
     )
-}
-
-fn failure(code: StatusCode, reason: &str, message: &str) -> Response {
-    let body = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
-    });
-    (
-        code,
-        [("content-type", "application/json")],
-        body.to_string(),
-    )
-        .into_response()
 }

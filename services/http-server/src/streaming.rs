@@ -154,6 +154,16 @@ fn span(kind: &'static str, namespace: &str, pod: &str, container: &str) -> trac
     tracing::info_span!("stream", kind, pod.namespace = %namespace, pod.name = %pod, container.name = %container)
 }
 
+/// Runs a handler's body in its span; an error becomes its upstream status.
+async fn respond(
+    span: tracing::Span,
+    body: impl std::future::Future<Output = Result<Response, StreamError>>,
+) -> Response {
+    body.instrument(span)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
 fn idle_timeout(state: &AppState) -> Duration {
     state.config.kubelet.streaming_connection_idle_timeout
 }
@@ -168,10 +178,7 @@ async fn exec(
     request: Request,
 ) -> Response {
     let span = span("exec", &path.namespace, &path.pod, &path.container);
-    exec_inner(state, path, request)
-        .instrument(span)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(span, exec_inner(state, path, request)).await
 }
 
 async fn exec_inner(
@@ -214,10 +221,7 @@ async fn attach(
     request: Request,
 ) -> Response {
     let span = span("attach", &path.namespace, &path.pod, &path.container);
-    attach_inner(state, path, request)
-        .instrument(span)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(span, attach_inner(state, path, request)).await
 }
 
 async fn attach_inner(
@@ -270,10 +274,7 @@ async fn port_forward(
     request: Request,
 ) -> Response {
     let span = span("portForward", &path.namespace, &path.pod, "");
-    port_forward_inner(state, path, request)
-        .instrument(span)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(span, port_forward_inner(state, path, request)).await
 }
 
 async fn port_forward_inner(
@@ -313,10 +314,7 @@ async fn run(
     request: Request,
 ) -> Response {
     let span = span("run", &path.namespace, &path.pod, &path.container);
-    run_inner(state, path, request)
-        .instrument(span)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    respond(span, run_inner(state, path, request)).await
 }
 
 /// `/run`: upstream's `RunInContainer`, an `ExecSync` whose stdout and then stderr are the
