@@ -2,8 +2,9 @@
 //! real wire protocol to the unmodified kube-rs client and keeps the semantics the node
 //! agent depends on:
 //!
-//! - pods, nodes, leases, events, configmaps and secrets, each object with a
-//!   `metadata.resourceVersion` from one cluster-wide counter, a uid and a creation time;
+//! - pods, nodes, leases, events, configmaps, secrets and serviceaccounts, each object
+//!   with a `metadata.resourceVersion` from one cluster-wide counter, a uid and a creation
+//!   time;
 //! - list (with the list's resourceVersion) and watch (`watch=true`) from a
 //!   `resourceVersion`, newline-delimited JSON events, `allowWatchBookmarks` bookmarks,
 //!   `timeoutSeconds`; a watch from a version older than the retained history gets an
@@ -17,13 +18,18 @@
 //!   `deletionGracePeriodSeconds` (a MODIFIED event) and is removed by a later delete with
 //!   grace 0; other kinds are removed at once;
 //! - `tokenreviews` and `subjectaccessreviews` (create only), answered from a policy the
-//!   test sets (`apiserver_auth`), as a kubelet's webhook authn/authz calls them.
+//!   test sets (`apiserver_auth`), as a kubelet's webhook authn/authz calls them, and
+//!   service-account tokens from the `serviceaccounts/token` subresource (TokenRequest),
+//!   reviewed as upstream does (`apiserver_serviceaccount`);
+//! - what two controllers keep in every namespace in use: the `default` ServiceAccount and
+//!   the `kube-root-ca.crt` ConfigMap with the server's CA (`apiserver_controllers`).
 //!
 //! Not covered (a test needing them must extend this first): authentication and
 //! authorization of its own clients, label selectors, server-side apply, JSON patch,
 //! finalizers, admission and validation, defaulting, pagination (`limit`/`continue`), protobuf encoding, and any
 //! resource not listed above.
 
+use crate::apiserver_controllers::Write;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -40,11 +46,12 @@ const HISTORY: usize = 1000;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 /// A resource the server knows: (plural, kind, API group version, namespaced).
-pub(crate) const RESOURCES: [(&str, &str, &str, bool); 6] = [
+pub(crate) const RESOURCES: [(&str, &str, &str, bool); 7] = [
     ("pods", "Pod", "v1", true),
     ("nodes", "Node", "v1", false),
     ("configmaps", "ConfigMap", "v1", true),
     ("secrets", "Secret", "v1", true),
+    ("serviceaccounts", "ServiceAccount", "v1", true),
     ("events", "Event", "v1", true),
     ("leases", "Lease", "coordination.k8s.io/v1", true),
 ];
@@ -79,17 +86,30 @@ pub struct ApiState {
     pub kubelet: crate::apiserver_proxy::KubeletAccess,
     /// TokenReview and SubjectAccessReview answers (`apiserver_auth`).
     pub auth: crate::apiserver_auth::AuthPolicy,
+    /// The service-account token issuer and the TokenRequests it served.
+    pub service_accounts: crate::apiserver_serviceaccount::ServiceAccountTokens,
+    /// The cluster CA published in every namespace's `kube-root-ca.crt`.
+    root_ca: Arc<crate::pki::TestCa>,
 }
 
 impl Default for ApiState {
     fn default() -> Self {
-        Self {
+        let state = Self {
             store: Arc::default(),
             events: broadcast::channel(4096).0,
             expired_watches: Arc::default(),
             kubelet: Default::default(),
             auth: Default::default(),
+            service_accounts: Default::default(),
+            root_ca: Arc::new(crate::pki::TestCa::new("nodeagent-test-apiserver-ca")),
+        };
+        {
+            let mut s = state.store.lock().unwrap();
+            for ns in crate::apiserver_controllers::INITIAL_NAMESPACES {
+                sync_namespace(&state, &mut s, ns);
+            }
         }
+        state
     }
 }
 
@@ -109,10 +129,23 @@ impl Drop for ApiServer {
 }
 
 pub(crate) fn status(code: StatusCode, reason: &str, message: String) -> Response {
-    let body = json!({
+    status_with_details(code, reason, message, Value::Null)
+}
+
+/// A failure Status with `details` (name, group, kind, causes), as upstream's errors carry.
+pub(crate) fn status_with_details(
+    code: StatusCode,
+    reason: &str,
+    message: String,
+    details: Value,
+) -> Response {
+    let mut body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
         "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
     });
+    if !details.is_null() {
+        body["details"] = details;
+    }
     (
         code,
         [("content-type", "application/json")],
@@ -218,6 +251,19 @@ impl ApiState {
         s.history.clear();
     }
 
+    /// The stored object `name` of a kind (plural) in `namespace` ("" for cluster-scoped).
+    pub fn object(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let s = self.store.lock().unwrap();
+        s.objects
+            .get(&(plural.to_string(), namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// The CA bundle (PEM) published as `ca.crt` of every namespace's `kube-root-ca.crt`.
+    pub fn root_ca_pem(&self) -> &str {
+        self.root_ca.cert_pem()
+    }
+
     /// Every stored object of a kind (plural), e.g. "events".
     pub fn objects(&self, plural: &str) -> Vec<Value> {
         let s = self.store.lock().unwrap();
@@ -281,6 +327,14 @@ fn parse_path(path: &str) -> Option<Target> {
         [plural, name, "status"] => (*plural, Some(name.to_string()), true),
         _ => return None,
     };
+    let mut t = target(plural, namespace)?;
+    t.name = name;
+    t.status = status;
+    Some(t)
+}
+
+/// The collection of `plural` in `namespace`, if the server knows it there.
+fn target(plural: &str, namespace: Option<String>) -> Option<Target> {
     let (_, kind, api_version, namespaced) = RESOURCES.iter().find(|r| r.0 == plural)?;
     if !namespaced && namespace.is_some() {
         return None;
@@ -290,8 +344,8 @@ fn parse_path(path: &str) -> Option<Target> {
         kind,
         api_version,
         namespace,
-        name,
-        status,
+        name: None,
+        status: false,
     })
 }
 
@@ -325,7 +379,10 @@ async fn handle(
     Query(query): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = crate::apiserver_auth::handle(&state.auth, &method, uri.path(), &body) {
+    if let Some(r) = crate::apiserver_auth::handle(&state, &method, uri.path(), &body) {
+        return r;
+    }
+    if let Some(r) = crate::apiserver_serviceaccount::handle(&state, &method, uri.path(), &body) {
         return r;
     }
     let Some(t) = parse_path(uri.path()) else {
@@ -431,7 +488,7 @@ fn get(state: &ApiState, t: &Target, name: &str) -> Response {
     }
 }
 
-fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
+fn create(state: &ApiState, t: &Target, body: Value) -> Response {
     let name = body["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -451,26 +508,63 @@ fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
         name
     };
     let mut s = state.store.lock().unwrap();
-    let k = key(t, &name);
-    if s.objects.contains_key(&k) {
+    if s.objects.contains_key(&key(t, &name)) {
         return status(
             StatusCode::CONFLICT,
             "AlreadyExists",
             format!("{} \"{name}\" already exists", t.plural),
         );
     }
+    // A namespace's first object: its controllers' objects come first, as they would in a
+    // cluster where the namespace was created before anything was put in it.
+    if let Some(ns) = &t.namespace {
+        sync_namespace(state, &mut s, ns);
+    }
+    let body = insert_new(state, &mut s, t, &name, body);
+    json_response(StatusCode::CREATED, &body)
+}
+
+/// Stores a new object `name` (the caller checked that it does not exist).
+fn insert_new(state: &ApiState, s: &mut Store, t: &Target, name: &str, mut body: Value) -> Value {
     s.rv += 1;
     body = with_type_meta(t, body);
-    body["metadata"]["name"] = name.clone().into();
+    body["metadata"]["name"] = name.into();
     if let Some(ns) = &t.namespace {
         body["metadata"]["namespace"] = ns.clone().into();
     }
     body["metadata"]["uid"] = format!("{:08x}-0000-4000-8000-{:012x}", rand_suffix(), s.rv).into();
     body["metadata"]["resourceVersion"] = s.rv.to_string().into();
     body["metadata"]["creationTimestamp"] = now().into();
-    s.objects.insert(k, body.clone());
-    state.record(&mut s, &t.plural, t.kind, "ADDED", &body);
-    json_response(StatusCode::CREATED, &body)
+    s.objects.insert(key(t, name), body.clone());
+    state.record(s, &t.plural, t.kind, "ADDED", &body);
+    body
+}
+
+/// Carries out what the namespace controllers (`apiserver_controllers`) want in `ns`.
+fn sync_namespace(state: &ApiState, s: &mut Store, ns: &str) {
+    let writes =
+        crate::apiserver_controllers::reconcile(state.root_ca.cert_pem(), |plural, name| {
+            s.objects
+                .get(&(plural.to_string(), ns.to_string(), name.to_string()))
+                .cloned()
+        });
+    for write in writes {
+        let (plural, object) = match write {
+            Write::Create(plural, object) | Write::Update(plural, object) => (plural, object),
+        };
+        let Some(t) = target(plural, Some(ns.to_string())) else {
+            continue;
+        };
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if s.objects.contains_key(&key(&t, &name)) {
+            commit(state, s, &t, key(&t, &name), object);
+        } else {
+            insert_new(state, s, &t, &name, object);
+        }
+    }
 }
 
 fn rand_suffix() -> u32 {
@@ -554,6 +648,9 @@ fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
     }
     let next = merge_subresource(t, &current, body);
     let stored = commit(state, &mut s, t, k, next);
+    if let Some(ns) = &t.namespace {
+        sync_namespace(state, &mut s, ns);
+    }
     json_response(StatusCode::OK, &stored)
 }
 
@@ -662,6 +759,9 @@ fn patch(state: &ApiState, t: &Target, name: &str, ctype: &str, body: Value) -> 
     }
     let next = merge_subresource(t, &current, next);
     let stored = commit(state, &mut s, t, k, next);
+    if let Some(ns) = &t.namespace {
+        sync_namespace(state, &mut s, ns);
+    }
     json_response(StatusCode::OK, &stored)
 }
 
@@ -701,6 +801,9 @@ fn delete(
     let mut gone = current;
     gone["metadata"]["resourceVersion"] = s.rv.to_string().into();
     state.record(&mut s, &t.plural, t.kind, "DELETED", &gone);
+    if let Some(ns) = &t.namespace {
+        sync_namespace(state, &mut s, ns);
+    }
     json_response(StatusCode::OK, &gone)
 }
 

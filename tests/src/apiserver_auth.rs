@@ -2,8 +2,9 @@
 //! (`authorization.k8s.io/v1`) for the test API server, create only, as a kubelet with
 //! webhook authentication and authorization calls them. The answers come from a policy
 //! the test sets: which token is which user, and which (user, verb, subresource) of the
-//! node resource is allowed. Every review is counted and kept, so tests can check what
-//! was asked and how often (caching).
+//! node resource is allowed. A token the policy does not name may be a service-account
+//! token the server issued (`apiserver_serviceaccount`), reviewed as upstream does. Every
+//! review is counted and kept, so tests can check what was asked and how often (caching).
 
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -70,18 +71,18 @@ impl AuthPolicy {
         self.inner.lock().unwrap()
     }
 
-    fn review_token(&self, spec: &Value) -> Value {
+    /// The review of a token the policy names (None: the policy does not know it).
+    fn review_token(&self, spec: &Value) -> Option<Value> {
         let mut p = self.lock();
         p.token_reviews.push(spec.clone());
         let token = spec["token"].as_str().unwrap_or_default();
-        match p.tokens.get(token) {
-            Some(u) => json!({
+        p.tokens.get(token).map(|u| {
+            json!({
                 "authenticated": true,
                 "user": {"username": u.name, "uid": u.uid, "groups": u.groups},
                 "audiences": spec["audiences"],
-            }),
-            None => json!({"authenticated": false}),
-        }
+            })
+        })
     }
 
     fn review_access(&self, spec: &Value) -> Value {
@@ -106,7 +107,7 @@ impl AuthPolicy {
 
 /// Answers `path` if it is one of the two review resources; None otherwise.
 pub(crate) fn handle(
-    policy: &AuthPolicy,
+    state: &crate::apiserver::ApiState,
     method: &Method,
     path: &str,
     body: &[u8],
@@ -135,8 +136,11 @@ pub(crate) fn handle(
     };
     let spec = review["spec"].clone();
     review["status"] = match kind {
-        "TokenReview" => policy.review_token(&spec),
-        _ => policy.review_access(&spec),
+        "TokenReview" => state.auth.review_token(&spec).unwrap_or_else(|| {
+            crate::apiserver_serviceaccount::review(state, &spec)
+                .unwrap_or_else(|| json!({"authenticated": false}))
+        }),
+        _ => state.auth.review_access(&spec),
     };
     review["kind"] = kind.into();
     review["apiVersion"] = api_version.into();

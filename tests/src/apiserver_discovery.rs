@@ -4,9 +4,9 @@
 //! plain `application/json` answer makes it read these, as against an older server.
 //!
 //! The resources listed are exactly those the storage serves (`apiserver::RESOURCES`)
-//! plus the subresources the server answers: `status`, and `pods/{log,exec,attach,
+//! plus the subresources the server answers: `status`, `pods/{log,exec,attach,
 //! portforward}` and `nodes/proxy`, which are forwarded to the node's kubelet API
-//! (`apiserver_proxy`). OpenAPI (`/openapi/v2`, `/openapi/v3`) is not served: kubectl's
+//! (`apiserver_proxy`), and `serviceaccounts/token` (`apiserver_serviceaccount`). OpenAPI (`/openapi/v2`, `/openapi/v3`) is not served: kubectl's
 //! get, logs, exec and port-forward do without it.
 
 use crate::apiserver::RESOURCES;
@@ -31,23 +31,44 @@ fn short_names(plural: &str) -> &'static [&'static str] {
         "nodes" => &["no"],
         "configmaps" => &["cm"],
         "events" => &["ev"],
+        "serviceaccounts" => &["sa"],
         _ => &[],
     }
 }
 
-/// The subresources of a resource beyond `status`, with their kind and verbs.
-fn subresources(plural: &str) -> &'static [(&'static str, &'static str, &'static [&'static str])] {
+/// The subresources of a resource beyond `status`: name, kind, verbs, and the group
+/// version of the kind when it is not the resource's.
+type Subresource = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    Option<(&'static str, &'static str)>,
+);
+
+fn subresources(plural: &str) -> &'static [Subresource] {
     match plural {
         "pods" => &[
-            ("log", "Pod", &["get"]),
-            ("exec", "PodExecOptions", &["create", "get"]),
-            ("attach", "PodAttachOptions", &["create", "get"]),
-            ("portforward", "PodPortForwardOptions", &["create", "get"]),
+            ("log", "Pod", &["get"], None),
+            ("exec", "PodExecOptions", &["create", "get"], None),
+            ("attach", "PodAttachOptions", &["create", "get"], None),
+            (
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+                None,
+            ),
         ],
         "nodes" => &[(
             "proxy",
             "NodeProxyOptions",
             &["create", "delete", "get", "patch", "update"],
+            None,
+        )],
+        "serviceaccounts" => &[(
+            "token",
+            "TokenRequest",
+            &["create"],
+            Some(("authentication.k8s.io", "v1")),
         )],
         _ => &[],
     }
@@ -146,11 +167,16 @@ fn resource_list(group_version: &str) -> Option<Value> {
             "name": format!("{plural}/status"), "singularName": "", "namespaced": namespaced,
             "kind": kind, "verbs": ["get", "patch", "update"],
         }));
-        for (sub, sub_kind, verbs) in subresources(plural) {
-            resources.push(json!({
+        for (sub, sub_kind, verbs, group_version) in subresources(plural) {
+            let mut resource = json!({
                 "name": format!("{plural}/{sub}"), "singularName": "", "namespaced": namespaced,
                 "kind": sub_kind, "verbs": verbs,
-            }));
+            });
+            if let Some((group, version)) = group_version {
+                resource["group"] = (*group).into();
+                resource["version"] = (*version).into();
+            }
+            resources.push(resource);
         }
     }
     if resources.is_empty() {
@@ -184,6 +210,8 @@ mod tests {
             "pods/portforward",
             "nodes",
             "nodes/proxy",
+            "serviceaccounts",
+            "serviceaccounts/token",
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }

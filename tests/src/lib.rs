@@ -4,10 +4,13 @@
 
 pub mod apiserver;
 pub mod apiserver_auth;
+pub mod apiserver_controllers;
 mod apiserver_discovery;
+pub mod apiserver_jwt;
 mod apiserver_kubectl;
 pub mod apiserver_proxy;
 mod apiserver_relay;
+pub mod apiserver_serviceaccount;
 mod apiserver_table;
 pub mod chaos;
 mod http;

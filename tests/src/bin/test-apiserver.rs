@@ -14,8 +14,9 @@ use nodeagent_tests::pki::{Identity, TestCa};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-/// The test API server (pods, nodes, leases, events, configmaps, secrets; discovery; the
-/// pods/log, exec, attach, portforward and nodes/proxy subresources) on plain HTTP.
+/// The test API server (pods, nodes, leases, events, configmaps, secrets, serviceaccounts
+/// and their tokens; discovery; the pods/log, exec, attach, portforward and nodes/proxy
+/// subresources) on plain HTTP.
 #[derive(Parser, Debug)]
 #[command(name = "nodeagent-test-apiserver")]
 struct Args {
