@@ -3,36 +3,19 @@
 //! SPDY stream per standard stream (`streamtype` header: error, stdin, stdout, stderr,
 //! resize), data frames, and FIN to close stdin.
 //!
-//! Header blocks are zlib streams with SPDY/3's preset dictionary. This client writes them
-//! as stored (uncompressed) deflate blocks, so it needs only the dictionary's Adler-32 in
-//! the zlib header, not the dictionary; the server's compressed replies carry no data this
-//! client needs and are skipped by length.
+//! The framing is the shared `nodeagent-spdy` crate's, the same the kubelet API uses
+//! towards the runtime.
 
 use crate::kubelet_client::KubeletClient;
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
+use nodeagent_spdy::{Frame, FrameReader, FrameWriter};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{ReadHalf, WriteHalf};
 
-/// The Adler-32 of SPDY/3's 1423-byte header dictionary (draft-mbelshe-httpbis-spdy-00,
-/// 2.6.10.1), which a zlib header with FDICT names.
-pub const DICTIONARY_ID: [u8; 4] = [0xe3, 0xc6, 0xa7, 0xc2];
-/// zlib header with FDICT (as Chrome writes it), then the dictionary id.
-const ZLIB_HEADER: [u8; 6] = [
-    0x78,
-    0xbb,
-    DICTIONARY_ID[0],
-    DICTIONARY_ID[1],
-    DICTIONARY_ID[2],
-    DICTIONARY_ID[3],
-];
-
-const SYN_STREAM: u16 = 1;
-const PING: u16 = 6;
-const GOAWAY: u16 = 7;
-const FLAG_FIN: u8 = 0x01;
+pub use nodeagent_spdy::DICTIONARY_ID;
 
 /// What an SPDY session received until the server closed the connection.
 #[derive(Debug, Default)]
@@ -55,9 +38,8 @@ impl SpdyReceived {
 }
 
 pub struct SpdyClient {
-    io: TokioIo<Upgraded>,
-    next_id: u32,
-    header_started: bool,
+    reader: FrameReader<ReadHalf<TokioIo<Upgraded>>>,
+    writer: FrameWriter<WriteHalf<TokioIo<Upgraded>>>,
     /// Stream id → stream type.
     streams: BTreeMap<u32, String>,
     /// The protocol the server chose (`X-Stream-Protocol-Version`).
@@ -111,10 +93,10 @@ impl SpdyClient {
         let upgraded = hyper::upgrade::on(&mut response)
             .await
             .map_err(|e| format!("upgrade: {e}"))?;
+        let (read, write) = tokio::io::split(TokioIo::new(upgraded));
         Ok(SpdyClient {
-            io: TokioIo::new(upgraded),
-            next_id: 1,
-            header_started: false,
+            reader: FrameReader::new(read),
+            writer: FrameWriter::new(write),
             streams: BTreeMap::new(),
             protocol,
         })
@@ -132,65 +114,25 @@ impl SpdyClient {
         stream_type: &str,
         headers: &[(&str, &str)],
     ) -> Result<u32, String> {
-        let id = self.next_id;
-        self.next_id += 2;
-        let mut block = Vec::new();
-        block.extend_from_slice(&(headers.len() as u32 + 1).to_be_bytes());
-        let pairs = [("streamtype", stream_type)]
+        let pairs: Vec<(&str, &str)> = [("streamtype", stream_type)]
             .into_iter()
-            .chain(headers.iter().copied());
-        for (name, value) in pairs {
-            for s in [name, value] {
-                block.extend_from_slice(&(s.len() as u32).to_be_bytes());
-                block.extend_from_slice(s.as_bytes());
-            }
-        }
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&id.to_be_bytes());
-        payload.extend_from_slice(&0u32.to_be_bytes()); // associated stream
-        payload.extend_from_slice(&[0, 0]); // priority, slot
-        if !self.header_started {
-            payload.extend_from_slice(&ZLIB_HEADER);
-            self.header_started = true;
-        }
-        // One stored, non-final deflate block (BFINAL 0, BTYPE 00, LEN, NLEN, bytes),
-        // then an empty one: a sync flush, after which an inflater hands out everything
-        // without reading past the frame.
-        let len = block.len() as u16;
-        payload.push(0);
-        payload.extend_from_slice(&len.to_le_bytes());
-        payload.extend_from_slice(&(!len).to_le_bytes());
-        payload.extend_from_slice(&block);
-        payload.extend_from_slice(&[0x00, 0x00, 0x00, 0xff, 0xff]);
-        self.control(SYN_STREAM, 0, &payload).await?;
+            .chain(headers.iter().copied())
+            .collect();
+        let id = self
+            .writer
+            .syn_stream(&pairs)
+            .await
+            .map_err(|e| format!("opening a {stream_type} stream: {e}"))?;
         self.streams.insert(id, stream_type.to_string());
         Ok(id)
     }
 
-    async fn control(&mut self, kind: u16, flags: u8, payload: &[u8]) -> Result<(), String> {
-        let mut frame = vec![0x80, 0x03];
-        frame.extend_from_slice(&kind.to_be_bytes());
-        frame.push(flags);
-        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
-        frame.extend_from_slice(payload);
-        self.write(&frame).await
-    }
-
     /// Sends `data` on stream `id`, with FIN when `fin`.
     pub async fn data(&mut self, id: u32, data: &[u8], fin: bool) -> Result<(), String> {
-        let mut frame = id.to_be_bytes().to_vec();
-        frame.push(if fin { FLAG_FIN } else { 0 });
-        frame.extend_from_slice(&(data.len() as u32).to_be_bytes()[1..]);
-        frame.extend_from_slice(data);
-        self.write(&frame).await
-    }
-
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.io
-            .write_all(bytes)
+        self.writer
+            .data(id, data, fin)
             .await
-            .map_err(|e| format!("writing: {e}"))?;
-        self.io.flush().await.map_err(|e| format!("flushing: {e}"))
+            .map_err(|e| format!("writing: {e}"))
     }
 
     /// Reads frames until the server closes the connection or says GOAWAY, within
@@ -209,37 +151,41 @@ impl SpdyClient {
         let mut got = SpdyReceived::default();
         let end = tokio::time::Instant::now() + deadline;
         while !until(&got) {
-            let mut head = [0u8; 8];
-            match tokio::time::timeout_at(end, self.io.read_exact(&mut head)).await {
+            let frame = match tokio::time::timeout_at(end, self.reader.next()).await {
                 Err(_) => return Err(format!("no end within {deadline:?}; received {got:?}")),
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(got),
+                Ok(Ok(None)) => return Ok(got),
                 Ok(Err(e)) => return Err(format!("reading: {e}; received {got:?}")),
-                Ok(Ok(_)) => {}
-            }
-            let len = u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
-            let mut payload = vec![0u8; len];
-            tokio::time::timeout_at(end, self.io.read_exact(&mut payload))
-                .await
-                .map_err(|_| "timed out inside a frame".to_string())?
-                .map_err(|e| format!("reading a frame: {e}"))?;
-            if head[0] & 0x80 == 0 {
-                let id = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-                let kind = self.streams.get(&id).cloned().unwrap_or(format!("#{id}"));
-                got.data
-                    .entry(kind)
-                    .or_default()
-                    .extend_from_slice(&payload);
-                continue;
-            }
-            match u16::from_be_bytes([head[2], head[3]]) {
-                // SYN_REPLY and HEADERS: the first one opens the server's zlib stream.
-                2 | 8 if got.server_zlib_header.is_none() && payload.len() >= 10 => {
+                Ok(Ok(Some(frame))) => frame,
+            };
+            match frame {
+                Frame::Data { stream, fin, data } => {
+                    let kind = self
+                        .streams
+                        .get(&stream)
+                        .cloned()
+                        .unwrap_or(format!("#{stream}"));
+                    got.data
+                        .entry(kind.clone())
+                        .or_default()
+                        .extend_from_slice(&data);
+                    if fin {
+                        got.finished.insert(kind);
+                    }
+                }
+                // The first header block opens the server's zlib stream.
+                Frame::SynReply { header_block, .. } | Frame::Headers { header_block, .. }
+                    if got.server_zlib_header.is_none() && header_block.len() >= 6 =>
+                {
                     let mut z = [0u8; 6];
-                    z.copy_from_slice(&payload[4..10]);
+                    z.copy_from_slice(&header_block[..6]);
                     got.server_zlib_header = Some(z);
                 }
-                PING => self.control(PING, 0, &payload).await?,
-                GOAWAY => return Ok(got),
+                Frame::Ping { id } => self
+                    .writer
+                    .ping(id)
+                    .await
+                    .map_err(|e| format!("answering a ping: {e}"))?,
+                Frame::GoAway { .. } => return Ok(got),
                 _ => {}
             }
         }

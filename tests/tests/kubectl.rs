@@ -272,10 +272,13 @@ async fn kubectl_gets_pods_follows_logs_and_execs() {
     follow.kill().await.expect("kill kubectl logs -f");
 
     // exec -i: stdin reaches the command, and kubectl exits with the command's code.
+    // kubectl ≥ 1.30 speaks v5.channel.k8s.io (its -v=8 log says so), where closing
+    // stdin is the CLOSE signal the kubelet API translates to SPDY's FIN.
     let out = kubectl
         .run_with_input(
             &[
                 "exec",
+                "-v=8",
                 "-i",
                 &pod,
                 "-c",
@@ -292,6 +295,13 @@ async fn kubectl_gets_pods_follows_logs_and_execs() {
         String::from_utf8_lossy(&out.stdout),
         "HELLO THROUGH STDIN\n"
     );
+    let log = String::from_utf8_lossy(&out.stderr);
+    if log.contains("Sec-Websocket-Protocol: v5.channel.k8s.io") {
+        assert!(
+            log.contains("The subprotocol is v5.channel.k8s.io") && !log.contains("fallback"),
+            "kubectl offered v5 and did not get it: {log}"
+        );
+    }
     assert_eq!(
         out.status.code(),
         Some(3),

@@ -1,5 +1,6 @@
 //! `/exec`, `/attach`, `/portForward` and `/run` on the kubelet API against real
-//! containers, over the WebSocket channel protocols and SPDY/3.1 (kubectl drives SPDY
+//! containers, over the WebSocket channel protocols (v4 proxied to the runtime, v5
+//! translated by the kubelet API to SPDY towards it) and SPDY/3.1 (kubectl drives these
 //! through the test API server in the kubectl tests). Needs root and the containerd that
 //! `deploy/runtime/setup.sh` starts.
 
@@ -9,6 +10,7 @@ use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use std::time::Duration;
 
 const V4: &str = "v4.channel.k8s.io";
+const V5: &str = "v5.channel.k8s.io";
 
 /// A shell waiting on stdin (for attach) and busybox httpd serving one page on 8080.
 const MANIFEST: &str = r#"apiVersion: v1
@@ -193,7 +195,99 @@ async fn exec_attach_and_run() {
     assert_eq!(run.status, 405, "{}", run.text());
 
     exec_over_spdy(&node, &pod).await;
+    exec_and_attach_over_v5(&node, &pod).await;
     bad_requests(&node, &pod).await;
+}
+
+/// v5.channel.k8s.io, as kubectl ≥ 1.30 speaks it first: stdin closed by the CLOSE
+/// signal (`[255, 0]`) so `cat` ends, output beyond SPDY's 64 KiB default window both
+/// ways, a resized terminal, and attach.
+async fn exec_and_attach_over_v5(node: &Node, pod: &str) {
+    let path = format!(
+        "/exec/default/{pod}/web?{}&input=1&output=1&error=1",
+        command_query(&["sh", "-c", "cat; echo done >&2; exit 3"])
+    );
+    let mut session = open(node, &path, &[V5, V4]).await;
+    assert_eq!(session.protocol.as_deref(), Some(V5));
+    session.send(0, b"piped input\n").await.unwrap();
+    session.send(255, &[0]).await.unwrap();
+    let got = session
+        .read_to_close(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(got.text(1), "piped input\n", "{got:?}");
+    assert_eq!(got.text(2), "done\n", "{got:?}");
+    let status = got.0.get(&3).expect("a status on the error channel");
+    assert_eq!(exit_code(status), Ok(3), "{}", got.text(3));
+
+    // 300 000 bytes in, counted by the command, then 512 KiB out.
+    let path = format!(
+        "/exec/default/{pod}/web?{}&input=1&output=1",
+        command_query(&["wc", "-c"])
+    );
+    let mut session = open(node, &path, &[V5]).await;
+    for chunk in vec![b'y'; 300_000].chunks(32 << 10) {
+        session.send(0, chunk).await.unwrap();
+    }
+    session.send(255, &[0]).await.unwrap();
+    let got = session
+        .read_to_close(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(got.text(1).trim(), "300000", "{}", got.text(3));
+    let path = format!(
+        "/exec/default/{pod}/web?{}&output=1",
+        command_query(&[
+            "sh",
+            "-c",
+            "dd if=/dev/zero bs=1024 count=512 2>/dev/null | tr '\\0' x"
+        ])
+    );
+    let got = open(node, &path, &[V5])
+        .await
+        .read_to_close(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let out = got.0.get(&1).map_or(&[][..], |v| v);
+    assert_eq!(out.len(), 512 << 10, "{}", got.text(3));
+    assert!(out.iter().all(|&b| b == b'x'));
+    assert_eq!(exit_code(got.0.get(&3).map_or(&[][..], |v| v)), Ok(0));
+
+    // A terminal resized through channel 4.
+    let path = format!(
+        "/exec/default/{pod}/web?{}&input=1&output=1&tty=1",
+        command_query(&[
+            "sh",
+            "-c",
+            "for i in $(seq 100); do stty size; sleep 0.2; done"
+        ])
+    );
+    let mut tty = open(node, &path, &[V5]).await;
+    tty.resize(99, 33).await.unwrap();
+    let mut seen = Received::default();
+    tty.read_until(&mut seen, Duration::from_secs(15), |r| {
+        r.text(1).contains("33 99")
+    })
+    .await
+    .unwrap();
+    tty.close().await;
+
+    // attach to the running shell.
+    let path = format!("/attach/default/{pod}/shell?input=1&output=1&error=1");
+    let mut attached = open(node, &path, &[V5]).await;
+    assert_eq!(attached.protocol.as_deref(), Some(V5));
+    attached
+        .send(0, b"echo v5-attached-$((6 * 7))\n")
+        .await
+        .unwrap();
+    let mut seen = Received::default();
+    attached
+        .read_until(&mut seen, Duration::from_secs(15), |r| {
+            r.text(1).contains("v5-attached-42")
+        })
+        .await
+        .unwrap();
+    attached.close().await;
 }
 
 /// The same exec over SPDY/3.1, as kubectl and the API server speak it: here stdin can
@@ -298,15 +392,25 @@ async fn bad_requests(node: &Node, pod: &str) {
         assert_eq!((r.status, r.text()), (status, body), "{method} {path}");
     }
 
-    // kubectl ≥ 1.30 offers only v5.channel.k8s.io, which containerd 1.6 does not speak:
-    // a 400 (an upgrade failure to kubectl, which then retries over SPDY).
+    // A subprotocol nobody speaks: a 400 naming what is spoken (an upgrade failure to
+    // kubectl, which then retries over SPDY).
     let path = format!("/exec/default/{pod}/web?{echo}&output=1");
-    match ChannelClient::connect(&node.api, &path, &["v5.channel.k8s.io"]).await {
+    match ChannelClient::connect(&node.api, &path, &["v6.channel.k8s.io"]).await {
         Err(Ok(refused)) => {
             assert_eq!(refused.status, 400, "{refused:?}");
-            assert!(refused.body.contains("SPDY/3.1"), "{refused:?}");
+            assert!(
+                refused.body.contains("SPDY/3.1") && refused.body.contains(V5),
+                "{refused:?}"
+            );
         }
-        Ok(_) => panic!("v5.channel.k8s.io was accepted"),
+        Ok(_) => panic!("v6.channel.k8s.io was accepted"),
+        Err(Err(e)) => panic!("{e}"),
+    }
+    // v5 is for exec and attach; port-forward speaks v4.
+    let forward = format!("/portForward/default/{pod}?port=8080");
+    match ChannelClient::connect(&node.api, &forward, &[V5]).await {
+        Err(Ok(refused)) => assert_eq!(refused.status, 400, "{refused:?}"),
+        Ok(_) => panic!("a v5 port-forward was accepted"),
         Err(Err(e)) => panic!("{e}"),
     }
     // A WebSocket port-forward names its ports in the query.

@@ -8,6 +8,7 @@
 mod params;
 mod proxy;
 mod target;
+mod v5;
 
 use crate::AppState;
 use axum::Router;
@@ -195,7 +196,7 @@ async fn exec_inner(
         .ok_or_else(|| {
             StreamError::NotFound(format!("container not found ({:?})", path.container))
         })?;
-    params::check_upgrade(request.headers(), params::REMOTE_COMMAND_PROTOCOLS)
+    let upgrade = params::check_upgrade(request.headers(), params::REMOTE_COMMAND_PROTOCOLS)
         .map_err(StreamError::BadRequest)?;
     let permit = acquire(&state.streams)?;
     let mut runtime = state.cri.runtime.clone();
@@ -212,7 +213,7 @@ async fn exec_inner(
         .map_err(StreamError::Runtime)?
         .into_inner()
         .url;
-    Ok(proxy::proxy_stream(&url, request, permit, idle_timeout(&state)).await)
+    Ok(stream(&state, &url, request, upgrade, options, permit).await)
 }
 
 async fn attach(
@@ -245,7 +246,7 @@ async fn attach_inner(
     let container = target::running_container(&state, &pod, path.uid.as_deref(), &path.container)
         .await?
         .ok_or_else(not_found)?;
-    params::check_upgrade(request.headers(), params::REMOTE_COMMAND_PROTOCOLS)
+    let upgrade = params::check_upgrade(request.headers(), params::REMOTE_COMMAND_PROTOCOLS)
         .map_err(StreamError::BadRequest)?;
     options.tty = tty;
     if tty {
@@ -265,7 +266,24 @@ async fn attach_inner(
         .map_err(StreamError::Runtime)?
         .into_inner()
         .url;
-    Ok(proxy::proxy_stream(&url, request, permit, idle_timeout(&state)).await)
+    Ok(stream(&state, &url, request, upgrade, options, permit).await)
+}
+
+/// Connects an exec or attach client to the runtime's session at `url`: a v5 WebSocket
+/// is translated here (`v5.rs`), anything else is proxied as it is.
+async fn stream(
+    state: &AppState,
+    url: &str,
+    request: Request,
+    upgrade: Upgrade,
+    options: params::StreamOptions,
+    permit: OwnedSemaphorePermit,
+) -> Response {
+    let idle = idle_timeout(state);
+    if upgrade == Upgrade::WebSocket(Some(params::V5.to_string())) {
+        return v5::bridge(url, request, options, permit, idle).await;
+    }
+    proxy::proxy_stream(url, request, permit, idle).await
 }
 
 async fn port_forward(
@@ -284,7 +302,7 @@ async fn port_forward_inner(
 ) -> Result<Response, StreamError> {
     let query = Query::parse(request.uri().query());
     let upgrade = params::check_upgrade(request.headers(), params::PORT_FORWARD_PROTOCOLS);
-    let websocket = upgrade == Ok(Upgrade::WebSocket);
+    let websocket = matches!(upgrade, Ok(Upgrade::WebSocket(_)));
     let ports = params::ports(&query, websocket).map_err(StreamError::BadRequest)?;
     let pod = target::find_pod(&state, &path.namespace, &path.pod).await?;
     if path.uid.as_ref().is_some_and(|uid| *uid != pod.uid) {

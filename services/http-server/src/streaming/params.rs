@@ -154,32 +154,36 @@ pub fn ports(query: &Query, websocket: bool) -> Result<Vec<i32>, String> {
     Ok(ports)
 }
 
-/// The WebSocket subprotocols containerd's streaming server speaks for exec and attach.
+/// `v5.channel.k8s.io`: v4 plus a CLOSE signal (channel 255) that ends one stream, so
+/// a client can close stdin. The kubelet API speaks it itself (`v5.rs`).
+pub const V5: &str = "v5.channel.k8s.io";
+
+/// The WebSocket subprotocols of exec and attach: v5, spoken here, and those that
+/// containerd's streaming server speaks itself.
 pub const REMOTE_COMMAND_PROTOCOLS: &[&str] = &[
+    V5,
     "v4.channel.k8s.io",
     "v4.base64.channel.k8s.io",
     "channel.k8s.io",
     "base64.channel.k8s.io",
 ];
-/// ... and for port-forward.
+/// ... and of port-forward.
 pub const PORT_FORWARD_PROTOCOLS: &[&str] = &["v4.channel.k8s.io", "v4.base64.channel.k8s.io"];
 
 /// How the client wants to upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upgrade {
-    /// `Upgrade: websocket` (RFC 6455).
-    WebSocket,
+    /// `Upgrade: websocket` (RFC 6455), with the subprotocol chosen: the first the
+    /// client offers that is supported, as upstream's `wsstream` chooses; None when the
+    /// client offers none (the runtime then speaks its default).
+    WebSocket(Option<String>),
     /// Anything else, in practice `Upgrade: SPDY/3.1`; the runtime negotiates it.
     Other,
 }
 
-/// Checks that the request is an upgrade the runtime can accept: an upgrade at all
+/// Checks that the request is an upgrade this node can accept: an upgrade at all
 /// (upstream's proxy answers "Upgrade request required" otherwise), and for WebSocket a
-/// subprotocol among `supported`. containerd 1.6 speaks no `v5.channel.k8s.io`: a client
-/// that offers only that (kubectl ≥ 1.30) gets a 400 here, which it treats as an upgrade
-/// failure and retries over SPDY/3.1, which carries the same exec with stdin close
-/// intact. Translating v5 to v4 instead would lose the CLOSE signal, so `kubectl exec -i`
-/// with piped input would never see end of file.
+/// subprotocol among `supported`.
 pub fn check_upgrade(headers: &HeaderMap, supported: &[&str]) -> Result<Upgrade, String> {
     let connection_upgrade = headers
         .get_all(http::header::CONNECTION)
@@ -205,15 +209,18 @@ pub fn check_upgrade(headers: &HeaderMap, supported: &[&str]) -> Result<Upgrade,
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .collect();
-    if !offered.is_empty() && !offered.iter().any(|p| supported.contains(p)) {
-        return Err(format!(
-            "none of the requested WebSocket subprotocols ({}) is supported by this node's \
-             container runtime, which speaks {}; use one of those or SPDY/3.1",
+    if offered.is_empty() {
+        return Ok(Upgrade::WebSocket(None));
+    }
+    match offered.iter().find(|p| supported.contains(p)) {
+        Some(p) => Ok(Upgrade::WebSocket(Some(p.to_string()))),
+        None => Err(format!(
+            "none of the requested WebSocket subprotocols ({}) is supported; this node speaks {} \
+             and SPDY/3.1",
             offered.join(", "),
             supported.join(", ")
-        ));
+        )),
     }
-    Ok(Upgrade::WebSocket)
 }
 
 #[cfg(test)]
@@ -315,18 +322,31 @@ mod tests {
                 ("sec-websocket-protocol", protocols),
             ])
         };
+        // The client's order decides, as upstream's wsstream.
         assert_eq!(
             check_upgrade(
                 &ws("v5.channel.k8s.io, v4.channel.k8s.io"),
                 REMOTE_COMMAND_PROTOCOLS
             ),
-            Ok(Upgrade::WebSocket)
+            Ok(Upgrade::WebSocket(Some(V5.into())))
         );
-        let err = check_upgrade(&ws("v5.channel.k8s.io"), REMOTE_COMMAND_PROTOCOLS).unwrap_err();
+        assert_eq!(
+            check_upgrade(
+                &ws("x.k8s.io, v4.channel.k8s.io, v5.channel.k8s.io"),
+                REMOTE_COMMAND_PROTOCOLS
+            ),
+            Ok(Upgrade::WebSocket(Some("v4.channel.k8s.io".into())))
+        );
+        assert_eq!(
+            check_upgrade(&ws(""), REMOTE_COMMAND_PROTOCOLS),
+            Ok(Upgrade::WebSocket(None))
+        );
+        let err = check_upgrade(&ws("v6.channel.k8s.io"), REMOTE_COMMAND_PROTOCOLS).unwrap_err();
         assert!(
-            err.contains("v5.channel.k8s.io") && err.contains("SPDY/3.1"),
+            err.contains("v6.channel.k8s.io") && err.contains("SPDY/3.1"),
             "{err}"
         );
+        assert!(check_upgrade(&ws(V5), PORT_FORWARD_PROTOCOLS).is_err());
         assert!(check_upgrade(&ws("channel.k8s.io"), PORT_FORWARD_PROTOCOLS).is_err());
         assert!(check_upgrade(&ws("SPDY/3.1+portforward.k8s.io"), PORT_FORWARD_PROTOCOLS).is_err());
     }

@@ -45,24 +45,11 @@ pub async fn proxy_stream(
     idle_timeout: Duration,
 ) -> Response {
     let client_upgrade = hyper::upgrade::on(&mut request);
-    let mut backend_response = match tokio::time::timeout(
-        BACKEND_TIMEOUT,
-        send_upgrade(location, request.headers(), request.method().clone()),
-    )
-    .await
-    {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return proxy_error(e),
-        Err(_) => {
-            return proxy_error(format!(
-                "the container runtime's streaming server at {location} did not answer within {BACKEND_TIMEOUT:?}"
-            ));
-        }
-    };
-    let status = backend_response.status();
-    if status != StatusCode::SWITCHING_PROTOCOLS {
-        return refusal(backend_response).await;
-    }
+    let mut backend_response =
+        match upgrade_backend(location, request.headers(), request.method().clone()).await {
+            Ok(r) => r,
+            Err(refused) => return refused,
+        };
     let backend_upgrade = hyper::upgrade::on(&mut backend_response);
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -86,6 +73,34 @@ pub async fn proxy_stream(
         .in_current_span(),
     );
     response
+}
+
+/// Sends an upgrade request with `headers` to the runtime's `location` and returns its
+/// 101 answer, or the response the client gets instead: the runtime's refusal as it gave
+/// it, or a 500 naming why the runtime could not be reached.
+pub(super) async fn upgrade_backend(
+    location: &str,
+    headers: &HeaderMap,
+    method: http::Method,
+) -> Result<hyper::Response<hyper::body::Incoming>, Response> {
+    let response = match tokio::time::timeout(
+        BACKEND_TIMEOUT,
+        send_upgrade(location, headers, method),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(proxy_error(e)),
+        Err(_) => {
+            return Err(proxy_error(format!(
+                "the container runtime's streaming server at {location} did not answer within {BACKEND_TIMEOUT:?}"
+            )));
+        }
+    };
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(refusal(response).await);
+    }
+    Ok(response)
 }
 
 /// Sends the upgrade request to the runtime and returns its response head.
@@ -181,19 +196,26 @@ fn proxy_error(why: String) -> Response {
 }
 
 /// When either direction last moved a byte, in milliseconds since `start`.
-struct Activity {
+pub(super) struct Activity {
     start: Instant,
     last_ms: AtomicU64,
 }
 
 impl Activity {
-    fn touch(&self) {
+    pub(super) fn new() -> Activity {
+        Activity {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn touch(&self) {
         let ms = self.start.elapsed().as_millis() as u64;
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Completes once nothing moved for `idle` (never when `idle` is zero).
-    async fn idle(&self, idle: Duration) {
+    pub(super) async fn idle(&self, idle: Duration) {
         if idle.is_zero() {
             return pending().await;
         }
@@ -215,10 +237,7 @@ where
     C: AsyncRead + AsyncWrite + Send + 'static,
     B: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let activity = Arc::new(Activity {
-        start: Instant::now(),
-        last_ms: AtomicU64::new(0),
-    });
+    let activity = Arc::new(Activity::new());
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut backend_read, mut backend_write) = tokio::io::split(backend);
     {
