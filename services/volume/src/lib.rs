@@ -2,7 +2,9 @@
 //! and tears them down. It keeps no state: what exists is read back from disk, so a
 //! restarted volume service knows every mount its predecessor made.
 
+pub mod atomic_writer;
 mod layout;
+pub mod payload;
 mod server;
 mod subpath;
 

@@ -1,0 +1,286 @@
+//! downwardAPI files: pod fields (upstream `fieldpath.ExtractFieldPathAsString`, with
+//! labels and annotations as `fieldpath.FormatMap`) and container resources (upstream
+//! `resource.ExtractResourceValueByContainerNameAndNodeAllocatable`), with upstream's
+//! error wording.
+
+use super::{FileProjection, Payload, PayloadError, aggregate, clean, mode};
+use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod, ResourceFieldSelector};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use nodeagent_config::quantity::{bytes, cpu_millis};
+use std::collections::BTreeMap;
+
+/// Upstream `downwardapi.CollectData`: one file per item; every failing item is reported.
+pub(super) fn collect(
+    items: &[DownwardAPIVolumeFile],
+    pod: &Pod,
+    node_allocatable: &BTreeMap<String, Quantity>,
+    default_mode: u32,
+) -> Result<Payload, PayloadError> {
+    let mut payload = Payload::new();
+    let mut errs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let mode = match mode(&format!("items[{i}].mode"), item.mode, default_mode) {
+            Ok(m) => m,
+            Err(e) => {
+                errs.push(e);
+                continue;
+            }
+        };
+        let value = if let Some(field) = &item.field_ref {
+            field_value(pod, &field.field_path)
+        } else if let Some(resource) = &item.resource_field_ref {
+            resource_value(resource, pod, node_allocatable)
+        } else {
+            Ok(String::new())
+        };
+        match value {
+            Ok(v) => {
+                payload.insert(clean(&item.path), FileProjection::new(v, mode));
+            }
+            Err(e) => errs.push(PayloadError::DownwardApi(e)),
+        }
+    }
+    aggregate(errs)?;
+    Ok(payload)
+}
+
+/// A pod field as a string: `metadata.name`, `.namespace`, `.uid`, `.labels`,
+/// `.annotations`, and one label or annotation as `metadata.labels['key']`.
+pub fn field_value(pod: &Pod, field_path: &str) -> Result<String, String> {
+    let meta = &pod.metadata;
+    if let Some((path, subscript)) = split_maybe_subscripted_path(field_path) {
+        let (map, key_errors) = match path {
+            "metadata.annotations" => (
+                &meta.annotations,
+                qualified_name_errors(&subscript.to_lowercase()),
+            ),
+            "metadata.labels" => (&meta.labels, qualified_name_errors(subscript)),
+            _ => {
+                return Err(format!(
+                    "fieldPath {} does not support subscript",
+                    go_quote(field_path)
+                ));
+            }
+        };
+        if !key_errors.is_empty() {
+            return Err(format!(
+                "invalid key subscript in {field_path}: {}",
+                key_errors.join(";")
+            ));
+        }
+        return Ok(map
+            .as_ref()
+            .and_then(|m| m.get(subscript))
+            .cloned()
+            .unwrap_or_default());
+    }
+    match field_path {
+        "metadata.annotations" => Ok(format_map(meta.annotations.as_ref())),
+        "metadata.labels" => Ok(format_map(meta.labels.as_ref())),
+        "metadata.name" => Ok(meta.name.clone().unwrap_or_default()),
+        "metadata.namespace" => Ok(meta.namespace.clone().unwrap_or_default()),
+        "metadata.uid" => Ok(meta.uid.clone().unwrap_or_default()),
+        _ => Err(format!("unsupported fieldPath: {field_path}")),
+    }
+}
+
+/// `metadata.labels['app']` -> (`metadata.labels`, `app`).
+fn split_maybe_subscripted_path(field_path: &str) -> Option<(&str, &str)> {
+    let inner = field_path.strip_suffix("']")?;
+    let (path, subscript) = inner.split_once("['")?;
+    (!path.is_empty()).then_some((path, subscript))
+}
+
+/// Upstream `fieldpath.FormatMap`: `key="value"` lines sorted by key, values quoted as Go's
+/// `%q`, no trailing newline.
+pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Go's `strconv.Quote`: `"` and `\` escaped, printable characters kept, `\a \b \f \n \r
+/// \t \v`, other ASCII controls as `\xNN`, other non-printable characters as `\uNNNN` or
+/// `\UNNNNNNNN`. "Printable" follows Go's `unicode.IsPrint` for controls, spaces other than
+/// U+0020, format characters, private use and noncharacters; code points unassigned in
+/// Unicode are kept as they are (Go escapes them; std has no category tables).
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if c < ' ' || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if is_go_printable(c) => out.push(c),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn is_go_printable(c: char) -> bool {
+    let u = c as u32;
+    let format_char = matches!(
+        u,
+        0xAD | 0x600..=0x605
+            | 0x61C
+            | 0x6DD
+            | 0x70F
+            | 0x890..=0x891
+            | 0x8E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    );
+    let private_use = matches!(u, 0xE000..=0xF8FF | 0xF0000..=0xFFFFD | 0x100000..=0x10FFFD);
+    let noncharacter = matches!(u, 0xFDD0..=0xFDEF) || u & 0xFFFE == 0xFFFE;
+    !(c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || format_char
+        || private_use
+        || noncharacter)
+}
+
+const QUALIFIED_NAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// Upstream `validation.IsQualifiedName`: `[prefix/]name`, with upstream's messages.
+fn qualified_name_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else {
+                if prefix.len() > 253 {
+                    errs.push("prefix part must be no more than 253 characters".to_string());
+                }
+                if !is_dns1123_subdomain(prefix) {
+                    errs.push(format!("prefix part {DNS1123_SUBDOMAIN_MSG}"));
+                }
+            }
+            *name
+        }
+        _ => {
+            return vec![format!(
+                "a qualified name {QUALIFIED_NAME_MSG} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )];
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".to_string());
+    }
+    let alnum = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    let well_formed = alnum(name.as_bytes().first())
+        && alnum(name.as_bytes().last())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !well_formed {
+        errs.push(format!("name part {QUALIFIED_NAME_MSG}"));
+    }
+    errs
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    };
+    s.split('.').all(label_ok)
+}
+
+/// A container resource as a string, in units of the selector's `divisor` (default 1),
+/// rounded up. An unset or zero cpu, memory or ephemeral-storage limit is the node's
+/// allocatable (upstream `MergeContainerResourceLimits`); an unset request is 0.
+pub fn resource_value(
+    selector: &ResourceFieldSelector,
+    pod: &Pod,
+    node_allocatable: &BTreeMap<String, Quantity>,
+) -> Result<String, String> {
+    let name = selector.container_name.as_deref().unwrap_or_default();
+    let container =
+        find_container(pod, name).ok_or_else(|| format!("container {name} not found"))?;
+    let resources = container.resources.as_ref();
+    let requests = resources.and_then(|r| r.requests.as_ref());
+    let limits = resources.and_then(|r| r.limits.as_ref());
+    let request = |r: &str| requests.and_then(|m| m.get(r)).map(|q| q.0.as_str());
+    let limit = |r: &str| limits.and_then(|m| m.get(r)).map(|q| q.0.as_str());
+    let merged_limit = |r: &str| match limit(r) {
+        Some(q) if cpu_millis(q) != Some(0) => Some(q),
+        set => node_allocatable.get(r).map(|q| q.0.as_str()).or(set),
+    };
+    let divisor = match selector.divisor.as_ref().map(|q| q.0.as_str()) {
+        Some(d) if cpu_millis(d) != Some(0) => d,
+        _ => "1",
+    };
+    let resource = selector.resource.as_str();
+    let value = match resource {
+        "limits.cpu" => in_millis(merged_limit("cpu"), divisor),
+        "limits.memory" => in_units(merged_limit("memory"), divisor),
+        "limits.ephemeral-storage" => in_units(merged_limit("ephemeral-storage"), divisor),
+        "requests.cpu" => in_millis(request("cpu"), divisor),
+        "requests.memory" => in_units(request("memory"), divisor),
+        "requests.ephemeral-storage" => in_units(request("ephemeral-storage"), divisor),
+        other => match other.split_once('.') {
+            Some(("requests", r)) if r.starts_with("hugepages-") => in_units(request(r), divisor),
+            Some(("limits", r)) if r.starts_with("hugepages-") => in_units(limit(r), divisor),
+            _ => return Err(format!("unsupported container resource : {resource}")),
+        },
+    };
+    value.ok_or_else(|| format!("{resource}: invalid quantity or divisor {divisor:?}"))
+}
+
+/// Containers, then init containers, as upstream `findContainerInPod`.
+fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+}
+
+/// `ceil(value.MilliValue() / divisor.MilliValue())`; an unset value is 0.
+fn in_millis(value: Option<&str>, divisor: &str) -> Option<String> {
+    let v = value.map_or(Some(0), cpu_millis)?;
+    let d = cpu_millis(divisor)?;
+    Some((((v as f64) / (d as f64)).ceil() as i64).to_string())
+}
+
+/// `ceil(value.Value() / divisor.Value())`; an unset value is 0.
+fn in_units(value: Option<&str>, divisor: &str) -> Option<String> {
+    let v = value.map_or(Some(0), bytes)?;
+    let d = bytes(divisor)?;
+    Some((((v as f64) / (d as f64)).ceil() as i64).to_string())
+}
