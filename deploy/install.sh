@@ -90,6 +90,14 @@ if [ ! -e "$ENVFILE" ]; then
 NODEAGENT_ARGS=
 EOF
 fi
+# Several http-server instances share port 10250 (SO_REUSEPORT): with tcp_migrate_req=1 a
+# stopping instance's queued connections move to another instance instead of being reset.
+# The units run with ProtectKernelTunables=yes, so the setting is made here.
+SYSCTL=/etc/sysctl.d/60-nodeagent.conf
+if [ -e /proc/sys/net/ipv4/tcp_migrate_req ]; then
+  printf '# written by nodeagent deploy/install.sh\nnet.ipv4.tcp_migrate_req = 1\n' >"$SYSCTL"
+  sysctl -q -w net.ipv4.tcp_migrate_req=1 || log "could not set net.ipv4.tcp_migrate_req now; $SYSCTL sets it at boot"
+fi
 if [ -f README.md ]; then mkdir -p "$DOC" && install -m 0644 README.md "$DOC/README.md"; fi
 
 if ! $start; then

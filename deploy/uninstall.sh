@@ -45,6 +45,8 @@ for s in "${SERVICES[@]}"; do
   rm -rf "$UNITS/nodeagent-$s.service.d"
 done
 rm -f "$UNITS/kubelet.target"
+# The running value of net.ipv4.tcp_migrate_req stays until the next boot.
+rm -f /etc/sysctl.d/60-nodeagent.conf
 rm -rf "$UNITS/kubelet.target.d" /usr/local/share/doc/nodeagent
 if $runtime; then rm -f "$UNITS/$RUNTIME_UNIT"; rm -rf "$UNITS/$RUNTIME_UNIT.d"; fi
 # The services' shared socket directory (RuntimeDirectoryPreserve=yes keeps it otherwise).

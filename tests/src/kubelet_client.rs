@@ -106,7 +106,17 @@ impl KubeletClient {
 
     /// Sends one request and reads the whole response.
     pub async fn request(&self, method: &str, path: &str) -> Result<Reply, String> {
-        let response = self.send(method, path).await?;
+        self.request_with(method, path, &[]).await
+    }
+
+    /// Sends one request with more `headers` and reads the whole response.
+    pub async fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply, String> {
+        let response = self.send_with(method, path, headers).await?;
         let (parts, body) = response.into_parts();
         let body = body
             .collect()
@@ -132,6 +142,15 @@ impl KubeletClient {
         method: &str,
         path: &str,
     ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        self.send_with(method, path, &[]).await
+    }
+
+    async fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
         let stream = self.connect().await?;
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -144,6 +163,9 @@ impl KubeletClient {
             .header("host", format!("localhost:{}", self.port));
         if let Some(a) = self.authorization() {
             request = request.header("authorization", a);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let request = request
             .body(Empty::<bytes::Bytes>::new())

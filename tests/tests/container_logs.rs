@@ -517,6 +517,34 @@ async fn node_logs_serve_var_log_without_escapes() {
         (200, "hello from a.log\n")
     );
     assert_eq!(file.headers["content-length"], "17");
+    assert_eq!(file.headers["accept-ranges"], "bytes");
+    // Range requests, as Go's FileServer answers them ("hello from a.log\n").
+    let a_log = format!("/logs/{name}/a.log");
+    for (range, status, body, content_range) in [
+        ("bytes=6-9", 206, "from", Some("bytes 6-9/17")),
+        ("bytes=-4", 206, "log\n", Some("bytes 13-16/17")),
+        ("bytes=11-", 206, "a.log\n", Some("bytes 11-16/17")),
+        ("bytes=0-1,3-4", 200, "hello from a.log\n", None),
+        (
+            "bytes=17-",
+            416,
+            "invalid range: failed to overlap\n",
+            Some("bytes */17"),
+        ),
+        ("bytes=9-5", 416, "invalid range\n", None),
+    ] {
+        let r = node
+            .api
+            .request_with("GET", &a_log, &[("range", range)])
+            .await
+            .unwrap();
+        assert_eq!((r.status, r.text().as_str()), (status, body), "{range}");
+        assert_eq!(
+            r.headers.get("content-range").and_then(|v| v.to_str().ok()),
+            content_range,
+            "{range}"
+        );
+    }
     let inside = node.api.get(&format!("/logs/{name}/inside")).await.unwrap();
     assert_eq!(inside.text(), "hello from a.log\n");
     let nested = node

@@ -9,6 +9,7 @@ use nodeagent_config::Service;
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::kubelet_client::{Credentials, KubeletClient};
 use nodeagent_tests::pki::{Identity, TestCa};
+use nodeagent_tests::websocket::ChannelClient;
 use nodeagent_tests::{Node, NodeOptions, binary, eventually, require_runtime, wait_serving};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -164,6 +165,37 @@ async fn tokens_and_access_are_reviewed_by_the_api_server_and_cached() {
             "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[configz proxy])\n"
         )
     );
+
+    // A WebSocket client (a browser) may carry its token as a subprotocol instead:
+    // `/pods` answers 200 (not 101: it is no streaming endpoint) for alice, 403 for bob,
+    // 401 for a forged token or a token with no other subprotocol to choose.
+    let anonymous = node.api.with(Credentials::None);
+    let as_protocol = |token: &str| {
+        use base64::Engine;
+        format!(
+            "base64url.bearer.authorization.k8s.io.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token)
+        )
+    };
+    for (protocols, status) in [
+        (
+            vec![as_protocol("alice-token"), "v4.channel.k8s.io".into()],
+            200,
+        ),
+        (
+            vec![as_protocol("bob-token"), "v4.channel.k8s.io".into()],
+            403,
+        ),
+        (vec![as_protocol("forged"), "v4.channel.k8s.io".into()], 401),
+        (vec![as_protocol("alice-token")], 401),
+    ] {
+        let protocols: Vec<&str> = protocols.iter().map(String::as_str).collect();
+        match ChannelClient::connect(&anonymous, "/pods", &protocols).await {
+            Err(Ok(refused)) => assert_eq!(refused.status, status, "{protocols:?}: {refused:?}"),
+            Ok(_) => panic!("/pods upgraded"),
+            Err(Err(e)) => panic!("{e}"),
+        }
+    }
 
     // Caching: more requests, no more reviews (allowed answers for 5m, denied for 30s).
     let (tokens_before, access_before) =
@@ -511,6 +543,13 @@ struct Tally {
     other: Vec<String>,
 }
 
+/// Clients hammering the shared port at once in the restart test.
+const CLIENTS: usize = 6;
+
+/// Two instances share 10250; each is stopped in turn while clients keep connecting. No
+/// connection may be refused or reset: the stopping instance drains its accept queue, and
+/// with `net.ipv4.tcp_migrate_req=1` (which http-server sets) SYNs that reach its listener
+/// as it closes move to the other instance.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_instances_share_the_port_and_a_restart_refuses_no_connection() {
     if !require_runtime("SO_REUSEPORT") {
@@ -534,30 +573,33 @@ async fn two_instances_share_the_port_and_a_restart_refuses_no_connection() {
     )
     .await;
 
-    // A client that asks /healthz over a new connection, again and again.
+    // Clients that ask /healthz over a new connection, again and again, several at once so
+    // that SYNs keep arriving while an instance closes its listener.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Answers so far, for the phases below to wait on.
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let looping = tokio::spawn({
-        let api = node.api.clone();
-        let stop = stop.clone();
-        let answered = answered.clone();
-        async move {
-            let mut tally = Tally::default();
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                match api.get("/healthz").await {
-                    Ok(r) if r.status == 200 => {
-                        tally.ok += 1;
-                        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let looping: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let api = node.api.clone();
+            let stop = stop.clone();
+            let answered = answered.clone();
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    match api.get("/healthz").await {
+                        Ok(r) if r.status == 200 => {
+                            tally.ok += 1;
+                            answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        Ok(r) => tally.other.push(format!("{}: {}", r.status, r.text())),
+                        Err(e) if e.contains("refused") => tally.refused += 1,
+                        Err(e) => tally.other.push(e),
                     }
-                    Ok(r) => tally.other.push(format!("{}: {}", r.status, r.text())),
-                    Err(e) if e.contains("refused") => tally.refused += 1,
-                    Err(e) => tally.other.push(e),
                 }
-            }
-            tally
-        }
-    });
+                tally
+            })
+        })
+        .collect();
     // Stop the first instance: the second serves alone. Then start the first again and
     // stop the second: the first serves alone.
     // Each phase lasts until the client has had this many more answers.
@@ -607,10 +649,24 @@ async fn two_instances_share_the_port_and_a_restart_refuses_no_connection() {
     second.stop().await;
     answers(20).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let tally = looping.await.unwrap();
+    let mut tally = Tally::default();
+    for client in looping {
+        let t = client.await.unwrap();
+        tally.ok += t.ok;
+        tally.refused += t.refused;
+        tally.other.extend(t.other);
+    }
     eprintln!("through two restarts: {tally:?}");
     assert_eq!(tally.refused, 0, "{tally:?}");
     assert!(tally.other.is_empty(), "{tally:?}");
     assert!(tally.ok > 20, "{tally:?}");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_migrate_req")
+            .map(|v| v.trim().to_string())
+            .ok()
+            .as_deref(),
+        Some("1"),
+        "http-server sets net.ipv4.tcp_migrate_req"
+    );
     node.stop().await;
 }

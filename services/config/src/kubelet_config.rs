@@ -66,6 +66,9 @@ pub struct KubeletConfiguration {
     pub authorization: KubeletAuthorization,
     /// Serves `/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs` and `/logs/`.
     pub enable_debugging_handlers: bool,
+    /// Leave the kernel tunables the agent would set alone and only warn when they differ
+    /// (upstream: fail). The one tunable set today is `net.ipv4.tcp_migrate_req`.
+    pub protect_kernel_defaults: bool,
     /// Rotate a container's log when it reaches this size (a resource quantity, `10Mi`).
     pub container_log_max_size: String,
     /// How many log files (the live one included) to keep per container.
@@ -198,6 +201,7 @@ impl Default for KubeletConfiguration {
             authentication: KubeletAuthentication::default(),
             authorization: KubeletAuthorization::default(),
             enable_debugging_handlers: true,
+            protect_kernel_defaults: false,
             container_log_max_size: "10Mi".into(),
             container_log_max_files: 5,
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),

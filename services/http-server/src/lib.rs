@@ -81,6 +81,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
     );
+    listener::ensure_request_migration(config.kubelet.protect_kernel_defaults);
     let secure = config.kubelet.enable_server && config.kubelet.port > 0;
     let tls = if secure {
         Some(tls::server_config(&config)?)

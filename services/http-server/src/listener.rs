@@ -191,8 +191,9 @@ where
         start(&mut connections, tcp, peer, permit);
     }
     // Connections already in the accept queue would be reset when the listener closes:
-    // take them first. (A SYN that lands after this and before the close can still be
-    // reset unless net.ipv4.tcp_migrate_req=1 hands it to another SO_REUSEPORT listener.)
+    // take them first. (A SYN that lands after this and before the close is handed to
+    // another SO_REUSEPORT listener by net.ipv4.tcp_migrate_req=1, see
+    // `ensure_request_migration`; with 0 it is reset.)
     while let Some(Ok((tcp, peer))) = futures::FutureExt::now_or_never(listener.accept()) {
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             break;
@@ -443,6 +444,41 @@ fn resolve(addr: &str) -> std::io::Result<SocketAddr> {
     addr.to_socket_addrs()?
         .next()
         .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to no address")))
+}
+
+/// Where the kernel says whether a closing SO_REUSEPORT listener's queued and half-open
+/// connections move to another listener of the group (Linux ≥ 5.14) or are reset.
+const TCP_MIGRATE_REQ: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
+
+/// Makes sure a restart of one of several http-server instances resets no connection:
+/// sets `net.ipv4.tcp_migrate_req` to 1, as upstream's kubelet sets the kernel tunables it
+/// relies on, unless `protectKernelDefaults` asks to leave them alone. Where it cannot be
+/// set (`ProtectKernelTunables=` in the unit, an older kernel) it says so; `deploy/install.sh`
+/// sets it through sysctl.d for the systemd units.
+pub fn ensure_request_migration(protect_kernel_defaults: bool) {
+    let current = std::fs::read_to_string(TCP_MIGRATE_REQ);
+    match current.as_deref().map(str::trim) {
+        Ok("1") => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot read {TCP_MIGRATE_REQ} (Linux < 5.14?): connections queued on an http-server instance that stops are reset instead of moving to another instance"
+        ),
+        Ok(other) if protect_kernel_defaults => tracing::warn!(
+            value = other,
+            "net.ipv4.tcp_migrate_req is not 1 and protectKernelDefaults is set: connections queued on an http-server instance that stops are reset instead of moving to another instance; set it to 1"
+        ),
+        Ok(other) => match std::fs::write(TCP_MIGRATE_REQ, "1") {
+            Ok(()) => tracing::info!(
+                was = other,
+                "set net.ipv4.tcp_migrate_req=1: connections queued on a stopping instance move to another one"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                was = other,
+                "cannot set net.ipv4.tcp_migrate_req=1: connections queued on an http-server instance that stops are reset instead of moving to another instance; set it in sysctl.d"
+            ),
+        },
+    }
 }
 
 #[cfg(test)]

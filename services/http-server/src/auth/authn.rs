@@ -6,7 +6,8 @@
 use super::UserInfo;
 use super::cache::{CAPACITY, ReviewCache};
 use crate::listener::PeerCertificates;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
+use base64::Engine;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use rustls::pki_types::UnixTime;
 use rustls::server::danger::ClientCertVerifier;
@@ -86,6 +87,21 @@ impl Authenticator {
                 None => {}
             }
         }
+        match websocket_token(headers) {
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+            Ok(Some((token, rest))) => match self.token(&token).await {
+                Some(Ok(user)) => {
+                    // The token's subprotocol is not echoed or passed on.
+                    if let Ok(v) = HeaderValue::from_str(&rest) {
+                        headers.insert(axum::http::header::SEC_WEBSOCKET_PROTOCOL, v);
+                    }
+                    return Ok(Some(authenticated(user)));
+                }
+                Some(Err(e)) => errors.push(e),
+                None => {}
+            },
+        }
         if !errors.is_empty() {
             // Upstream's anonymous authenticator runs only when no credential failed: a
             // bad certificate or token is not taken for anonymous.
@@ -144,6 +160,52 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let scheme = parts.next()?;
     let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The subprotocol prefix that carries a bearer token in a WebSocket handshake, for
+/// clients (browsers) that cannot set `Authorization`.
+const BEARER_PROTOCOL_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+
+/// Upstream's WebSocket protocol authenticator: on a WebSocket upgrade, a subprotocol
+/// `base64url.bearer.authorization.k8s.io.<base64url token>`. Returns the token and the
+/// other subprotocols (at least one must remain to be chosen); an error for a second
+/// token, a token that does not decode to UTF-8, or no other subprotocol.
+fn websocket_token(headers: &HeaderMap) -> Result<Option<(String, String)>, String> {
+    let websocket = headers
+        .get(axum::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
+    if !websocket {
+        return Ok(None);
+    }
+    let mut token = None;
+    let mut others = Vec::new();
+    for value in headers.get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL) {
+        let Ok(value) = value.to_str() else { continue };
+        for protocol in value.split(',').map(str::trim) {
+            let Some(encoded) = protocol.strip_prefix(BEARER_PROTOCOL_PREFIX) else {
+                if !protocol.is_empty() {
+                    others.push(protocol);
+                }
+                continue;
+            };
+            if token.is_some() {
+                return Err("multiple base64.bearer.authorization tokens specified".into());
+            }
+            let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(encoded)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or("invalid bearer token")?;
+            token = Some(decoded);
+        }
+    }
+    match token {
+        None => Ok(None),
+        Some(t) if t.is_empty() => Ok(None),
+        Some(_) if others.is_empty() => Err("missing additional subprotocol".into()),
+        Some(t) => Ok(Some((t, others.join(",")))),
+    }
 }
 
 /// Asks the API server who `token` is; Ok(None) when it says not authenticated (with
@@ -212,6 +274,59 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(axum::http::header::AUTHORIZATION, value.parse().unwrap());
         h
+    }
+
+    #[test]
+    fn websocket_bearer_protocol_as_upstream() {
+        let ws = |protocols: &[&str]| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                axum::http::header::UPGRADE,
+                HeaderValue::from_static("websocket"),
+            );
+            for p in protocols {
+                h.append(
+                    axum::http::header::SEC_WEBSOCKET_PROTOCOL,
+                    HeaderValue::from_str(p).unwrap(),
+                );
+            }
+            h
+        };
+        // "token-1" in base64url without padding.
+        let token = "base64url.bearer.authorization.k8s.io.dG9rZW4tMQ";
+        assert_eq!(
+            websocket_token(&ws(&[
+                &format!("v5.channel.k8s.io, {token}"),
+                "v4.channel.k8s.io"
+            ])),
+            Ok(Some((
+                "token-1".to_string(),
+                "v5.channel.k8s.io,v4.channel.k8s.io".to_string()
+            )))
+        );
+        assert_eq!(websocket_token(&ws(&["v4.channel.k8s.io"])), Ok(None));
+        assert_eq!(
+            websocket_token(&ws(&[token])),
+            Err("missing additional subprotocol".to_string())
+        );
+        assert!(
+            websocket_token(&ws(&[&format!("{token}, {token}, v4.channel.k8s.io")]))
+                .unwrap_err()
+                .contains("multiple")
+        );
+        assert_eq!(
+            websocket_token(&ws(&[
+                "base64url.bearer.authorization.k8s.io.//8, v4.channel.k8s.io"
+            ])),
+            Err("invalid bearer token".to_string())
+        );
+        // Not a WebSocket upgrade: not looked at.
+        let mut spdy = ws(&[&format!("{token}, v4.channel.k8s.io")]);
+        spdy.insert(
+            axum::http::header::UPGRADE,
+            HeaderValue::from_static("SPDY/3.1"),
+        );
+        assert_eq!(websocket_token(&spdy), Ok(None));
     }
 
     #[test]

@@ -6,14 +6,14 @@
 
 use axum::body::Body;
 use axum::extract::Path;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 use std::os::fd::OwnedFd;
 use tokio::sync::mpsc;
 
@@ -21,15 +21,15 @@ use tokio::sync::mpsc;
 pub const NODE_LOG_DIR: &str = "/var/log";
 const BLOCK: usize = 64 * 1024;
 
-pub async fn root(uri: Uri) -> Response {
-    serve(String::new(), uri.path().to_string()).await
+pub async fn root(uri: Uri, headers: HeaderMap) -> Response {
+    serve(String::new(), uri.path().to_string(), headers).await
 }
 
-pub async fn path(Path(rel): Path<String>, uri: Uri) -> Response {
-    serve(rel, uri.path().to_string()).await
+pub async fn path(Path(rel): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
+    serve(rel, uri.path().to_string(), headers).await
 }
 
-async fn serve(rel: String, url_path: String) -> Response {
+async fn serve(rel: String, url_path: String, headers: HeaderMap) -> Response {
     // Go's FileServer refuses any `..` element, before and after decoding.
     if has_dot_dot(&rel) || has_dot_dot(&url_path) {
         return text(StatusCode::BAD_REQUEST, "invalid URL path");
@@ -66,7 +66,91 @@ async fn serve(rel: String, url_path: String) -> Response {
     if slash {
         return redirect(&format!("../{base}"));
     }
-    serve_file(File::from(fd), st.st_size as u64).await
+    let size = st.st_size as u64;
+    let range = match headers.get(header::RANGE).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) => match byte_range(v, size) {
+            Ok(r) => r,
+            Err(RangeError::NoOverlap) => {
+                return (
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    [
+                        (header::CONTENT_RANGE, format!("bytes */{size}")),
+                        (header::CONTENT_TYPE, "text/plain; charset=utf-8".into()),
+                    ],
+                    "invalid range: failed to overlap\n",
+                )
+                    .into_response();
+            }
+            Err(RangeError::Invalid) => {
+                return text(StatusCode::RANGE_NOT_SATISFIABLE, "invalid range");
+            }
+        },
+        Some(Err(_)) => return text(StatusCode::RANGE_NOT_SATISFIABLE, "invalid range"),
+    };
+    serve_file(File::from(fd), size, range).await
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum RangeError {
+    /// Not `bytes=` ranges as RFC 7233 writes them.
+    Invalid,
+    /// No range overlaps the file: 416 with `Content-Range: bytes */size`.
+    NoOverlap,
+}
+
+/// A `Range` header read as Go's `parseRange` reads it, for a file of `size` bytes: the
+/// one range to serve as (start, length), or None to serve the whole file. Several
+/// ranges (which Go answers as multipart/byteranges) are served as the whole file, which
+/// RFC 7233 allows.
+fn byte_range(header: &str, size: u64) -> Result<Option<(u64, u64)>, RangeError> {
+    let spec = header
+        .trim()
+        .strip_prefix("bytes=")
+        .ok_or(RangeError::Invalid)?;
+    let number = |s: &str| -> Result<u64, RangeError> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(RangeError::Invalid);
+        }
+        s.parse().map_err(|_| RangeError::Invalid)
+    };
+    let mut ranges = Vec::new();
+    let mut no_overlap = false;
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (start, end) = part.split_once('-').ok_or(RangeError::Invalid)?;
+        let (start, end) = (start.trim(), end.trim());
+        if start.is_empty() {
+            // A suffix: the last `end` bytes.
+            let n = number(end)?.min(size);
+            if n == 0 {
+                no_overlap = true;
+                continue;
+            }
+            ranges.push((size - n, n));
+            continue;
+        }
+        let first = number(start)?;
+        if first >= size {
+            no_overlap = true;
+            continue;
+        }
+        let last = if end.is_empty() {
+            size - 1
+        } else {
+            let last = number(end)?;
+            if first > last {
+                return Err(RangeError::Invalid);
+            }
+            last.min(size - 1)
+        };
+        ranges.push((first, last - first + 1));
+    }
+    match ranges.len() {
+        0 if no_overlap => Err(RangeError::NoOverlap),
+        0 => Err(RangeError::Invalid),
+        1 => Ok(Some(ranges[0])),
+        _ => Ok(None),
+    }
 }
 
 fn has_dot_dot(p: &str) -> bool {
@@ -143,8 +227,9 @@ fn html_escape(s: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-/// Streams the file's first `size` bytes (its size when opened, as Go's `serveContent`).
-async fn serve_file(file: File, size: u64) -> Response {
+/// Streams the file's first `size` bytes (its size when opened, as Go's `serveContent`),
+/// or with `range` (start, length) those bytes as a 206.
+async fn serve_file(file: File, size: u64, range: Option<(u64, u64)>) -> Response {
     let (head, file) = match tokio::task::spawn_blocking(move || {
         let mut head = vec![0u8; 512];
         let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0)?;
@@ -158,19 +243,35 @@ async fn serve_file(file: File, size: u64) -> Response {
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
     let (tx, rx) = mpsc::channel(4);
-    tokio::task::spawn_blocking(move || stream(file, size, tx));
-    (
+    let (start, length) = range.unwrap_or((0, size));
+    tokio::task::spawn_blocking(move || stream(file, start, length, tx));
+    let mut response = (
         [
             (header::CONTENT_TYPE, content_type(&head).to_string()),
-            (header::CONTENT_LENGTH, size.to_string()),
+            (header::CONTENT_LENGTH, length.to_string()),
+            (header::ACCEPT_RANGES, "bytes".to_string()),
         ],
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
     )
-        .into_response()
+        .into_response();
+    if range.is_some() {
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+        if let Ok(v) = format!("bytes {start}-{}/{size}", start + length - 1).parse() {
+            response.headers_mut().insert(header::CONTENT_RANGE, v);
+        }
+    }
+    response
 }
 
-fn stream(mut file: File, size: u64, tx: mpsc::Sender<io::Result<Bytes>>) {
-    let mut left = size;
+/// Sends `length` bytes from `start` of `file`.
+fn stream(mut file: File, start: u64, length: u64, tx: mpsc::Sender<io::Result<Bytes>>) {
+    if start > 0
+        && let Err(e) = file.seek(io::SeekFrom::Start(start))
+    {
+        let _ = tx.blocking_send(Err(e));
+        return;
+    }
+    let mut left = length;
     while left > 0 {
         let mut buf = vec![0u8; BLOCK.min(left as usize)];
         let n = match file.read(&mut buf) {
@@ -285,6 +386,35 @@ mod tests {
             "{listing}"
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn ranges_are_read_as_go_reads_them() {
+        use RangeError::*;
+        assert_eq!(byte_range("bytes=0-9", 100), Ok(Some((0, 10))));
+        assert_eq!(byte_range("bytes=90-", 100), Ok(Some((90, 10))));
+        assert_eq!(byte_range("bytes=90-1000", 100), Ok(Some((90, 10))));
+        assert_eq!(byte_range("bytes=-10", 100), Ok(Some((90, 10))));
+        assert_eq!(byte_range("bytes=-1000", 100), Ok(Some((0, 100))));
+        assert_eq!(byte_range("bytes= 5 - 6 ", 100), Ok(Some((5, 2))));
+        // Several ranges: the whole file.
+        assert_eq!(byte_range("bytes=0-1, 5-6", 100), Ok(None));
+        // One of several beyond the end is dropped.
+        assert_eq!(byte_range("bytes=0-1, 500-", 100), Ok(Some((0, 2))));
+        assert_eq!(byte_range("bytes=100-", 100), Err(NoOverlap));
+        assert_eq!(byte_range("bytes=-0", 100), Err(NoOverlap));
+        assert_eq!(byte_range("bytes=0-", 0), Err(NoOverlap));
+        for bad in [
+            "items=0-1",
+            "bytes=",
+            "bytes=5",
+            "bytes=9-5",
+            "bytes=a-b",
+            "bytes=--5",
+            "bytes=+1-2",
+        ] {
+            assert_eq!(byte_range(bad, 100), Err(Invalid), "{bad}");
+        }
     }
 
     #[test]
