@@ -256,6 +256,38 @@ async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
             .any(|s| s.labels.get("id").map(String::as_str) == Some("/")
                 && s.labels["cpu"] == "total")
     );
+    // Filesystems, each under its device: the node's root under id "/", and the mem
+    // container's writable layer on the image filesystem.
+    let fs_usage = &cadvisor["container_fs_usage_bytes"].samples;
+    let root_fs = fs_usage
+        .iter()
+        .find(|s| s.labels.get("id").map(String::as_str) == Some("/"))
+        .expect("the root filesystem's usage");
+    assert!(
+        root_fs.labels.get("device").is_some_and(|d| !d.is_empty()) && root_fs.value > 0.0,
+        "{root_fs:?}"
+    );
+    let layer = fs_usage
+        .iter()
+        .find(|s| s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == "mem")
+        .expect("the mem container's writable layer");
+    assert!(
+        layer.labels.get("device").is_some_and(|d| !d.is_empty()),
+        "{layer:?}"
+    );
+    for family in [
+        "container_fs_limit_bytes",
+        "container_fs_inodes_total",
+        "container_fs_inodes_free",
+    ] {
+        assert!(
+            cadvisor[family]
+                .samples
+                .iter()
+                .any(|s| s.labels.get("pod") == Some(&pod_name) && s.value > 0.0),
+            "{family}"
+        );
+    }
     node.stop().await;
 }
 

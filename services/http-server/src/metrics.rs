@@ -5,6 +5,7 @@
 //! `/metrics/resource` and `/metrics/cadvisor` are computed from the same data as the
 //! Summary API.
 
+mod devices;
 pub mod exposition;
 mod resource;
 

@@ -2,14 +2,16 @@
 //! `/metrics/cadvisor` (cAdvisor's container families and labels), from the same
 //! collection as the Summary API.
 
+use super::devices::device_of;
 use super::exposition::{Family, Kind, render_family};
 use super::text;
 use crate::AppState;
 use crate::stats::collect::{Collected, collect};
-use crate::stats::types::{ContainerStats, CpuStats, MemoryStats};
+use crate::stats::types::{ContainerStats, CpuStats, FsStats, MemoryStats};
 use axum::extract::State;
 use axum::response::Response;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::path::Path;
 use std::sync::Arc;
 
 fn ms(t: &Time) -> i64 {
@@ -144,6 +146,10 @@ struct Cadvisor {
     rx_errors: Family,
     tx_errors: Family,
     machine_memory: Family,
+    fs_inodes_free: Family,
+    fs_inodes_total: Family,
+    fs_limit: Family,
+    fs_usage: Family,
 }
 
 impl Cadvisor {
@@ -195,6 +201,43 @@ impl Cadvisor {
                 "Amount of memory installed on the machine.",
                 Kind::Gauge,
             ),
+            fs_inodes_free: Family::new(
+                "container_fs_inodes_free",
+                "Number of available Inodes",
+                Kind::Gauge,
+            ),
+            fs_inodes_total: Family::new(
+                "container_fs_inodes_total",
+                "Number of Inodes",
+                Kind::Gauge,
+            ),
+            fs_limit: Family::new(
+                "container_fs_limit_bytes",
+                "Number of bytes that can be consumed by the container on this filesystem.",
+                Kind::Gauge,
+            ),
+            fs_usage: Family::new(
+                "container_fs_usage_bytes",
+                "Number of bytes that are consumed by the container on this filesystem.",
+                Kind::Gauge,
+            ),
+        }
+    }
+
+    /// One filesystem of a cgroup (cAdvisor's fs families), under `device`.
+    fn fs(&mut self, labels: &[(&str, &str); 6], device: &str, fs: &FsStats) {
+        let mut with_device: Vec<(&str, &str)> = labels.to_vec();
+        with_device.insert(1, ("device", device));
+        let t = Some(ms(&fs.time));
+        for (family, value) in [
+            (&mut self.fs_inodes_free, fs.inodes_free),
+            (&mut self.fs_inodes_total, fs.inodes),
+            (&mut self.fs_limit, fs.capacity_bytes),
+            (&mut self.fs_usage, fs.used_bytes),
+        ] {
+            if let Some(v) = value {
+                family.push(&with_device, v as f64, t);
+            }
         }
     }
 
@@ -242,6 +285,10 @@ impl Cadvisor {
             &self.tx_bytes,
             &self.tx_errors,
             &self.start,
+            &self.fs_inodes_free,
+            &self.fs_inodes_total,
+            &self.fs_limit,
+            &self.fs_usage,
             &self.machine_memory,
         ] {
             if !family.samples.is_empty() {
@@ -264,6 +311,20 @@ pub fn render_cadvisor(c: &Collected) -> String {
         ("pod", ""),
     ];
     m.usage(&root, &node.cpu, &node.memory);
+    // The root cgroup's filesystems: the node's root and, when it is another device,
+    // the runtime's image filesystem.
+    let root_device = device_of(Path::new("/"));
+    if let (Some(fs), Some(device)) = (&node.fs, &root_device) {
+        m.fs(&root, device, fs);
+    }
+    let image_device = c.image_fs_mountpoint.as_deref().and_then(device_of);
+    if let (Some(fs), Some(device)) = (
+        node.runtime.as_ref().and_then(|r| r.image_fs.as_ref()),
+        &image_device,
+    ) && image_device != root_device
+    {
+        m.fs(&root, device, fs);
+    }
     if let Some(mem) = &node.memory
         && let (Some(available), Some(ws)) = (mem.available_bytes, mem.working_set_bytes)
     {
@@ -320,6 +381,10 @@ pub fn render_cadvisor(c: &Collected) -> String {
                 ("pod", name),
             ];
             m.container(&labels, ctr);
+            // The container's writable layer, on the image filesystem.
+            if let (Some(fs), Some(device)) = (&ctr.rootfs, &image_device) {
+                m.fs(&labels, device, fs);
+            }
         }
     }
     m.render()

@@ -75,6 +75,8 @@ pub struct Collected {
     pub pod_cgroups: HashMap<String, String>,
     /// Interfaces of each pod's network namespace, by pod UID.
     pub pod_interfaces: HashMap<String, Vec<InterfaceStats>>,
+    /// Where the runtime's image filesystem (and the containers' writable layers) is.
+    pub image_fs_mountpoint: Option<PathBuf>,
 }
 
 /// What the CRI calls returned.
@@ -668,6 +670,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
         containers: metas,
         pod_cgroups,
         pod_interfaces,
+        image_fs_mountpoint: image_fs_mount,
     };
     (collected, volume_paths)
 }
