@@ -504,3 +504,62 @@ async fn port_forward_and_idle_timeout() {
         "closed after {elapsed:?}"
     );
 }
+
+/// The stream cap: 256 long-lived streams (here `containerLogs?follow`, which count against
+/// the same limit as exec, attach and port-forward) are served; the next stream of any
+/// kind gets 429 with Retry-After, while `/healthz` and plain requests still answer; once
+/// one stream ends, a new one is served again.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stream_cap_refuses_the_257th_and_frees_slots() {
+    if !require_runtime("stream cap") {
+        return;
+    }
+    let node = Node::start("streaming_cap", NodeOptions::default()).await;
+    let (pod, _) = start_pod(&node).await;
+    let follow = format!("/containerLogs/default/{pod}/web?follow=true");
+    let mut held = Vec::new();
+    for batch in 0..(256 / 32) {
+        let opened =
+            futures::future::join_all((0..32).map(|_| node.api.send("GET", &follow))).await;
+        for (i, r) in opened.into_iter().enumerate() {
+            let r = r.unwrap_or_else(|e| panic!("stream {}: {e}", batch * 32 + i));
+            assert_eq!(r.status(), 200, "stream {}", batch * 32 + i);
+            held.push(r);
+        }
+    }
+    // The 257th: a log follow and an exec are both refused, and say when to retry.
+    let refused = node.api.get(&follow).await.unwrap();
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert!(
+        refused.text().contains("too many streams"),
+        "{}",
+        refused.text()
+    );
+    let exec = format!(
+        "/exec/default/{pod}/web?{}&output=1",
+        command_query(&["true"])
+    );
+    match ChannelClient::connect(&node.api, &exec, &[V5]).await {
+        Err(Ok(refused)) => assert_eq!(refused.status, 429, "{refused:?}"),
+        Ok(_) => panic!("an exec beyond the cap was accepted"),
+        Err(Err(e)) => panic!("{e}"),
+    }
+    // Requests that are not streams still answer.
+    let healthz = node.api.get("/healthz").await.unwrap();
+    assert_eq!((healthz.status, healthz.text().as_str()), (200, "ok"));
+    assert_eq!(node.api.get("/pods").await.unwrap().status, 200);
+    // One stream ends: its slot is free again.
+    drop(held.pop());
+    eventually("a stream slot freed", Duration::from_secs(20), || async {
+        let r = node.api.send("GET", &follow).await?;
+        if r.status() == 200 {
+            Ok(())
+        } else {
+            Err(format!("status {}", r.status()))
+        }
+    })
+    .await;
+    drop(held);
+    node.stop().await;
+}

@@ -105,7 +105,7 @@ impl IntoResponse for StreamError {
             StreamError::TooMany => (
                 StatusCode::TOO_MANY_REQUESTS,
                 [(header::RETRY_AFTER, "1")],
-                format!("too many streams: at most {MAX_CONCURRENT_STREAMS} exec, attach and port-forward streams run at once; retry later"),
+                format!("too many streams: at most {MAX_CONCURRENT_STREAMS} exec, attach, port-forward and log-follow streams run at once; retry later"),
             )
                 .into_response(),
             StreamError::Unavailable(m) => {

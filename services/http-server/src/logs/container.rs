@@ -89,15 +89,7 @@ pub async fn container_logs(
     let permit = if opts.follow {
         match state.streams.try_acquire() {
             Some(p) => Some(p),
-            None => {
-                return error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    &format!(
-                        "too many streams: at most {} exec, attach, port-forward and log-follow streams run at once; retry later",
-                        crate::streaming::MAX_CONCURRENT_STREAMS
-                    ),
-                );
-            }
+            None => return crate::streaming::StreamError::TooMany.into_response(),
         }
     } else {
         None
