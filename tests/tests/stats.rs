@@ -73,6 +73,87 @@ fn u64_at(v: &Value, pointer: &str) -> Option<u64> {
     v.pointer(pointer)?.as_u64()
 }
 
+/// `node.systemContainers` names the node agent, the runtime and the pods, as upstream's
+/// SystemContainer* constants; the first two measured (from a cgroup of their own, or the
+/// processes' sum), all with a start time.
+fn assert_system_containers(node: &Value) {
+    let system = node["systemContainers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no systemContainers: {node}"));
+    let find = |name: &str| {
+        system
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in systemContainers: {system:?}"))
+    };
+    for name in ["kubelet", "runtime", "pods"] {
+        let c = find(name);
+        assert!(
+            c["startTime"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{c}"
+        );
+        assert!(c.get("rootfs").is_none() && c.get("logs").is_none(), "{c}");
+    }
+    for name in ["kubelet", "runtime"] {
+        let c = find(name);
+        assert!(
+            u64_at(c, "/cpu/usageCoreNanoSeconds").is_some_and(|v| v > 0),
+            "{name}: {c}"
+        );
+        assert!(
+            u64_at(c, "/memory/workingSetBytes").is_some_and(|v| v > 0),
+            "{name}: {c}"
+        );
+    }
+}
+
+/// SwapTotal in /proc/meminfo, in bytes.
+fn swap_total() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    info.lines()
+        .find_map(|l| l.strip_prefix("SwapTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("SwapTotal")
+        * 1024
+}
+
+/// `node.swap` exactly when the host has swap; a pod's and its containers' swap exactly
+/// when the pods' cgroup accounts it (v2 memory.swap.current, v1 memsw).
+fn assert_swap(node: &Value, pod: &Value) {
+    let total = swap_total();
+    match node.get("swap") {
+        Some(swap) => {
+            assert!(total > 0, "node.swap without swap: {swap}");
+            let used = u64_at(swap, "/swapUsageBytes").expect("swapUsageBytes");
+            let available = u64_at(swap, "/swapAvailableBytes").expect("swapAvailableBytes");
+            assert_eq!(used + available, total, "{swap}");
+            assert!(swap["time"].is_string(), "{swap}");
+        }
+        None => assert_eq!(total, 0, "no node.swap with SwapTotal {total}: {node}"),
+    }
+    let accounted = [
+        "/sys/fs/cgroup/kubepods/memory.swap.current",
+        "/sys/fs/cgroup/memory/kubepods/memory.memsw.usage_in_bytes",
+    ]
+    .iter()
+    .any(|f| std::path::Path::new(f).exists());
+    let pods = node["systemContainers"]
+        .as_array()
+        .and_then(|s| s.iter().find(|c| c["name"] == "pods"))
+        .expect("the pods system container");
+    let mut with_swap = vec![("pods", pods), ("the pod", pod)];
+    for c in pod["containers"].as_array().expect("containers") {
+        with_swap.push(("a container", c));
+    }
+    for (what, v) in with_swap {
+        assert_eq!(
+            u64_at(v, "/swap/swapUsageBytes").is_some(),
+            accounted,
+            "{what}'s swap (accounted by the cgroup: {accounted}): {v}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
     if !require_runtime("stats summary") {
@@ -182,6 +263,8 @@ async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
         );
     }
     assert!(mem["startTime"].is_string(), "{mem}");
+    assert_system_containers(n);
+    assert_swap(n, p);
 
     // only_cpu_and_memory: CPU and memory only, as metrics-server asks.
     let small = get_json(&node, "/stats/summary?only_cpu_and_memory=true")
@@ -207,6 +290,9 @@ async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
         container(sp, "cpu").is_some_and(|c| c.get("rootfs").is_none()),
         "{sp}"
     );
+    // System containers and swap are CPU-and-memory stats: upstream keeps them here too.
+    assert_system_containers(&small["node"]);
+    assert_swap(&small["node"], sp);
 
     // /metrics/resource and /metrics/cadvisor: the same numbers under upstream's names.
     let resource =

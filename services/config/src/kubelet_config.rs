@@ -41,6 +41,12 @@ pub struct KubeletConfiguration {
     pub cgroups_per_qos: bool,
     pub cgroup_driver: String,
     pub cgroup_root: String,
+    /// The cgroup of the node agent's own processes, reported as the `kubelet` system
+    /// container of `/stats/summary`. Unset: found from the services' processes.
+    pub kubelet_cgroups: Option<String>,
+    /// The container runtime's cgroup, reported as the `runtime` system container of
+    /// `/stats/summary`. Unset: the cgroup of the process serving containerRuntimeEndpoint.
+    pub runtime_cgroups: Option<String>,
     pub pod_logs_dir: PathBuf,
     #[serde(rename = "clusterDNS")]
     pub cluster_dns: Vec<String>,
@@ -184,6 +190,8 @@ impl Default for KubeletConfiguration {
             cgroups_per_qos: true,
             cgroup_driver: "cgroupfs".into(),
             cgroup_root: "/".into(),
+            kubelet_cgroups: None,
+            runtime_cgroups: None,
             pod_logs_dir: "/var/log/pods".into(),
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),

@@ -5,6 +5,9 @@
 pub mod cgroup;
 pub mod collect;
 pub mod host;
+pub mod process;
+mod sample;
+pub mod system;
 pub mod types;
 pub mod volumes;
 

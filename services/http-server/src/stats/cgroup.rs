@@ -1,4 +1,4 @@
-//! CPU, memory and pid counts of a cgroup, on cgroup v1 (cpuacct, memory and pids
+//! CPU, memory, swap and pid counts of a cgroup, on cgroup v1 (cpuacct, memory and pids
 //! hierarchies) and v2 (the unified tree), computed as cAdvisor does: the working set is
 //! the usage less inactive file pages.
 
@@ -16,6 +16,39 @@ pub struct Memory {
     pub major_page_faults: Option<u64>,
     /// None without a limit.
     pub limit: Option<u64>,
+    /// None where the cgroup does not account swap.
+    pub swap: Option<Swap>,
+}
+
+/// Swap charged to a cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Swap {
+    pub usage: u64,
+    /// How much swap the cgroup may use; None without a limit.
+    pub limit: Option<u64>,
+}
+
+/// Swap from v2's `memory.swap.current` and `memory.swap.max`.
+fn swap_v2(current: Option<u64>, max: Option<&str>) -> Option<Swap> {
+    Some(Swap {
+        usage: current?,
+        limit: max
+            .and_then(|m| m.trim().parse().ok())
+            .filter(|l| *l < NO_LIMIT),
+    })
+}
+
+/// Swap on v1, where the memsw files count memory and swap together: the swap is memsw's
+/// usage less the memory usage, and its limit memsw's limit less the memory limit (None
+/// unless both are limited). None without memsw (swap accounting off).
+fn swap_v1(memsw_usage: Option<u64>, memsw_limit: Option<u64>, memory: &Memory) -> Option<Swap> {
+    let memsw_limit = memsw_limit.filter(|l| *l < NO_LIMIT);
+    Some(Swap {
+        usage: memsw_usage?.saturating_sub(memory.usage),
+        limit: memsw_limit
+            .zip(memory.limit)
+            .map(|(both, memory)| both.saturating_sub(memory)),
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +90,7 @@ pub fn memory_from(usage: u64, limit: Option<u64>, stat: &str, v2: bool) -> Memo
         page_faults: stat_value(stat, faults),
         major_page_faults: stat_value(stat, major),
         limit: limit.filter(|l| *l < NO_LIMIT),
+        swap: None,
     }
 }
 
@@ -71,6 +105,11 @@ impl Cgroups {
         Self { root, v2 }
     }
 
+    /// The unified (v2) hierarchy, rather than v1's one per controller.
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+
     fn dir(&self, controller: &str, rel: &str) -> PathBuf {
         let rel = rel.trim_start_matches('/');
         if self.v2 {
@@ -82,7 +121,12 @@ impl Cgroups {
 
     /// Whether the cgroup exists (memory hierarchy on v1).
     pub fn exists(&self, rel: &str) -> bool {
-        self.dir("memory", rel).is_dir()
+        self.exists_in("memory", rel)
+    }
+
+    /// Whether the cgroup exists in `controller`'s hierarchy on v1 (`cpuacct`, `memory`).
+    pub fn exists_in(&self, controller: &str, rel: &str) -> bool {
+        self.dir(controller, rel).is_dir()
     }
 
     /// Cumulative CPU time in nanoseconds.
@@ -109,7 +153,49 @@ impl Cgroups {
                 read_u64(&dir.join("memory.limit_in_bytes")),
             )
         };
-        Some(memory_from(usage, limit, &stat, self.v2))
+        let mut memory = memory_from(usage, limit, &stat, self.v2);
+        memory.swap = if self.v2 {
+            let current = read_u64(&dir.join("memory.swap.current"));
+            let max =
+                current.and_then(|_| std::fs::read_to_string(dir.join("memory.swap.max")).ok());
+            swap_v2(current, max.as_deref())
+        } else {
+            let usage = read_u64(&dir.join("memory.memsw.usage_in_bytes"));
+            let limit = usage.and_then(|_| read_u64(&dir.join("memory.memsw.limit_in_bytes")));
+            swap_v1(usage, limit, &memory)
+        };
+        Some(memory)
+    }
+
+    /// Every process in the cgroup and its descendants, for `controller`'s hierarchy on v1
+    /// (`cpuacct` or `memory`); None when unreadable or past `max` processes.
+    pub fn procs_under(&self, controller: &str, rel: &str, max: usize) -> Option<Vec<u32>> {
+        let mut pids = Vec::new();
+        let mut dirs = vec![self.dir(controller, rel)];
+        while let Some(dir) = dirs.pop() {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
+            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+            if pids.len() > max {
+                return None;
+            }
+            for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(entry.path());
+                }
+            }
+        }
+        Some(pids)
+    }
+
+    /// When the cgroup was made, as cAdvisor tells it: the earliest modification time of
+    /// its cpu and memory directories, in nanoseconds since the epoch.
+    pub fn created_ns(&self, rel: &str) -> Option<i64> {
+        ["cpuacct", "memory"]
+            .iter()
+            .filter_map(|c| std::fs::metadata(self.dir(c, rel)).ok()?.modified().ok())
+            .min()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i64)
     }
 
     /// Processes (tasks) in the cgroup and its children.
@@ -155,6 +241,7 @@ mod tests {
                 page_faults: Some(7),
                 major_page_faults: Some(1),
                 limit: None,
+                swap: None,
             }
         );
         let v2 = "anon 300\nfile 700\ninactive_file 600\npgfault 5\npgmajfault 0\n";
@@ -191,8 +278,13 @@ mod tests {
             &format!("{pod}/memory.stat"),
             "anon 4096\ninactive_file 1024\npgfault 3\npgmajfault 1\n",
         );
+        write(v2.path(), &format!("{pod}/memory.swap.current"), "512\n");
+        write(v2.path(), &format!("{pod}/memory.swap.max"), "max\n");
         write(v2.path(), &format!("{pod}/pids.current"), "2\n");
         write(v2.path(), &format!("{pod}/cgroup.procs"), "4242\n4243\n");
+        write(v2.path(), &format!("{pod}/ctr/cgroup.procs"), "4244\n");
+        write(v2.path(), "kubepods/cgroup.procs", "");
+        write(v2.path(), "kubepods/burstable/cgroup.procs", "");
         let cg = Cgroups::at(v2.path().to_path_buf());
         assert!(cg.v2);
         assert_eq!(
@@ -205,8 +297,20 @@ mod tests {
             (m.usage, m.working_set, m.rss, m.limit),
             (8192, 7168, Some(4096), None)
         );
+        assert_eq!(
+            m.swap,
+            Some(Swap {
+                usage: 512,
+                limit: None
+            })
+        );
         assert_eq!(cg.pids(pod), Some(2));
         assert_eq!(cg.first_pid(pod), Some(4242));
+        let mut under = cg.procs_under("memory", "/kubepods", 10).unwrap();
+        under.sort();
+        assert_eq!(under, [4242, 4243, 4244]);
+        assert_eq!(cg.procs_under("memory", "/kubepods", 2), None);
+        assert_eq!(cg.procs_under("memory", "/nowhere", 10), None);
 
         let v1 = tempfile::tempdir().unwrap();
         write(
@@ -230,6 +334,17 @@ mod tests {
             "total_rss 4096\ntotal_inactive_file 1024\ntotal_pgfault 3\ntotal_pgmajfault 1\n",
         );
         write(v1.path(), &format!("memory/{pod}/cgroup.procs"), "4242\n");
+        // memsw counts memory and swap: 2 KiB of swap, 16 KiB of it allowed.
+        write(
+            v1.path(),
+            &format!("memory/{pod}/memory.memsw.usage_in_bytes"),
+            "10240\n",
+        );
+        write(
+            v1.path(),
+            &format!("memory/{pod}/memory.memsw.limit_in_bytes"),
+            "81920\n",
+        );
         write(v1.path(), &format!("pids/{pod}/pids.current"), "2\n");
         let cg = Cgroups::at(v1.path().to_path_buf());
         assert!(!cg.v2);
@@ -243,8 +358,54 @@ mod tests {
             (m.usage, m.working_set, m.rss, m.limit),
             (8192, 7168, Some(4096), Some(65536))
         );
+        assert_eq!(
+            m.swap,
+            Some(Swap {
+                usage: 2048,
+                limit: Some(16384)
+            })
+        );
         assert_eq!(cg.pids(pod), Some(2));
         assert_eq!(cg.first_pid(pod), Some(4242));
         assert_eq!(cg.pod_cgroup("/", "missing"), None);
+    }
+
+    #[test]
+    fn swap_limits_as_each_version_states_them() {
+        // v2: a limit in memory.swap.max; none without the file (no swap accounting).
+        assert_eq!(
+            swap_v2(Some(100), Some("4096\n")),
+            Some(Swap {
+                usage: 100,
+                limit: Some(4096)
+            })
+        );
+        assert_eq!(swap_v2(None, None), None);
+        // v1: no memsw (swapaccount=0) means no swap stats; memsw without a memory limit
+        // means no swap limit; racing reads never go below zero.
+        let memory = |usage, limit| Memory {
+            usage,
+            limit,
+            ..Memory::default()
+        };
+        assert_eq!(swap_v1(None, Some(1), &memory(10, Some(5))), None);
+        assert_eq!(
+            swap_v1(
+                Some(30),
+                Some(9_223_372_036_854_771_712),
+                &memory(10, Some(20))
+            ),
+            Some(Swap {
+                usage: 20,
+                limit: None
+            })
+        );
+        assert_eq!(
+            swap_v1(Some(5), Some(100), &memory(10, None)),
+            Some(Swap {
+                usage: 0,
+                limit: None
+            })
+        );
     }
 }

@@ -2,14 +2,21 @@
 //! CRI (`ListPodSandbox`, `ListContainers`, `ListContainerStats`, `ImageFsInfo`), CPU,
 //! memory and process counts from the pod and container cgroups (v1 or v2; CRI's numbers
 //! when a cgroup cannot be read), pod network counters from the sandbox's network
-//! namespace, emptyDir volumes as last measured in the background (`volumes`), and the
-//! node's numbers from /proc and statvfs.
+//! namespace, emptyDir volumes as last measured in the background (`volumes`), the
+//! node's numbers from /proc and statvfs, and its system containers (`pods` from the pods'
+//! cgroup, `kubelet` and `runtime` as `system` finds them).
 //!
 //! `usageNanoCores` is a rate: as upstream's CRI stats provider, the previous sample of
-//! each container, pod and the node is kept in memory and the rate computed against it.
+//! each container, pod and the node is kept in memory and the rate computed against it
+//! (`sample`).
 
-use super::cgroup::{Cgroups, Memory};
+use super::cgroup::Cgroups;
 use super::host::{self, DEFAULT_INTERFACE};
+use super::sample::{
+    CPU_SAMPLES, cpu_stats, cri_swap, fs_stats, memory_stats, summed_swap, swap_stats,
+    system_container, value,
+};
+use super::system::{self, SystemSettings};
 use super::types::*;
 use super::volumes;
 use crate::AppState;
@@ -17,36 +24,7 @@ use nodeagent_cri::api;
 use nodeagent_proto::cri::{ContainerState, PodSandboxState};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex};
-
-/// A baseline is replaced once the new sample is this much newer, so that requests in
-/// quick succession still measure the rate over a useful window.
-const MIN_RATE_WINDOW_NS: i64 = 1_000_000_000;
-
-#[derive(Debug, Clone, Copy)]
-struct CpuSample {
-    at_ns: i64,
-    usage_ns: u64,
-}
-
-/// Previous CPU samples by key (container ID, `pod/<uid>`, `node`, `sys/<name>`).
-static CPU_SAMPLES: LazyLock<Mutex<HashMap<String, CpuSample>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// `usageNanoCores` from the previous sample of `key`, recording this one.
-fn nano_cores(samples: &mut HashMap<String, CpuSample>, key: &str, now: CpuSample) -> Option<u64> {
-    let prev = samples.get(key).copied();
-    let rate = prev
-        .filter(|p| now.at_ns > p.at_ns && now.usage_ns >= p.usage_ns)
-        .map(|p| {
-            let used = u128::from(now.usage_ns - p.usage_ns) * 1_000_000_000;
-            (used / (now.at_ns - p.at_ns) as u128) as u64
-        });
-    if prev.is_none_or(|p| now.at_ns - p.at_ns >= MIN_RATE_WINDOW_NS || now.usage_ns < p.usage_ns) {
-        samples.insert(key.to_string(), now);
-    }
-    rate
-}
+use std::sync::LazyLock;
 
 pub(super) fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -223,6 +201,7 @@ pub async fn collect(
         pod_logs_dir: state.config.kubelet.pod_logs_dir.clone(),
         only_cpu_and_memory,
         volume_stats: !state.config.kubelet.volume_stats_agg_period.is_zero(),
+        system: system_settings(&state.config),
     };
     let (collected, volume_paths) = tokio::task::spawn_blocking(move || assemble(&settings, view))
         .await
@@ -235,6 +214,25 @@ pub async fn collect(
     Ok(collected)
 }
 
+/// Where the `kubelet` and `runtime` system containers are read from.
+fn system_settings(config: &nodeagent_config::Config) -> SystemSettings {
+    use nodeagent_config::{Address, Service};
+    let unix = |a: &Address| match a {
+        Address::Unix(path) => Some(path.clone()),
+        Address::Vsock { .. } => None,
+    };
+    SystemSettings {
+        kubelet_cgroups: config.kubelet.kubelet_cgroups.clone(),
+        runtime_cgroups: config.kubelet.runtime_cgroups.clone(),
+        runtime_socket: unix(&config.runtime_endpoint),
+        service_sockets: Service::ALL
+            .into_iter()
+            .filter(|s| *s != Service::HttpServer)
+            .filter_map(|s| unix(config.endpoint(s)))
+            .collect(),
+    }
+}
+
 struct Settings {
     node_name: String,
     cgroup_root: String,
@@ -244,57 +242,7 @@ struct Settings {
     only_cpu_and_memory: bool,
     /// `volumeStatsAggPeriod` is not 0.
     volume_stats: bool,
-}
-
-fn cpu_stats(
-    samples: &mut HashMap<String, CpuSample>,
-    key: &str,
-    at_ns: i64,
-    usage_ns: u64,
-    reported_nano_cores: Option<u64>,
-) -> CpuStats {
-    let computed = nano_cores(samples, key, CpuSample { at_ns, usage_ns });
-    CpuStats {
-        time: time_from_nanos(at_ns),
-        usage_nano_cores: reported_nano_cores.or(computed),
-        usage_core_nano_seconds: Some(usage_ns),
-    }
-}
-
-fn memory_stats(at_ns: i64, m: &Memory, capacity: Option<u64>) -> MemoryStats {
-    MemoryStats {
-        time: time_from_nanos(at_ns),
-        available_bytes: m
-            .limit
-            .or(capacity)
-            .map(|l| l.saturating_sub(m.working_set)),
-        usage_bytes: Some(m.usage),
-        working_set_bytes: Some(m.working_set),
-        rss_bytes: m.rss,
-        page_faults: m.page_faults,
-        major_page_faults: m.major_page_faults,
-    }
-}
-
-fn fs_stats(
-    at_ns: i64,
-    fs: Option<&host::Statvfs>,
-    used: Option<u64>,
-    inodes_used: Option<u64>,
-) -> FsStats {
-    FsStats {
-        time: time_from_nanos(at_ns),
-        available_bytes: fs.map(|f| f.available),
-        capacity_bytes: fs.map(|f| f.capacity),
-        used_bytes: used.or(fs.map(|f| f.used)),
-        inodes_free: fs.map(|f| f.inodes_free),
-        inodes: fs.map(|f| f.inodes),
-        inodes_used: inodes_used.or(fs.map(|f| f.inodes.saturating_sub(f.inodes_free))),
-    }
-}
-
-fn value(v: &Option<api::UInt64Value>) -> Option<u64> {
-    v.as_ref().map(|v| v.value)
+    system: SystemSettings,
 }
 
 fn network(at_ns: i64, interfaces: Vec<InterfaceStats>) -> Option<NetworkStats> {
@@ -360,13 +308,24 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
     let cgroups = Cgroups::detect();
     let at_ns = now_ns();
     let full = !settings.only_cpu_and_memory;
-    let mut samples = CPU_SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
-    let mut seen: HashSet<String> = HashSet::new();
     let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .map_or(100, |t| t as u64);
+    let boot_ns = host::boot_time_ns(&proc_stat).unwrap_or(0);
+    // Before the samples' lock: a first resolution connects to sockets.
+    let system_usage = system::measure(
+        &settings.system,
+        &cgroups,
+        system::Clock {
+            boot_ns,
+            ticks_per_second: ticks,
+        },
+    );
+    let mut samples = CPU_SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen: HashSet<String> = HashSet::new();
 
     let image_fs_usage = view
         .image_fs
@@ -443,7 +402,12 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                     cri_cpu.and_then(|c| value(&c.usage_nano_cores)),
                 )
             });
-            let memory = match cgroup.as_deref().and_then(|rel| cgroups.memory(rel)) {
+            let cgroup_memory = cgroup.as_deref().and_then(|rel| cgroups.memory(rel));
+            let swap = match &cgroup_memory {
+                Some(m) => m.swap.as_ref().map(|s| swap_stats(at_ns, s)),
+                None => cri_stats.and_then(|s| s.swap.as_ref()).map(cri_swap),
+            };
+            let memory = match cgroup_memory {
                 Some(m) => Some(memory_stats(at_ns, &m, None)),
                 None => cri_stats
                     .and_then(|s| s.memory.as_ref())
@@ -501,6 +465,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                 memory,
                 rootfs,
                 logs,
+                swap,
             });
         }
         containers.sort_by(|a, b| a.name.cmp(&b.name));
@@ -532,7 +497,12 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
             .and_then(|rel| cgroups.cpu_usage_ns(rel))
             .or((!containers.is_empty()).then_some(sum_cpu));
         let cpu = pod_usage.map(|u| cpu_stats(&mut samples, &pod_key, at_ns, u, None));
-        let memory = match pod_cgroup.as_deref().and_then(|rel| cgroups.memory(rel)) {
+        let pod_memory = pod_cgroup.as_deref().and_then(|rel| cgroups.memory(rel));
+        let swap = match &pod_memory {
+            Some(m) => m.swap.as_ref().map(|s| swap_stats(at_ns, s)),
+            None => summed_swap(&containers),
+        };
+        let memory = match pod_memory {
             Some(m) => Some(memory_stats(at_ns, &m, None)),
             None => (!containers.is_empty()).then(|| MemoryStats {
                 time: time_from_nanos(at_ns),
@@ -581,33 +551,43 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
             volume,
             ephemeral_storage: ephemeral,
             process_stats,
+            swap,
         });
     }
 
     // The node.
     let node_cpu = host::node_cpu_usage_ns(&proc_stat, ticks)
         .map(|u| cpu_stats(&mut samples, "node", at_ns, u, None));
-    let node_memory =
-        host::node_memory(&cgroups).map(|(m, total)| memory_stats(at_ns, &m, Some(total)));
-    let mut system_containers = Vec::new();
+    let node_memory = host::node_memory(&cgroups, &meminfo)
+        .map(|(m, total)| memory_stats(at_ns, &m, Some(total)));
+    let node_swap = host::node_swap(&meminfo).map(|s| swap_stats(at_ns, &s));
+    let mut system_containers: Vec<ContainerStats> = system_usage
+        .iter()
+        .map(|u| system_container(&mut samples, at_ns, u))
+        .collect();
     if settings.cgroups_per_qos {
         let rel = Cgroups::pods_cgroup(&settings.cgroup_root);
         if cgroups.exists(&rel) {
             let cpu = cgroups
                 .cpu_usage_ns(&rel)
                 .map(|u| cpu_stats(&mut samples, "sys/pods", at_ns, u, None));
-            let memory = cgroups.memory(&rel).map(|m| memory_stats(at_ns, &m, None));
+            let memory = cgroups.memory(&rel);
             system_containers.push(ContainerStats {
-                name: "pods".into(),
-                start_time: time_from_nanos(host::boot_time_ns(&proc_stat).unwrap_or(0)),
+                name: system::PODS.into(),
+                start_time: time_from_nanos(boot_ns),
                 cpu,
-                memory,
+                swap: memory
+                    .as_ref()
+                    .and_then(|m| m.swap.as_ref())
+                    .map(|s| swap_stats(at_ns, s)),
+                memory: memory.map(|m| memory_stats(at_ns, &m, None)),
                 rootfs: None,
                 logs: None,
             });
         }
     }
-    seen.extend(["node".to_string(), "sys/pods".to_string()]);
+    seen.insert("node".to_string());
+    seen.extend([system::KUBELET, system::RUNTIME, system::PODS].map(|name| format!("sys/{name}")));
     samples.retain(|k, _| seen.contains(k));
     drop(samples);
 
@@ -657,13 +637,14 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
     let node = NodeStats {
         node_name: settings.node_name.clone(),
         system_containers,
-        start_time: time_from_nanos(host::boot_time_ns(&proc_stat).unwrap_or(0)),
+        start_time: time_from_nanos(boot_ns),
         cpu: node_cpu,
         memory: node_memory,
         network: network_stats,
         fs,
         runtime,
         rlimit,
+        swap: node_swap,
     };
     let collected = Collected {
         summary: Summary { node, pods },
@@ -673,30 +654,4 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
         image_fs_mountpoint: image_fs_mount,
     };
     (collected, volume_paths)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nano_cores_is_the_rate_against_a_baseline_at_least_a_second_old() {
-        let mut samples = HashMap::new();
-        let s = |at_ns: i64, usage_ns: u64| CpuSample { at_ns, usage_ns };
-        assert_eq!(nano_cores(&mut samples, "c", s(0, 0)), None);
-        // Half a core over 2 s; the baseline moves to t=2 s.
-        assert_eq!(
-            nano_cores(&mut samples, "c", s(2_000_000_000, 1_000_000_000)),
-            Some(500_000_000)
-        );
-        // 100 ms later: measured against t=2 s, which stays the baseline.
-        assert_eq!(
-            nano_cores(&mut samples, "c", s(2_100_000_000, 1_100_000_000)),
-            Some(1_000_000_000)
-        );
-        assert_eq!(samples["c"].at_ns, 2_000_000_000);
-        // A counter that went back (a new cgroup under the same key) starts over.
-        assert_eq!(nano_cores(&mut samples, "c", s(2_200_000_000, 5)), None);
-        assert_eq!(samples["c"].usage_ns, 5);
-    }
 }

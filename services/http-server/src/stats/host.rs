@@ -2,7 +2,7 @@
 //! cAdvisor), network counters from a `net/dev` file, filesystems from statvfs, and the
 //! size of a directory of log files.
 
-use super::cgroup::{Cgroups, Memory, memory_from};
+use super::cgroup::{Cgroups, Memory, Swap, memory_from};
 use super::types::InterfaceStats;
 use std::path::Path;
 
@@ -34,22 +34,32 @@ fn meminfo(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// Node memory: the root memory cgroup on v1 (as cAdvisor's root container), /proc on v2
-/// (where the root has no memory.current). `total` is MemTotal.
-pub fn node_memory(cgroups: &Cgroups) -> Option<(Memory, u64)> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let total = meminfo(&info, "MemTotal")?;
+/// Node memory: the root memory cgroup on v1 (as cAdvisor's root container), `info`
+/// (/proc/meminfo) on v2 (where the root has no memory.current). `total` is MemTotal.
+pub fn node_memory(cgroups: &Cgroups, info: &str) -> Option<(Memory, u64)> {
+    let total = meminfo(info, "MemTotal")?;
     if let Some(m) = cgroups.memory("/").filter(|m| m.usage > 0) {
         return Some((m, total));
     }
-    let usage = total.saturating_sub(meminfo(&info, "MemFree")?);
+    let usage = total.saturating_sub(meminfo(info, "MemFree")?);
     let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
     let stat = format!(
         "inactive_file {}\nanon {}\n{vmstat}",
-        meminfo(&info, "Inactive(file)").unwrap_or(0),
-        meminfo(&info, "AnonPages").unwrap_or(0)
+        meminfo(info, "Inactive(file)").unwrap_or(0),
+        meminfo(info, "AnonPages").unwrap_or(0)
     );
     Some((memory_from(usage, None, &stat, true), total))
+}
+
+/// The node's swap from `info` (/proc/meminfo): used is SwapTotal less SwapFree, under a
+/// limit of SwapTotal. None without swap.
+pub fn node_swap(info: &str) -> Option<Swap> {
+    let total = meminfo(info, "SwapTotal").filter(|t| *t > 0)?;
+    let free = meminfo(info, "SwapFree")?;
+    Some(Swap {
+        usage: total.saturating_sub(free),
+        limit: Some(total),
+    })
 }
 
 /// Parses a `net/dev` file; `lo` is left out.
@@ -163,6 +173,22 @@ mod tests {
         // user+nice+system+irq+softirq+steal = 180 ticks at 100/s = 1.8 s.
         assert_eq!(node_cpu_usage_ns(stat, 100), Some(1_800_000_000));
         assert_eq!(boot_time_ns(stat), Some(1_700_000_000_000_000_000));
+    }
+
+    #[test]
+    fn node_swap_is_reported_only_with_swap() {
+        let info = "MemTotal:  2048 kB\nMemFree:  1024 kB\nSwapCached:  0 kB\n\
+                    SwapTotal:  4096 kB\nSwapFree:  3072 kB\n";
+        assert_eq!(
+            node_swap(info),
+            Some(Swap {
+                usage: 1024 * 1024,
+                limit: Some(4096 * 1024),
+            })
+        );
+        let none = "MemTotal:  2048 kB\nSwapTotal:  0 kB\nSwapFree:  0 kB\n";
+        assert_eq!(node_swap(none), None);
+        assert_eq!(node_swap("MemTotal:  2048 kB\n"), None);
     }
 
     #[test]

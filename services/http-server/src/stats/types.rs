@@ -41,6 +41,8 @@ pub struct NodeStats {
     pub runtime: Option<RuntimeStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rlimit: Option<RlimitStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -81,6 +83,8 @@ pub struct PodStats {
     pub ephemeral_storage: Option<FsStats>,
     #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,6 +113,8 @@ pub struct ContainerStats {
     pub rootfs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -137,6 +143,17 @@ pub struct MemoryStats {
     pub page_faults: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+}
+
+/// Swap in use and, under a limit, still available.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwapStats {
+    pub time: Time,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_usage_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
