@@ -138,33 +138,12 @@ async fn exec_attach_and_run() {
     .unwrap();
     tty.close().await;
 
-    // attach to the running shell: a command in, its output out.
+    // attach to the running shell: a command in, its output out; the shell is still
+    // there for the next client.
     let path = format!("/attach/default/{pod}/shell?input=1&output=1&error=1");
-    let mut attached = open(&node, &path, &[V4]).await;
-    attached
-        .send(0, b"echo attached-$((6 * 7))\n")
-        .await
-        .unwrap();
-    let mut seen = Received::default();
-    attached
-        .read_until(&mut seen, Duration::from_secs(15), |r| {
-            r.text(1).contains("attached-42")
-        })
-        .await
-        .unwrap();
-    attached.close().await;
-    // The shell is still there for the next client.
+    attach_and_echo(&node, &path, V4, "attached-$((6 * 7))", "attached-42").await;
     let path = format!("/attach/default/{pod}/{uid}/shell?input=1&output=1");
-    let mut again = open(&node, &path, &[V4]).await;
-    again.send(0, b"echo again\n").await.unwrap();
-    let mut seen = Received::default();
-    again
-        .read_until(&mut seen, Duration::from_secs(15), |r| {
-            r.text(1).contains("again")
-        })
-        .await
-        .unwrap();
-    again.close().await;
+    attach_and_echo(&node, &path, V4, "again", "again").await;
 
     // /run: ExecSync's output, and a failure with its exit code.
     let run = node
@@ -274,16 +253,22 @@ async fn exec_and_attach_over_v5(node: &Node, pod: &str) {
 
     // attach to the running shell.
     let path = format!("/attach/default/{pod}/shell?input=1&output=1&error=1");
-    let mut attached = open(node, &path, &[V5]).await;
-    assert_eq!(attached.protocol.as_deref(), Some(V5));
+    attach_and_echo(node, &path, V5, "v5-attached-$((6 * 7))", "v5-attached-42").await;
+}
+
+/// Attaches at `path` over `protocol`, sends `echo <words>` to the shell, and waits for
+/// `expect` on stdout.
+async fn attach_and_echo(node: &Node, path: &str, protocol: &str, words: &str, expect: &str) {
+    let mut attached = open(node, path, &[protocol]).await;
+    assert_eq!(attached.protocol.as_deref(), Some(protocol));
     attached
-        .send(0, b"echo v5-attached-$((6 * 7))\n")
+        .send(0, format!("echo {words}\n").as_bytes())
         .await
         .unwrap();
     let mut seen = Received::default();
     attached
         .read_until(&mut seen, Duration::from_secs(15), |r| {
-            r.text(1).contains("v5-attached-42")
+            r.text(1).contains(expect)
         })
         .await
         .unwrap();

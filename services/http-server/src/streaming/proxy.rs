@@ -10,6 +10,7 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use std::future::pending;
 use std::sync::Arc;
@@ -58,13 +59,33 @@ pub async fn proxy_stream(
             response.headers_mut().append(name, value.clone());
         }
     }
+    spawn_relay(
+        client_upgrade,
+        backend_upgrade,
+        permit,
+        move |client, backend| splice(client, backend, idle_timeout),
+    );
+    response
+}
+
+/// Once both the client's and the runtime's upgrades complete, runs `relay` on the two
+/// connections in a task of its own that holds `permit` (the stream's slot) to the end.
+pub(super) fn spawn_relay<F, Fut>(
+    client: hyper::upgrade::OnUpgrade,
+    backend: hyper::upgrade::OnUpgrade,
+    permit: OwnedSemaphorePermit,
+    relay: F,
+) where
+    F: FnOnce(TokioIo<Upgraded>, TokioIo<Upgraded>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     tokio::spawn(
         async move {
             let _permit = permit;
-            let (client, backend) = tokio::join!(client_upgrade, backend_upgrade);
+            let (client, backend) = tokio::join!(client, backend);
             match (client, backend) {
                 (Ok(client), Ok(backend)) => {
-                    splice(TokioIo::new(client), TokioIo::new(backend), idle_timeout).await;
+                    relay(TokioIo::new(client), TokioIo::new(backend)).await
                 }
                 (Err(e), _) => tracing::debug!(error = %e, "the client's upgrade failed"),
                 (_, Err(e)) => tracing::warn!(error = %e, "the runtime's upgrade failed"),
@@ -72,7 +93,6 @@ pub async fn proxy_stream(
         }
         .in_current_span(),
     );
-    response
 }
 
 /// Sends an upgrade request with `headers` to the runtime's `location` and returns its

@@ -9,13 +9,12 @@
 //! client's WebSocket ends here, and the runtime is spoken to over SPDY/3.1 with
 //! `v4.channel.k8s.io`, one SPDY stream per channel, where a FIN closes stdin.
 
-use super::proxy::{Activity, upgrade_backend};
+use super::proxy::{Activity, spawn_relay, upgrade_backend};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use hyper_util::rt::TokioIo;
 use nodeagent_spdy::{Frame, FrameReader, FrameWriter};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,7 +25,6 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tracing::Instrument;
 
 use super::params::{StreamOptions as Streams, V5};
 
@@ -77,31 +75,20 @@ pub async fn bridge(
         Err(refused) => return refused,
     };
     let backend_upgrade = hyper::upgrade::on(&mut backend);
-    tokio::spawn(
-        async move {
-            let _permit = permit;
-            let (client, backend) = tokio::join!(client_upgrade, backend_upgrade);
-            match (client, backend) {
-                (Ok(client), Ok(backend)) => {
-                    let config = WebSocketConfig::default()
-                        .max_message_size(Some(MAX_MESSAGE))
-                        .max_frame_size(Some(MAX_MESSAGE));
-                    let ws = WebSocketStream::from_raw_socket(
-                        TokioIo::new(client),
-                        Role::Server,
-                        Some(config),
-                    )
-                    .await;
-                    match relay(ws, TokioIo::new(backend), streams, idle_timeout).await {
-                        Ok(how) => tracing::debug!(how, "v5 stream finished"),
-                        Err(e) => tracing::info!(error = %e, "v5 stream failed"),
-                    }
-                }
-                (Err(e), _) => tracing::debug!(error = %e, "the client's upgrade failed"),
-                (_, Err(e)) => tracing::warn!(error = %e, "the runtime's upgrade failed"),
+    spawn_relay(
+        client_upgrade,
+        backend_upgrade,
+        permit,
+        move |client, backend| async move {
+            let config = WebSocketConfig::default()
+                .max_message_size(Some(MAX_MESSAGE))
+                .max_frame_size(Some(MAX_MESSAGE));
+            let ws = WebSocketStream::from_raw_socket(client, Role::Server, Some(config)).await;
+            match relay(ws, backend, streams, idle_timeout).await {
+                Ok(how) => tracing::debug!(how, "v5 stream finished"),
+                Err(e) => tracing::info!(error = %e, "v5 stream failed"),
             }
-        }
-        .in_current_span(),
+        },
     );
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
