@@ -120,23 +120,7 @@ async fn exec_attach_and_run() {
     assert_eq!(exit_code(got.0.get(&3).map_or(&[][..], |v| v)), Ok(0));
 
     // A terminal, resized through channel 4: the command sees the new size.
-    let path = format!(
-        "/exec/default/{pod}/web?{}&input=1&output=1&tty=1",
-        command_query(&[
-            "sh",
-            "-c",
-            "for i in $(seq 100); do stty size; sleep 0.2; done"
-        ])
-    );
-    let mut tty = open(&node, &path, &[V4]).await;
-    tty.resize(123, 45).await.unwrap();
-    let mut seen = Received::default();
-    tty.read_until(&mut seen, Duration::from_secs(15), |r| {
-        r.text(1).contains("45 123")
-    })
-    .await
-    .unwrap();
-    tty.close().await;
+    resize_terminal(&node, &pod, V4, 123, 45).await;
 
     // attach to the running shell: a command in, its output out; the shell is still
     // there for the next client.
@@ -233,6 +217,16 @@ async fn exec_and_attach_over_v5(node: &Node, pod: &str) {
     assert_eq!(exit_code(got.0.get(&3).map_or(&[][..], |v| v)), Ok(0));
 
     // A terminal resized through channel 4.
+    resize_terminal(node, pod, V5, 99, 33).await;
+
+    // attach to the running shell.
+    let path = format!("/attach/default/{pod}/shell?input=1&output=1&error=1");
+    attach_and_echo(node, &path, V5, "v5-attached-$((6 * 7))", "v5-attached-42").await;
+}
+
+/// Resizes an exec's terminal through channel 4 over `protocol` and waits until the
+/// command sees the new size.
+async fn resize_terminal(node: &Node, pod: &str, protocol: &str, width: u16, height: u16) {
     let path = format!(
         "/exec/default/{pod}/web?{}&input=1&output=1&tty=1",
         command_query(&[
@@ -241,19 +235,16 @@ async fn exec_and_attach_over_v5(node: &Node, pod: &str) {
             "for i in $(seq 100); do stty size; sleep 0.2; done"
         ])
     );
-    let mut tty = open(node, &path, &[V5]).await;
-    tty.resize(99, 33).await.unwrap();
+    let mut tty = open(node, &path, &[protocol]).await;
+    tty.resize(width, height).await.unwrap();
+    let size = format!("{height} {width}");
     let mut seen = Received::default();
     tty.read_until(&mut seen, Duration::from_secs(15), |r| {
-        r.text(1).contains("33 99")
+        r.text(1).contains(&size)
     })
     .await
     .unwrap();
     tty.close().await;
-
-    // attach to the running shell.
-    let path = format!("/attach/default/{pod}/shell?input=1&output=1&error=1");
-    attach_and_echo(node, &path, V5, "v5-attached-$((6 * 7))", "v5-attached-42").await;
 }
 
 /// Attaches at `path` over `protocol`, sends `echo <words>` to the shell, and waits for
