@@ -22,12 +22,15 @@
 //!   service-account tokens from the `serviceaccounts/token` subresource (TokenRequest),
 //!   reviewed as upstream does (`apiserver_serviceaccount`);
 //! - what two controllers keep in every namespace in use: the `default` ServiceAccount and
-//!   the `kube-root-ca.crt` ConfigMap with the server's CA (`apiserver_controllers`).
+//!   the `kube-root-ca.crt` ConfigMap with the server's CA (`apiserver_controllers`);
+//! - the ServiceAccount admission of a created pod: the `default` service account, which
+//!   must exist (403 Forbidden), and the `kube-api-access-*` token volume mounted in its
+//!   containers (`apiserver_admission`).
 //!
 //! Not covered (a test needing them must extend this first): authentication and
 //! authorization of its own clients, label selectors, server-side apply, JSON patch,
-//! finalizers, admission and validation, defaulting, pagination (`limit`/`continue`), protobuf encoding, and any
-//! resource not listed above.
+//! finalizers, any other admission, validation, other defaulting, pagination
+//! (`limit`/`continue`), protobuf encoding, and any resource not listed above.
 
 use crate::apiserver_controllers::Write;
 use axum::Router;
@@ -488,7 +491,7 @@ fn get(state: &ApiState, t: &Target, name: &str) -> Response {
     }
 }
 
-fn create(state: &ApiState, t: &Target, body: Value) -> Response {
+fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
     let name = body["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -508,17 +511,37 @@ fn create(state: &ApiState, t: &Target, body: Value) -> Response {
         name
     };
     let mut s = state.store.lock().unwrap();
+    // A namespace's first object: its controllers' objects come first, as they would in a
+    // cluster where the namespace was created before anything was put in it (so a pod's
+    // admission finds the `default` ServiceAccount).
+    if let Some(ns) = &t.namespace {
+        sync_namespace(state, &mut s, ns);
+    }
+    // Admission comes before storage, as upstream's: a refused pod is refused even when
+    // its name is taken.
+    if t.plural == "pods"
+        && let Some(ns) = &t.namespace
+    {
+        let account = |sa: &str| {
+            s.objects
+                .get(&("serviceaccounts".to_string(), ns.clone(), sa.to_string()))
+                .cloned()
+        };
+        if let Err(why) = crate::apiserver_admission::admit_pod(&mut body, ns, account) {
+            return status_with_details(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("pods {name:?} is forbidden: {why}"),
+                json!({"name": name, "kind": "pods"}),
+            );
+        }
+    }
     if s.objects.contains_key(&key(t, &name)) {
         return status(
             StatusCode::CONFLICT,
             "AlreadyExists",
             format!("{} \"{name}\" already exists", t.plural),
         );
-    }
-    // A namespace's first object: its controllers' objects come first, as they would in a
-    // cluster where the namespace was created before anything was put in it.
-    if let Some(ns) = &t.namespace {
-        sync_namespace(state, &mut s, ns);
     }
     let body = insert_new(state, &mut s, t, &name, body);
     json_response(StatusCode::CREATED, &body)

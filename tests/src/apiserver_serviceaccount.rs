@@ -9,20 +9,23 @@
 //!   server's audiences gets upstream's extended expiry (one year, `warnafter` at 3607 s,
 //!   as `--service-account-extend-token-expiration` does by default); the answer's
 //!   `status.expirationTimestamp` is the requested one.
+//! - A maximum lifetime a test may set ([`ServiceAccountTokens::set_max_expiration_seconds`]),
+//!   as `--service-account-max-token-expiration`: a longer request is shortened to it
+//!   after validation (with upstream's `Warning` header), before the extension above.
 //! - The review of such a token (pkg/serviceaccount/claims.go and the JWT authenticator):
 //!   signature, expiry with upstream's 60 s leeway, audiences (the intersection with the
 //!   review's, or with the API server's when it names none), the service account and the
 //!   bound object still existing with their uids.
 //!
 //! The tokens are ES256 JWTs (`apiserver_jwt`) with upstream's claims. Not served: the
-//! OIDC discovery document and JWKS, legacy Secret-based tokens, and a maximum expiration
-//! (upstream has none unless configured).
+//! OIDC discovery document and JWKS, and legacy Secret-based tokens.
 
 use crate::apiserver::{ApiState, status, status_with_details};
 use crate::apiserver_jwt::Signer;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The issuer (`iss`) of the tokens, and the API server's own audience.
@@ -33,8 +36,9 @@ pub const API_AUDIENCES: [&str; 1] = [ISSUER];
 const MIN_EXPIRATION_SECONDS: i64 = 10 * 60;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 const DEFAULT_EXPIRATION_SECONDS: i64 = 60 * 60;
-/// What the kubelet asks for by default, which upstream extends (`token.WarnOnly…`).
-const WARN_ONLY_EXPIRATION_SECONDS: i64 = 60 * 60 + 7;
+/// What the kubelet asks for by default, which upstream extends (`token.WarnOnly…`), and
+/// what the admitted pods' token volumes ask for.
+pub(crate) const WARN_ONLY_EXPIRATION_SECONDS: i64 = 60 * 60 + 7;
 const EXPIRATION_EXTENSION_SECONDS: i64 = 24 * 365 * 60 * 60;
 /// go-jose's `DefaultLeeway`, which upstream's validation uses.
 const LEEWAY_SECONDS: i64 = 60;
@@ -46,9 +50,33 @@ const INVALIDATED: &str = "service account token has been invalidated";
 pub struct ServiceAccountTokens {
     signer: Arc<Signer>,
     served: Arc<Mutex<Vec<Value>>>,
+    /// The cap on `expirationSeconds`; 0: none.
+    max_expiration_seconds: Arc<AtomicI64>,
 }
 
 impl ServiceAccountTokens {
+    /// Caps the lifetime of the tokens issued from now on, as kube-apiserver's
+    /// `--service-account-max-token-expiration`: a TokenRequest asking for more than
+    /// `max` seconds (after its validation, so it still must ask for at least 10 minutes)
+    /// gets `max`, in its answer's `spec.expirationSeconds` and
+    /// `status.expirationTimestamp` and in the token's `exp`. A request so shortened is no
+    /// longer the kubelet's 3607 s and so gets no extended expiry, as upstream; with a cap
+    /// above 3607 s a 3607 s request still gets the one-year token, as upstream's.
+    ///
+    /// Unlike upstream's flag, which must lie between one hour and 2^32 seconds, this
+    /// test knob takes any positive number of seconds, so that a test can see tokens
+    /// expire and be refreshed within seconds. None (or a value ≤ 0): no cap, the
+    /// default. Shared by every clone, so it applies to a running server's state.
+    pub fn set_max_expiration_seconds(&self, max: Option<i64>) {
+        let max = max.filter(|m| *m > 0).unwrap_or(0);
+        self.max_expiration_seconds.store(max, Ordering::SeqCst);
+    }
+
+    /// The cap set by [`Self::set_max_expiration_seconds`], if any.
+    pub fn max_expiration_seconds(&self) -> Option<i64> {
+        Some(self.max_expiration_seconds.load(Ordering::SeqCst)).filter(|m| *m > 0)
+    }
+
     /// The TokenRequests served for service account `name` in `namespace`, oldest first,
     /// each as answered (with `status.token` and `status.expirationTimestamp`).
     pub fn token_requests(&self, namespace: &str, name: &str) -> Vec<Value> {
@@ -96,12 +124,21 @@ pub(crate) fn handle(
         ));
     }
     Some(match token_request(state, ns, name, body) {
-        Ok(answer) => (
-            StatusCode::CREATED,
-            [("content-type", "application/json")],
-            answer.to_string(),
-        )
-            .into_response(),
+        Ok((answer, warning)) => {
+            let mut response = (
+                StatusCode::CREATED,
+                [("content-type", "application/json")],
+                answer.to_string(),
+            )
+                .into_response();
+            // As upstream's `warning.AddWarning`: code 299, agent "-", the text quoted.
+            if let Some(warning) = warning
+                && let Ok(value) = format!("299 - {warning:?}").parse()
+            {
+                response.headers_mut().insert("warning", value);
+            }
+            response
+        }
         Err(f) => status_with_details(f.code, f.reason, f.message, f.details),
     })
 }
@@ -137,7 +174,13 @@ struct Bound {
     node: Option<(String, String)>,
 }
 
-fn token_request(state: &ApiState, ns: &str, name: &str, body: &[u8]) -> Result<Value, Failure> {
+/// The answer to a TokenRequest, and the warning to send with it.
+fn token_request(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    body: &[u8],
+) -> Result<(Value, Option<String>), Failure> {
     let mut req: Value = match serde_json::from_slice(body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {
@@ -170,7 +213,7 @@ fn token_request(state: &ApiState, ns: &str, name: &str, body: &[u8]) -> Result<
     if audiences.is_empty() {
         audiences = API_AUDIENCES.iter().map(|a| a.to_string()).collect();
     }
-    let seconds = req["spec"]["expirationSeconds"]
+    let mut seconds = req["spec"]["expirationSeconds"]
         .as_i64()
         .unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     if seconds < MIN_EXPIRATION_SECONDS {
@@ -182,6 +225,15 @@ fn token_request(state: &ApiState, ns: &str, name: &str, body: &[u8]) -> Result<
         return Err(invalid("", "spec.expirationSeconds", json!(seconds), why));
     }
     let bound = bind(state, ns, name, &req["spec"]["boundObjectRef"])?;
+    let mut warning = None;
+    if let Some(max) = state.service_accounts.max_expiration_seconds()
+        && seconds > max
+    {
+        warning = Some(format!(
+            "requested expiration of {seconds} seconds shortened to {max} seconds"
+        ));
+        seconds = max;
+    }
 
     let now = now_seconds();
     // Upstream's safe transition for projected tokens: warn after the requested time,
@@ -240,7 +292,7 @@ fn token_request(state: &ApiState, ns: &str, name: &str, body: &[u8]) -> Result<
         .lock()
         .unwrap()
         .push(req.clone());
-    Ok(req)
+    Ok((req, warning))
 }
 
 /// Checks `spec.boundObjectRef` as upstream: the object exists, a Pod runs as `sa_name`,

@@ -3,6 +3,7 @@
 //! starts. Waiting is always on a condition with a deadline ([`eventually`]).
 
 pub mod apiserver;
+pub mod apiserver_admission;
 pub mod apiserver_auth;
 pub mod apiserver_controllers;
 mod apiserver_discovery;

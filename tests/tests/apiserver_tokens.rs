@@ -1,8 +1,9 @@
 //! The test API server's service-account machinery, driven through kube-rs as the node
 //! agent drives it: TokenRequest (`serviceaccounts/token`) with upstream's validation and
 //! claims, TokenReview of those tokens (audiences, expiry, the bound pod), the `default`
-//! ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace in use, and
-//! discovery listing them. Needs no containerd.
+//! ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace in use,
+//! discovery listing them, the ServiceAccount admission of pods (the `kube-api-access-*`
+//! token volume) and a test's cap on token lifetimes. Needs no containerd.
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenReview};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
@@ -265,6 +266,14 @@ async fn token_requests_are_validated_and_defaulted_as_upstream() {
     let bind = |kind: &str, name: &str| json!({"boundObjectRef": {"apiVersion": "v1", "kind": kind, "name": name}});
     let absent = token_request(&accounts, "default", bind("Pod", "nowhere")).await;
     assert_eq!(api_error(absent).0, 404);
+    // (A pod's service account must exist: admission refuses the pod otherwise.)
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "builder"}})).unwrap(),
+        )
+        .await
+        .unwrap();
     create_pod(
         &client,
         "default",
@@ -425,4 +434,298 @@ async fn every_namespace_in_use_has_a_default_service_account_and_the_root_ca() 
     assert_eq!(token.kind, "TokenRequest");
     assert_eq!(token.group.as_deref(), Some("authentication.k8s.io"));
     assert_eq!(token.verbs, ["create"]);
+}
+
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The pod's volumes and each container's mounts, as JSON.
+fn volumes_and_mounts(pod: &Pod) -> (Value, Vec<Value>) {
+    let spec = serde_json::to_value(pod.spec.as_ref().unwrap()).unwrap();
+    let mut mounts = Vec::new();
+    for list in ["initContainers", "containers"] {
+        for c in spec[list].as_array().into_iter().flatten() {
+            mounts.push(c["volumeMounts"].clone());
+        }
+    }
+    (spec["volumes"].clone(), mounts)
+}
+
+#[tokio::test]
+async fn a_created_pod_runs_as_default_with_the_kube_api_access_volume_in_every_container() {
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let client = server.client();
+    // A namespace's first object is this pod: its `default` account is there in time.
+    let ns = "admitted";
+    let own = json!({"name": "own", "mountPath": TOKEN_PATH});
+    let pod = create_pod(
+        &client,
+        ns,
+        "web",
+        json!({
+            "initContainers": [{"name": "init", "image": "busybox"}],
+            "containers": [
+                {"name": "app", "image": "busybox",
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                {"name": "mine", "image": "busybox", "volumeMounts": [own]},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "own", "emptyDir": {}}],
+        }),
+    )
+    .await;
+    let spec = pod.spec.clone().unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    assert_eq!(spec.service_account.as_deref(), Some("default"));
+
+    let (volumes, mounts) = volumes_and_mounts(&pod);
+    let volumes = volumes.as_array().unwrap();
+    assert_eq!(volumes.len(), 3, "{volumes:?}");
+    let name = volumes[2]["name"].as_str().unwrap().to_string();
+    let suffix = name.strip_prefix("kube-api-access-").unwrap();
+    assert_eq!(suffix.len(), 5, "{name}");
+    assert!(
+        suffix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()),
+        "{name}"
+    );
+    assert_eq!(
+        volumes[2]["projected"],
+        json!({
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ],
+        })
+    );
+    let token = json!({"name": name, "readOnly": true, "mountPath": TOKEN_PATH});
+    assert_eq!(
+        mounts,
+        vec![
+            json!([token]),
+            json!([{"name": "data", "mountPath": "/data"}, token]),
+            json!([own]),
+        ],
+        "the init container and `app` get the token; `mine` keeps its own mount"
+    );
+    // As stored, and for watchers.
+    let stored = server.state.object("pods", ns, "web").unwrap();
+    assert_eq!(stored["spec"]["volumes"][2]["name"], name.as_str());
+
+    // The kubelet's token for that volume: bound to the pod, of its defaulted account.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let bound = token_request(
+        &accounts,
+        "default",
+        json!({"expirationSeconds": 3607, "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+            "name": "web", "uid": pod.metadata.uid.unwrap()}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bound["spec"]["expirationSeconds"], 3607);
+}
+
+#[tokio::test]
+async fn automount_false_on_the_pod_or_its_account_mounts_nothing_and_the_pod_wins() {
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let client = server.client();
+    let containers = json!([{"name": "c", "image": "busybox"}]);
+    let off = create_pod(
+        &client,
+        "default",
+        "off",
+        json!({"automountServiceAccountToken": false, "containers": containers}),
+    )
+    .await;
+    assert_eq!(
+        off.spec.as_ref().unwrap().service_account_name.as_deref(),
+        Some("default")
+    );
+    assert_eq!(volumes_and_mounts(&off), (Value::Null, vec![Value::Null]));
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "quiet"}, "automountServiceAccountToken": false}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let quiet = create_pod(
+        &client,
+        "default",
+        "quiet",
+        json!({"serviceAccountName": "quiet", "containers": containers}),
+    )
+    .await;
+    assert_eq!(volumes_and_mounts(&quiet), (Value::Null, vec![Value::Null]));
+    let wanted = create_pod(
+        &client,
+        "default",
+        "wanted",
+        json!({"serviceAccountName": "quiet", "automountServiceAccountToken": true,
+            "containers": containers}),
+    )
+    .await;
+    let (volumes, mounts) = volumes_and_mounts(&wanted);
+    assert_eq!(volumes.as_array().map(Vec::len), Some(1), "{volumes}");
+    assert_eq!(mounts[0][0]["mountPath"], TOKEN_PATH);
+}
+
+#[tokio::test]
+async fn a_pod_naming_a_missing_service_account_is_forbidden() {
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"serviceAccountName": "builder", "containers": [{"name": "c", "image": "busybox"}]}}))
+    .unwrap();
+    let (code, reason, message) = api_error(pods.create(&PostParams::default(), &pod).await);
+    assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        message,
+        "pods \"web\" is forbidden: error looking up service account apps/builder: serviceaccount \"builder\" not found"
+    );
+    assert_eq!(api_error(pods.get("web").await).0, 404, "nothing stored");
+
+    // Once the account exists, the same pod is admitted.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "apps");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "builder"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let admitted = pods.create(&PostParams::default(), &pod).await.unwrap();
+    assert_eq!(
+        admitted.spec.unwrap().service_account_name.as_deref(),
+        Some("builder")
+    );
+}
+
+#[tokio::test]
+async fn a_mirror_pod_is_stored_as_sent() {
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "kube-system");
+    let sent: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "static-web-n1", "annotations": {
+            "kubernetes.io/config.mirror": "abc", "kubernetes.io/config.source": "file"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let stored = pods.create(&PostParams::default(), &sent).await.unwrap();
+    assert_eq!(stored.spec, sent.spec);
+    let spec = stored.spec.unwrap();
+    assert_eq!(spec.service_account_name, None);
+    assert_eq!(spec.volumes, None);
+}
+
+#[tokio::test]
+async fn a_capped_token_lifetime_shortens_the_answer_the_jwt_and_the_extension() {
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let client = server.client();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    // The test's clone of the state: the running server sees the cap.
+    server
+        .state
+        .service_accounts
+        .set_max_expiration_seconds(Some(20));
+    assert_eq!(
+        server.state.service_accounts.max_expiration_seconds(),
+        Some(20)
+    );
+
+    let before = now();
+    let capped = token_request(&accounts, "default", json!({"expirationSeconds": 3600}))
+        .await
+        .unwrap();
+    assert_eq!(capped["spec"]["expirationSeconds"], 20);
+    let expires = expires(&capped);
+    assert!(
+        (before + 20..=now() + 20).contains(&expires),
+        "expirationTimestamp {expires}, requested at {before}"
+    );
+    let token = capped["status"]["token"].as_str().unwrap();
+    let claims = server.state.service_accounts.verify(token).unwrap();
+    assert_eq!(claims["exp"], claims["iat"].as_i64().unwrap() + 20);
+    assert_eq!(claims["exp"], expires);
+
+    // Validation still comes first: under ten minutes is refused, cap or not.
+    let short = token_request(&accounts, "default", json!({"expirationSeconds": 599})).await;
+    assert_eq!(api_error(short).0, 422);
+
+    // The kubelet's 3607 s for a pod volume is capped too, and so not extended.
+    create_pod(
+        &client,
+        "default",
+        "web",
+        json!({"containers": [{"name": "c", "image": "busybox"}]}),
+    )
+    .await;
+    let projected = token_request(
+        &accounts,
+        "default",
+        json!({"expirationSeconds": 3607,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "web"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(projected["spec"]["expirationSeconds"], 20);
+    let token = projected["status"]["token"].as_str().unwrap();
+    let claims = server.state.service_accounts.verify(token).unwrap();
+    assert_eq!(claims["exp"], claims["iat"].as_i64().unwrap() + 20);
+    assert!(
+        claims["kubernetes.io"].get("warnafter").is_none(),
+        "{claims}"
+    );
+
+    // A cap above the request leaves it; no cap again: the full hour.
+    server
+        .state
+        .service_accounts
+        .set_max_expiration_seconds(Some(7200));
+    let under = token_request(&accounts, "default", json!({"expirationSeconds": 3600}))
+        .await
+        .unwrap();
+    assert_eq!(under["spec"]["expirationSeconds"], 3600);
+    server
+        .state
+        .service_accounts
+        .set_max_expiration_seconds(None);
+    let uncapped = token_request(&accounts, "default", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(uncapped["spec"]["expirationSeconds"], 3600);
+}
+
+#[tokio::test]
+async fn a_shortened_token_request_carries_upstreams_warning() {
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    server
+        .state
+        .service_accounts
+        .set_max_expiration_seconds(Some(30));
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}});
+    let request = http::Request::post("/api/v1/namespaces/default/serviceaccounts/default/token")
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(body.to_string().into_bytes()))
+        .unwrap();
+    let response = server.client().send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let warning = response
+        .headers()
+        .get("warning")
+        .map(|w| w.to_str().unwrap().to_string());
+    assert_eq!(status, 201);
+    assert_eq!(
+        warning.as_deref(),
+        Some("299 - \"requested expiration of 3600 seconds shortened to 30 seconds\"")
+    );
 }
