@@ -13,8 +13,8 @@
 use crate::store::PodStore;
 use crate::{manifest, validation};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use nodeagent_proto::k8s;
@@ -189,46 +189,9 @@ impl ApiSource {
 
     /// Records a Warning Event on the pod (reason FailedValidation, as upstream).
     async fn warn(&self, pod: &Pod, message: &str) {
-        let ns = k8s::pod_namespace(pod).to_string();
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::from_second(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs() as i64)
-                    .unwrap_or(0),
-            )
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        );
-        let event = Event {
-            metadata: kube::api::ObjectMeta {
-                generate_name: Some(format!("{}.", k8s::pod_name(pod))),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                kind: Some("Pod".into()),
-                api_version: Some("v1".into()),
-                name: pod.metadata.name.clone(),
-                namespace: Some(ns.clone()),
-                uid: pod.metadata.uid.clone(),
-                ..Default::default()
-            },
-            reason: Some("FailedValidation".into()),
-            message: Some(message.to_string()),
-            type_: Some("Warning".into()),
-            source: Some(k8s_openapi::api::core::v1::EventSource {
-                component: Some("kubelet".into()),
-                host: Some(self.node_name.clone()),
-            }),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            ..Default::default()
-        };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = events.create(&PostParams::default(), &event).await {
-            tracing::warn!(error = %e, "cannot record the event");
-        }
+        use nodeagent_config::events::{EventType, post};
+        let (ty, reason) = (EventType::Warning, "FailedValidation");
+        post(&self.client, pod, ty, reason, message, &self.node_name).await;
     }
 }
 

@@ -4,7 +4,9 @@
 
 mod address;
 pub mod duration;
+pub mod events;
 mod kubelet_config;
+pub mod machine;
 pub mod quantity;
 mod vsock;
 

@@ -22,19 +22,8 @@ fn read_trim(path: &str) -> String {
 }
 
 pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let memory_bytes = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024;
+    let cpus = nodeagent_config::machine::cpus();
+    let memory_bytes = nodeagent_config::machine::memory_bytes();
     let fs_path = if root_dir.exists() {
         root_dir
     } else {

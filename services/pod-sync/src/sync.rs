@@ -118,9 +118,11 @@ impl PodSync {
                 return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
             }
             Err(status) => {
-                let message = format!("volumes: {}", status.message());
+                // Upstream: the pod waits in ContainerCreating until its volumes mount
+                // (the volume service posts the FailedMount event); we also say why.
+                let message = status.message().to_string();
                 tracing::warn!(%message, "volumes not ready");
-                self.set_waiting_all(pod, "CreateContainerConfigError", &message);
+                self.set_waiting_all(pod, "ContainerCreating", &message);
                 return Ok(SyncOutcome::RetryAfter(Duration::from_secs(5)));
             }
         };

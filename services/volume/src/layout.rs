@@ -1,7 +1,9 @@
 //! Where pod volumes live on disk and how each kind is set up and torn down.
 
+use crate::atomic_writer;
+use crate::payload::{self, ApiObjects};
 use crate::subpath::{self, SubPath, SubPathError};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod};
 use nodeagent_hostpath::{HostPath, PathError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,6 +44,9 @@ pub enum VolumeError {
     /// A subPath cannot be mounted safely.
     #[error(transparent)]
     SubPath(#[from] SubPathError),
+    /// A volume could not be set up (upstream's `FailedMount` wording); the pod waits.
+    #[error("MountVolume.SetUp failed for volume {name:?} : {reason}")]
+    SetUp { name: String, reason: String },
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
@@ -58,6 +63,16 @@ pub struct FoundVolume {
     pub plugin: String,
     pub name: String,
     pub host_path: PathBuf,
+}
+
+/// What [`PodVolumeLayout::ensure`] made.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ensured {
+    /// Volume name -> its directory on the host.
+    pub paths: BTreeMap<String, PathBuf>,
+    /// Volumes set up earlier whose refresh failed: they keep their last content (as
+    /// upstream, a running pod is not disturbed), each with upstream's FailedMount message.
+    pub stale: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -90,35 +105,51 @@ impl PodVolumeLayout {
         HostPath::new(base.as_path(), &[volume, container, &index.to_string()])
     }
 
-    /// Idempotent: makes every volume of `pod` ready; returns name -> host path.
-    pub fn ensure(&self, pod: &Pod) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    /// Idempotent: makes every volume of `pod` ready, filling configMap, secret,
+    /// downwardAPI and projected volumes from `objects` (fetched for this pod).
+    pub fn ensure(&self, pod: &Pod, objects: &ApiObjects) -> Result<Ensured, VolumeError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         self.pod_dir(uid)?;
-        let mut paths = BTreeMap::new();
+        let mut out = Ensured::default();
         let volumes = pod
             .spec
             .as_ref()
             .and_then(|s| s.volumes.clone())
             .unwrap_or_default();
-        for v in volumes {
+        for v in &volumes {
             // Checked before anything is created: a name is one plain path component.
             nodeagent_hostpath::component(&v.name)?;
-            if paths.contains_key(&v.name) {
+            if out.paths.contains_key(&v.name) {
                 return Err(VolumeError::InvalidPod(format!(
                     "duplicate volume name {:?}",
                     v.name
                 )));
             }
+            out.paths.insert(v.name.clone(), PathBuf::new());
+        }
+        for v in volumes {
             let path = if let Some(empty) = &v.empty_dir {
-                if empty.medium.as_deref() == Some("Memory") {
-                    return Err(VolumeError::Unsupported {
-                        name: v.name,
-                        kind: "emptyDir medium Memory",
-                    });
-                }
                 let dir = self.volume_dir(uid, EMPTY_DIR, &v.name)?;
                 std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
-                set_mode(&dir, 0o777)?;
+                match empty.medium.as_deref().unwrap_or_default() {
+                    "" => set_mode(&dir, 0o777)?,
+                    "Memory" => {
+                        let size = memory_size(pod, empty, &objects.node_allocatable);
+                        mount_tmpfs(&dir, size)?;
+                    }
+                    medium if medium.starts_with("HugePages") => {
+                        return Err(VolumeError::SetUp {
+                            name: v.name,
+                            reason: hugepages_refusal(),
+                        });
+                    }
+                    other => {
+                        return Err(VolumeError::SetUp {
+                            name: v.name,
+                            reason: format!("unknown storage medium {other:?}"),
+                        });
+                    }
+                }
                 if let Some(group) = fs_group(pod) {
                     give_to_group(&dir, group)?;
                 }
@@ -129,23 +160,68 @@ impl PodVolumeLayout {
                     &host.path,
                     host.type_.as_deref().unwrap_or_default(),
                 )?
+            } else if let Some(plugin) = payload::plugin_dir(&v) {
+                let dir = self.volume_dir(uid, plugin, &v.name)?;
+                match self.fill(&v, plugin, &dir, pod, objects) {
+                    Ok(()) => {}
+                    // Set up before: keep what the containers see, report the failure.
+                    Err(reason) if dir.as_path().join(atomic_writer::DATA_DIR).exists() => {
+                        out.stale.push(
+                            VolumeError::SetUp {
+                                name: v.name.clone(),
+                                reason,
+                            }
+                            .to_string(),
+                        )
+                    }
+                    Err(reason) => {
+                        return Err(VolumeError::SetUp {
+                            name: v.name,
+                            reason,
+                        });
+                    }
+                }
+                dir.into_path_buf()
             } else {
-                let kind = if v.config_map.is_some() {
-                    "configMap"
-                } else if v.secret.is_some() {
-                    "secret"
-                } else if v.projected.is_some() {
-                    "projected"
-                } else if v.persistent_volume_claim.is_some() {
+                let kind = if v.persistent_volume_claim.is_some() {
                     "persistentVolumeClaim"
+                } else if v.ephemeral.is_some() {
+                    "ephemeral"
+                } else if v.csi.is_some() {
+                    "csi"
                 } else {
                     "this kind of"
                 };
                 return Err(VolumeError::Unsupported { name: v.name, kind });
             };
-            paths.insert(v.name, path);
+            out.paths.insert(v.name, path);
         }
-        Ok(paths)
+        Ok(out)
+    }
+
+    /// Writes a payload volume atomically; secrets, tokens and pod fields live on tmpfs
+    /// (upstream's secret, projected and downwardAPI wrap a Memory emptyDir), config maps
+    /// on disk.
+    fn fill(
+        &self,
+        v: &k8s_openapi::api::core::v1::Volume,
+        plugin: &str,
+        dir: &HostPath,
+        pod: &Pod,
+        objects: &ApiObjects,
+    ) -> Result<(), String> {
+        let data = payload::volume_payload(v, pod, objects)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {dir:?}: {e}"))?;
+        if plugin != payload::CONFIG_MAP_PLUGIN {
+            mount_tmpfs(dir, None).map_err(|e| e.to_string())?;
+        }
+        let changed = atomic_writer::write(dir, &data).map_err(|e| e.to_string())?;
+        if changed {
+            tracing::info!(volume = %v.name, files = data.len(), "volume content written");
+        }
+        Ok(())
     }
 
     /// Idempotent: removes every volume of the pod and the pod's directory, after
@@ -156,6 +232,8 @@ impl PodVolumeLayout {
             return Ok(());
         }
         subpath::unmount_under(dir.join(SUBPATHS)?.as_path())?;
+        // Our own tmpfs mounts (Memory emptyDirs, secrets, projected, downwardAPI).
+        subpath::unmount_under(dir.join("volumes")?.as_path())?;
         // Never delete through a mount: that would delete the mounted filesystem's files.
         if mounted_under(&dir).map_err(io("read mounts for", &dir))? {
             return Err(VolumeError::StillMounted(dir.into_path_buf()));
@@ -197,9 +275,10 @@ impl PodVolumeLayout {
             .and_then(|s| s.volumes.as_ref())
             .and_then(|vs| vs.iter().find(|v| v.name == name))
             .ok_or_else(|| VolumeError::InvalidPod(format!("no volume named {name:?}")))?;
-        match (&v.empty_dir, &v.host_path) {
-            (Some(_), _) => Ok(self.volume_dir(uid, EMPTY_DIR, name)?.into_path_buf()),
-            (None, Some(host)) => Ok(PathBuf::from(&host.path)),
+        match (&v.empty_dir, &v.host_path, payload::plugin_dir(v)) {
+            (Some(_), _, _) => Ok(self.volume_dir(uid, EMPTY_DIR, name)?.into_path_buf()),
+            (None, Some(host), _) => Ok(PathBuf::from(&host.path)),
+            (None, None, Some(plugin)) => Ok(self.volume_dir(uid, plugin, name)?.into_path_buf()),
             _ => Err(VolumeError::Unsupported {
                 name: name.into(),
                 kind: "subPath on this kind of",
@@ -266,6 +345,90 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), VolumeError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
 }
 
+/// The size of a Memory emptyDir (upstream `calculateEmptyDirMemorySize`): the node's
+/// allocatable memory, lowered to the pod's memory limit if it has one, lowered to
+/// `sizeLimit` if that is smaller. `None`: nothing known, tmpfs's own default.
+fn memory_size(
+    pod: &Pod,
+    empty: &EmptyDirVolumeSource,
+    allocatable: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Option<u64> {
+    let mut size = allocatable.get("memory").and_then(quantity_bytes);
+    let limit = |q: Option<u64>| q.filter(|&l| l > 0);
+    let smaller = |size: Option<u64>, other: Option<u64>| match (size, other) {
+        (Some(s), Some(o)) => Some(s.min(o)),
+        (s, o) => s.or(o),
+    };
+    size = smaller(size, limit(pod_memory_limit(pod)));
+    size = smaller(
+        size,
+        limit(empty.size_limit.as_ref().and_then(quantity_bytes)),
+    );
+    size
+}
+
+/// The pod's memory limit (upstream `PodLimits`): the sum of the app containers' limits,
+/// or the largest init container's if larger; `None` if an app container has none.
+fn pod_memory_limit(pod: &Pod) -> Option<u64> {
+    let spec = pod.spec.as_ref()?;
+    let limit = |c: &k8s_openapi::api::core::v1::Container| {
+        quantity_bytes(c.resources.as_ref()?.limits.as_ref()?.get("memory")?)
+    };
+    let mut sum = 0u64;
+    for c in &spec.containers {
+        sum = sum.saturating_add(limit(c)?);
+    }
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(limit)
+        .max();
+    Some(sum.max(init.unwrap_or(0)))
+}
+
+fn quantity_bytes(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Option<u64> {
+    nodeagent_config::quantity::bytes(&q.0).and_then(|b| u64::try_from(b).ok())
+}
+
+/// Mounts a tmpfs on `dir` unless one is there already (`size` bytes, or tmpfs's default).
+fn mount_tmpfs(dir: &Path, size: Option<u64>) -> Result<(), VolumeError> {
+    if subpath::is_mount_point(dir) {
+        return Ok(());
+    }
+    let options = size.map(|s| format!("size={s}"));
+    nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        options.as_deref(),
+    )
+    .map_err(|e| VolumeError::Io {
+        op: "mount tmpfs on",
+        path: dir.to_path_buf(),
+        source: e.into(),
+    })
+}
+
+/// Why a HugePages emptyDir is refused: this node agent does not mount hugetlbfs yet, and
+/// says whether the node has huge pages at all.
+fn hugepages_refusal() -> String {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("HugePages_Total:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    if total == 0 {
+        "the node has no huge pages (HugePages_Total is 0)".into()
+    } else {
+        "emptyDir medium HugePages is not supported by this node agent yet".into()
+    }
+}
+
 /// Checks (and for the *OrCreate types, creates) a hostPath as upstream does.
 fn ensure_host_path(name: &str, path: &str, kind: &str) -> Result<PathBuf, VolumeError> {
     let p = PathBuf::from(path);
@@ -308,6 +471,10 @@ fn mounted_under(dir: &Path) -> std::io::Result<bool> {
 mod tests {
     use super::*;
 
+    fn none() -> ApiObjects {
+        ApiObjects::default()
+    }
+
     fn pod(uid: &str, volumes: serde_json::Value) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "uid": uid},
@@ -321,13 +488,13 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let layout = PodVolumeLayout::new(root.path().into());
         let p = pod("u1", serde_json::json!([{"name": "data", "emptyDir": {}}]));
-        let paths = layout.ensure(&p).unwrap();
+        let paths = layout.ensure(&p, &none()).unwrap().paths;
         let data = &paths["data"];
         assert!(data.is_dir());
         assert!(data.ends_with("pods/u1/volumes/kubernetes.io~empty-dir/data"));
         std::fs::write(data.join("f"), "x").unwrap();
         // Idempotent: the second call keeps the content.
-        assert_eq!(layout.ensure(&p).unwrap(), paths);
+        assert_eq!(layout.ensure(&p, &none()).unwrap().paths, paths);
         assert!(data.join("f").exists());
         let found = layout.list().unwrap();
         assert_eq!(found.len(), 1);
@@ -344,11 +511,15 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let layout = PodVolumeLayout::new(root.path().into());
         let mut p = pod("u3", serde_json::json!([{"name": "data", "emptyDir": {}}]));
-        let plain = layout.ensure(&p).unwrap()["data"].metadata().unwrap();
+        let plain = layout.ensure(&p, &none()).unwrap().paths["data"]
+            .metadata()
+            .unwrap();
         assert_eq!(plain.mode() & 0o7777, 0o777);
         p.spec.as_mut().unwrap().security_context =
             Some(serde_json::from_value(serde_json::json!({"fsGroup": 2000})).unwrap());
-        let owned = layout.ensure(&p).unwrap()["data"].metadata().unwrap();
+        let owned = layout.ensure(&p, &none()).unwrap().paths["data"]
+            .metadata()
+            .unwrap();
         assert_eq!(owned.gid(), 2000);
         assert_eq!(
             owned.mode() & 0o7777,
@@ -367,8 +538,8 @@ mod tests {
             serde_json::json!([{"name": "cfg", "configMap": {"name": "x"}}]),
         );
         assert_eq!(
-            layout.ensure(&p).unwrap_err().to_string(),
-            "volume \"cfg\": configMap volumes are not supported by this node agent yet"
+            layout.ensure(&p, &none()).unwrap_err().to_string(),
+            "MountVolume.SetUp failed for volume \"cfg\" : configmaps \"x\" was not fetched"
         );
         let p = pod(
             "u3",
@@ -376,7 +547,7 @@ mod tests {
         );
         assert!(
             layout
-                .ensure(&p)
+                .ensure(&p, &none())
                 .unwrap_err()
                 .to_string()
                 .contains("is not a directory")
@@ -390,7 +561,7 @@ mod tests {
         let layout = PodVolumeLayout::new(root.path().join("r"));
         let escape = "../../../../../../../x";
         let p = pod("u4", serde_json::json!([{"name": escape, "emptyDir": {}}]));
-        let err = layout.ensure(&p).unwrap_err();
+        let err = layout.ensure(&p, &none()).unwrap_err();
         assert!(
             err.to_string().contains("not a safe path component"),
             "{err}"
@@ -398,7 +569,7 @@ mod tests {
         assert!(!root.path().join("x").exists());
         for uid in ["", "..", "a/../../b", "x\0"] {
             let p = pod(uid, serde_json::json!([{"name": "d", "emptyDir": {}}]));
-            assert!(layout.ensure(&p).is_err(), "{uid:?}");
+            assert!(layout.ensure(&p, &none()).is_err(), "{uid:?}");
             assert!(layout.release(uid).is_err(), "{uid:?}");
         }
         let p = pod(
@@ -407,7 +578,7 @@ mod tests {
         );
         assert!(
             layout
-                .ensure(&p)
+                .ensure(&p, &none())
                 .unwrap_err()
                 .to_string()
                 .contains("duplicate volume name")
@@ -437,7 +608,7 @@ mod tests {
             "u7",
             serde_json::json!([{"name": "h", "hostPath": {"path": host.to_str().unwrap()}}]),
         );
-        layout.ensure(&p).unwrap();
+        layout.ensure(&p, &none()).unwrap();
         let err = layout
             .prepare_sub_paths(&p, "c", &[("h".into(), "evil".into(), 0)])
             .unwrap_err();
@@ -457,5 +628,110 @@ mod tests {
         assert!(subpath::mounts_under(root.path()).unwrap().is_empty());
         assert!(!root.path().join("r/pods/u7").exists());
         assert!(host.join("ok/new").is_dir(), "the host path itself is kept");
+    }
+
+    #[test]
+    fn payload_volumes_are_written_secrets_on_tmpfs_and_a_failed_refresh_keeps_the_content() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: tmpfs mounts need root");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let layout = PodVolumeLayout::new(root.path().join("r"));
+        let p = pod(
+            "u8",
+            serde_json::json!([
+                {"name": "cfg", "configMap": {"name": "cm"}},
+                {"name": "sec", "secret": {"secretName": "s", "defaultMode": 0o400}},
+                {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+            ]),
+        );
+        let mut objects = none();
+        let cm = serde_json::from_value(serde_json::json!({"data": {"a": "1"}})).unwrap();
+        objects.config_maps.insert("cm".into(), Ok(Some(cm)));
+        let secret =
+            serde_json::from_value(serde_json::json!({"data": {"k": "c2VjcmV0"}})).unwrap();
+        objects.secrets.insert("s".into(), Ok(Some(secret)));
+        let ensured = layout.ensure(&p, &objects).unwrap();
+        assert!(ensured.stale.is_empty());
+        let cfg = &ensured.paths["cfg"];
+        assert!(cfg.ends_with("pods/u8/volumes/kubernetes.io~configmap/cfg"));
+        assert_eq!(std::fs::read_to_string(cfg.join("a")).unwrap(), "1");
+        assert!(!subpath::is_mount_point(cfg), "config maps live on disk");
+        let sec = &ensured.paths["sec"];
+        assert!(sec.ends_with("pods/u8/volumes/kubernetes.io~secret/sec"));
+        assert!(subpath::is_mount_point(sec), "secrets live on tmpfs");
+        assert_eq!(std::fs::read_to_string(sec.join("k")).unwrap(), "secret");
+        let mem = &ensured.paths["mem"];
+        assert!(subpath::is_mount_point(mem));
+        let fs = nix::sys::statvfs::statvfs(mem.as_path()).unwrap();
+        assert_eq!(
+            fs.blocks() * fs.fragment_size(),
+            1 << 20,
+            "sizeLimit sizes the tmpfs"
+        );
+        // The config map disappears: the volume keeps its content and the failure is told.
+        objects.config_maps.insert("cm".into(), Ok(None));
+        let again = layout.ensure(&p, &objects).unwrap();
+        assert_eq!(
+            again.stale,
+            vec![
+                "MountVolume.SetUp failed for volume \"cfg\" : configmaps \"cm\" not found"
+                    .to_string()
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(cfg.join("a")).unwrap(), "1");
+        // A new pod with the same missing config map cannot start.
+        let q = pod(
+            "u9",
+            serde_json::json!([{"name": "cfg", "configMap": {"name": "cm"}}]),
+        );
+        let err = layout.ensure(&q, &objects).unwrap_err();
+        assert!(matches!(err, VolumeError::SetUp { .. }), "{err}");
+        // Release unmounts the tmpfs mounts and removes everything.
+        for uid in ["u8", "u9"] {
+            layout.release(uid).unwrap();
+        }
+        assert!(subpath::mounts_under(root.path()).unwrap().is_empty());
+        assert!(!root.path().join("r/pods/u8").exists());
+    }
+
+    #[test]
+    fn a_memory_empty_dir_is_sized_as_upstream() {
+        let alloc = BTreeMap::from([(
+            "memory".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+        )]);
+        let limited: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"containers": [
+                {"name": "a", "image": "i", "resources": {"limits": {"memory": "64Mi"}}},
+                {"name": "b", "image": "i", "resources": {"limits": {"memory": "64Mi"}}}
+            ], "initContainers": [
+                {"name": "i", "image": "i", "resources": {"limits": {"memory": "100Mi"}}}
+            ]}
+        }))
+        .unwrap();
+        let unlimited = pod("u", serde_json::json!([]));
+        let empty = |limit: Option<&str>| EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: limit
+                .map(|l| k8s_openapi::apimachinery::pkg::api::resource::Quantity(l.into())),
+            ..Default::default()
+        };
+        assert_eq!(memory_size(&unlimited, &empty(None), &alloc), Some(1 << 30));
+        assert_eq!(memory_size(&limited, &empty(None), &alloc), Some(128 << 20));
+        assert_eq!(
+            memory_size(&limited, &empty(Some("8Mi")), &alloc),
+            Some(8 << 20)
+        );
+        assert_eq!(
+            memory_size(&limited, &empty(Some("2Gi")), &alloc),
+            Some(128 << 20)
+        );
+        assert_eq!(
+            memory_size(&unlimited, &empty(None), &BTreeMap::new()),
+            None
+        );
     }
 }

@@ -3,12 +3,13 @@
 //! restarted volume service knows every mount its predecessor made.
 
 pub mod atomic_writer;
+mod fetch;
 mod layout;
 pub mod payload;
 mod server;
 mod subpath;
 
-pub use layout::{PodVolumeLayout, VolumeError};
+pub use layout::{Ensured, PodVolumeLayout, VolumeError};
 
 use nodeagent_config::{Config, Service};
 use nodeagent_proto::api::volume_server::VolumeServer;
@@ -23,7 +24,15 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         }
         Err(e) => tracing::warn!(error = %e, "cannot read existing pod volumes"),
     }
-    let service = server::VolumeService { layout };
+    let api = match &config.kubeconfig {
+        Some(path) => {
+            tracing::info!(kubeconfig = %path.display(), "config maps, secrets and tokens come from the API server");
+            Some(nodeagent_config::kube_client(path).await?)
+        }
+        None => None,
+    };
+    let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
+    let service = server::VolumeService::new(layout, fetcher, config.node_name.clone());
     let server = Server::new(
         config.endpoint(Service::Volume).clone(),
         tonic::service::Routes::new(VolumeServer::new(service).with_limits()),

@@ -1,17 +1,134 @@
 //! volume's gRPC API; one function maps domain errors to gRPC status codes.
 
+use crate::fetch::Fetcher;
 use crate::layout::{PodVolumeLayout, VolumeError};
+use crate::payload::References;
 use crate::subpath::SubPathError;
+use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::{
     EnsurePodVolumesRequest, EnsurePodVolumesResponse, ListVolumesRequest, ListVolumesResponse,
     PodVolume, PrepareSubPathsRequest, PrepareSubPathsResponse, ReleasePodRequest,
     ReleasePodResponse, volume_server::Volume,
 };
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+/// The same FailedMount message for a pod is posted as an event at most this often.
+const REPEAT_EVENT_AFTER: Duration = Duration::from_secs(60);
+
 pub struct VolumeService {
     pub layout: PodVolumeLayout,
+    pub fetcher: Fetcher,
+    pub node_name: String,
+    /// One set-up at a time per pod: the atomic writer must not race itself on a volume.
+    busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The last FailedMount message posted per (pod uid, message), and when.
+    reported: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl VolumeService {
+    pub fn new(layout: PodVolumeLayout, fetcher: Fetcher, node_name: String) -> Self {
+        Self {
+            layout,
+            fetcher,
+            node_name,
+            busy: Mutex::default(),
+            reported: Mutex::default(),
+        }
+    }
+
+    fn pod_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.busy
+            .lock()
+            .unwrap()
+            .entry(uid.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// A volume that cannot be set up: a warning in the log and a FailedMount Warning
+    /// event on the pod (as upstream's volume manager posts), not repeated within a minute.
+    async fn failed_mount(&self, pod: &Pod, message: &str) {
+        tracing::warn!(%message, "FailedMount");
+        let Some(client) = self.fetcher.client() else {
+            return;
+        };
+        let key = (
+            nodeagent_proto::k8s::pod_uid(pod).to_string(),
+            message.to_string(),
+        );
+        let now = Instant::now();
+        {
+            let mut reported = self.reported.lock().unwrap();
+            if reported
+                .get(&key)
+                .is_some_and(|at| now.duration_since(*at) < REPEAT_EVENT_AFTER)
+            {
+                return;
+            }
+            reported.insert(key, now);
+        }
+        use nodeagent_config::events::{EventType, post};
+        post(
+            client,
+            pod,
+            EventType::Warning,
+            "FailedMount",
+            message,
+            &self.node_name,
+        )
+        .await;
+    }
+
+    /// Fetches what the pod's volumes need, then sets them up (on the blocking pool).
+    async fn ensure(
+        &self,
+        pod: Pod,
+    ) -> Result<std::collections::BTreeMap<String, std::path::PathBuf>, Status> {
+        let uid = nodeagent_proto::k8s::pod_uid(&pod).to_string();
+        let lock = self.pod_lock(&uid);
+        let _one_at_a_time = lock.lock().await;
+        let mut refs = References::of_pod(&pod);
+        refs.node_allocatable |= memory_empty_dir(&pod);
+        let objects = self.fetcher.objects(&pod, &refs).await;
+        let layout = self.layout.clone();
+        let for_layout = pod.clone();
+        let ensured = tokio::task::spawn_blocking(move || layout.ensure(&for_layout, &objects))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        match ensured {
+            Ok(ensured) => {
+                for message in &ensured.stale {
+                    self.failed_mount(&pod, message).await;
+                }
+                Ok(ensured.paths)
+            }
+            Err(e) => {
+                if matches!(
+                    e,
+                    VolumeError::SetUp { .. }
+                        | VolumeError::Unsupported { .. }
+                        | VolumeError::HostPath { .. }
+                ) {
+                    self.failed_mount(&pod, &e.to_string()).await;
+                }
+                Err(to_status(e))
+            }
+        }
+    }
+}
+
+/// Whether the pod has an emptyDir on tmpfs (its size depends on the node's allocatable).
+fn memory_empty_dir(pod: &Pod) -> bool {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.into_iter().flatten().any(|v| {
+        v.empty_dir
+            .as_ref()
+            .is_some_and(|e| e.medium.as_deref() == Some("Memory"))
+    })
 }
 
 fn to_status(e: VolumeError) -> Status {
@@ -26,7 +143,9 @@ fn to_status(e: VolumeError) -> Status {
         VolumeError::SubPath(SubPathError::Sys { .. } | SubPathError::Mount { .. }) => {
             Status::internal(e.to_string())
         }
-        VolumeError::StillMounted(_) => Status::failed_precondition(e.to_string()),
+        VolumeError::StillMounted(_) | VolumeError::SetUp { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
         VolumeError::Io { .. } => Status::internal(e.to_string()),
     }
 }
@@ -47,15 +166,7 @@ impl Volume for VolumeService {
             k8s.namespace.name = %nodeagent_proto::k8s::pod_namespace(&pod),
         );
         nodeagent_telemetry::set_parent_from(&span, req.trace.as_ref());
-        let layout = self.layout.clone();
-        let paths = async move {
-            tokio::task::spawn_blocking(move || layout.ensure(&pod))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(to_status)
-        }
-        .instrument(span)
-        .await?;
+        let paths = self.ensure(pod).instrument(span).await?;
         Ok(Response::new(EnsurePodVolumesResponse {
             host_paths: paths
                 .into_iter()
@@ -81,6 +192,12 @@ impl Volume for VolumeService {
         }
         .instrument(span)
         .await?;
+        self.fetcher.forget_pod(&req.pod_uid);
+        self.busy.lock().unwrap().remove(&req.pod_uid);
+        self.reported
+            .lock()
+            .unwrap()
+            .retain(|(uid, _), _| *uid != req.pod_uid);
         tracing::info!(pod.uid = %req.pod_uid, "released pod volumes");
         Ok(Response::new(ReleasePodResponse {}))
     }

@@ -193,7 +193,7 @@ pub fn unmount_under(dir: &Path) -> Result<(), SubPathError> {
     Ok(())
 }
 
-fn is_mount_point(path: &Path) -> bool {
+pub fn is_mount_point(path: &Path) -> bool {
     mounts_under(path).is_ok_and(|m| m.iter().any(|m| m == path))
 }
 
