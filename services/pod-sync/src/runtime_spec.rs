@@ -521,6 +521,19 @@ pub struct ContainerInputs<'a> {
     pub env_refs: &'a EnvRefs,
 }
 
+/// configMap, secret, downwardAPI and projected volumes are always mounted read-only
+/// (upstream: their mounters' `ReadOnly` attribute), whatever the volumeMount says.
+fn read_only_volume(pod: &Pod, name: &str) -> bool {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.into_iter().flatten().any(|v| {
+        v.name == name
+            && (v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some())
+    })
+}
+
 pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, String> {
     let c = i.container;
     let env = container_env(i.pod, c, i.node, i.pod_ip, i.env_refs)?;
@@ -553,7 +566,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         mounts.push(Mount {
             container_path: m.mount_path.clone(),
             host_path,
-            readonly: m.read_only.unwrap_or(false),
+            readonly: m.read_only.unwrap_or(false) || read_only_volume(i.pod, &m.name),
             propagation: match m.mount_propagation.as_deref() {
                 Some("HostToContainer") => 2,
                 Some("Bidirectional") => 1,

@@ -1,0 +1,430 @@
+//! configMap, secret, downwardAPI, projected (with the service-account token an API server
+//! admits every pod with) and Memory emptyDir volumes, on real mounts, read by real
+//! containers: content, modes and ownership, tmpfs where upstream uses it, an update seen
+//! atomically, a token refreshed before it expires, a missing config map that keeps the pod
+//! waiting with a FailedMount event until it appears, a volume-service kill that disturbs
+//! nothing, and nothing left on the host once the pods are gone.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodeagent_config::Service;
+use nodeagent_tests::apiserver::{ApiServer, ApiState};
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+/// The API server grants tokens of at most this lifetime, so the refresh (at 80 %) is seen
+/// within the test; above five pod-sync resync periods (10 s), as upstream's one-hour
+/// tokens are far above its one-minute resync.
+const TOKEN_SECONDS: i64 = 60;
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The mount points under `dir` with their filesystem type, from our mountinfo (the test
+/// runs in the host's mount namespace, as the volume service does).
+fn mounts_under(dir: &Path) -> Vec<(PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            let point = PathBuf::from(fields.get(4)?);
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let fs = fields.get(sep + 1)?.to_string();
+            point.starts_with(dir).then_some((point, fs))
+        })
+        .collect()
+}
+
+fn pod(name: &str, node: &str, extra: serde_json::Value) -> Pod {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "demo"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]}]
+        }
+    });
+    nodeagent_tests::apiserver::merge_patch(&mut v, &extra);
+    serde_json::from_value(v).unwrap()
+}
+
+async fn sh(node: &Node, id: &str, cmd: &str) -> Result<String, String> {
+    node.exec(id, &["sh", "-c", cmd]).await
+}
+
+async fn running(pods: &Api<Pod>, name: &str) -> Pod {
+    eventually(&format!("{name} Running"), DEADLINE, || async {
+        let p = pods.get(name).await.map_err(|e| e.to_string())?;
+        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+        if phase.as_deref() == Some("Running") {
+            Ok(p)
+        } else {
+            Err(format!("{:?}", p.status))
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_pods_read_their_volumes_see_updates_and_a_refreshed_token() {
+    if !require_runtime("config map, secret and projected volumes") {
+        return;
+    }
+    let state = ApiState::default();
+    state
+        .service_accounts
+        .set_max_expiration_seconds(Some(TOKEN_SECONDS));
+    let server = ApiServer::start(state.clone(), 0).await;
+    let mut node = Node::start(
+        "volumes",
+        NodeOptions {
+            kubeconfig: Some(server.kubeconfig()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let cm = |a: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "app-config"},
+            "data": {"greeting": "hello", "a": a, "b": a}
+        }))
+        .unwrap()
+    };
+    config_maps
+        .create(&PostParams::default(), &cm("v1"))
+        .await
+        .unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-secret"},
+        "data": {"password": "aHVudGVyMg=="}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let name = node.pod_name("vols");
+    let reader = "trap 'exit 0' TERM; \
+        while true; do a=$(cat /all/a 2>/dev/null) && b=$(cat /all/b 2>/dev/null) && \
+        [ \"$a\" != \"$b\" ] && echo \"$a/$b\" >> /mem/mixed; sleep 0.01; done";
+    let spec = json!({"spec": {
+        "securityContext": {"fsGroup": 2000},
+        "containers": [{"name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", reader],
+            "resources": {"limits": {"memory": "64Mi"}},
+            "volumeMounts": [
+                {"name": "cfg", "mountPath": "/cfg"},
+                {"name": "all", "mountPath": "/all"},
+                {"name": "sec", "mountPath": "/sec"},
+                {"name": "info", "mountPath": "/info"},
+                {"name": "mem", "mountPath": "/mem"}
+            ]}],
+        "volumes": [
+            {"name": "cfg", "configMap": {"name": "app-config",
+                "items": [{"key": "greeting", "path": "dir/greeting", "mode": 0o600}]}},
+            {"name": "all", "configMap": {"name": "app-config"}},
+            {"name": "sec", "secret": {"secretName": "app-secret", "defaultMode": 0o400}},
+            {"name": "info", "downwardAPI": {"items": [
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                {"path": "mem", "resourceFieldRef": {"containerName": "c", "resource": "limits.memory"}}
+            ]}},
+            {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}
+        ]
+    }});
+    let created = pods
+        .create(&PostParams::default(), &pod(&name, &node.name, spec))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    // Admission added the kube-api-access volume: the pod runs only if it is served.
+    let access = created
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|vs| vs.iter().find(|v| v.name.starts_with("kube-api-access-")))
+        .map(|v| v.name.clone())
+        .expect("the admitted pod has a kube-api-access volume");
+    running(&pods, &name).await;
+    let id = node.container_id("vols", "c").await.expect("container");
+
+    // Content, modes and the fsGroup: 0600 | 0440 = 0640, 0400 | 0440 = 0440.
+    assert_eq!(
+        sh(&node, &id, "cat /cfg/dir/greeting").await.unwrap(),
+        "hello"
+    );
+    assert_eq!(
+        sh(&node, &id, "stat -L -c '%a %g' /cfg/dir/greeting")
+            .await
+            .unwrap()
+            .trim(),
+        "640 2000"
+    );
+    assert_eq!(
+        sh(&node, &id, "cat /sec/password").await.unwrap(),
+        "hunter2"
+    );
+    assert_eq!(
+        sh(&node, &id, "stat -L -c '%a %g' /sec/password")
+            .await
+            .unwrap()
+            .trim(),
+        "440 2000"
+    );
+    assert_eq!(
+        sh(&node, &id, "cat /info/labels").await.unwrap(),
+        "app=\"demo\""
+    );
+    assert_eq!(sh(&node, &id, "cat /info/mem").await.unwrap(), "67108864");
+    assert_eq!(
+        sh(&node, &id, &format!("cat {SA_DIR}/namespace"))
+            .await
+            .unwrap(),
+        "default"
+    );
+    assert_eq!(
+        sh(&node, &id, &format!("cat {SA_DIR}/ca.crt"))
+            .await
+            .unwrap(),
+        state.root_ca_pem()
+    );
+    let token = sh(&node, &id, &format!("cat {SA_DIR}/token"))
+        .await
+        .unwrap();
+    let claims = state
+        .service_accounts
+        .verify(&token)
+        .expect("a valid token");
+    assert_eq!(
+        claims["kubernetes.io"]["pod"]["uid"], uid,
+        "bound to the pod"
+    );
+    // The volumes cannot be written by the container (read-only mounts).
+    assert!(sh(&node, &id, "echo x > /cfg/new").await.is_err());
+
+    // Upstream's layout; secrets, tokens and pod fields on tmpfs, config maps on disk.
+    let volumes = node.path(&format!("root/pods/{uid}/volumes"));
+    let mounts = mounts_under(&volumes);
+    let fs_of = |plugin: &str, volume: &str| {
+        let p = volumes.join(plugin).join(volume);
+        mounts
+            .iter()
+            .find(|(m, _)| *m == p)
+            .map(|(_, fs)| fs.clone())
+    };
+    assert_eq!(
+        fs_of("kubernetes.io~secret", "sec").as_deref(),
+        Some("tmpfs")
+    );
+    assert_eq!(
+        fs_of("kubernetes.io~projected", &access).as_deref(),
+        Some("tmpfs")
+    );
+    assert_eq!(
+        fs_of("kubernetes.io~downward-api", "info").as_deref(),
+        Some("tmpfs")
+    );
+    assert_eq!(
+        fs_of("kubernetes.io~empty-dir", "mem").as_deref(),
+        Some("tmpfs")
+    );
+    assert_eq!(fs_of("kubernetes.io~configmap", "cfg"), None);
+    assert!(volumes.join("kubernetes.io~configmap/cfg/..data").exists());
+
+    // The Memory emptyDir's sizeLimit really limits.
+    let dd = sh(
+        &node,
+        &id,
+        "dd if=/dev/zero of=/mem/big bs=1M count=16 2>&1; echo rc=$?",
+    )
+    .await
+    .unwrap();
+    assert!(
+        dd.contains("No space left on device") && dd.ends_with("rc=1\n"),
+        "{dd}"
+    );
+    let size: u64 = sh(&node, &id, "stat -c %s /mem/big")
+        .await
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(size <= 8 << 20, "{size}");
+    sh(&node, &id, "rm /mem/big").await.unwrap();
+
+    // An update reaches the files within the sync period, all at once: the reader loop
+    // never saw a from one version and b from another.
+    config_maps
+        .replace("app-config", &PostParams::default(), &cm("v2"))
+        .await
+        .unwrap();
+    eventually("the update in the container", DEADLINE, || async {
+        match sh(&node, &id, "cat /all/a /all/b").await {
+            Ok(s) if s == "v2v2" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let mixed = sh(&node, &id, "cat /mem/mixed 2>/dev/null || true")
+        .await
+        .unwrap();
+    assert_eq!(mixed, "", "a reader saw a half-applied update");
+
+    // The token is refreshed before it expires (the API server granted 60 s).
+    eventually(
+        "a refreshed token in the container",
+        Duration::from_secs(2 * TOKEN_SECONDS as u64),
+        || async {
+            let now = sh(&node, &id, &format!("cat {SA_DIR}/token")).await?;
+            if now != token && state.service_accounts.verify(&now).is_ok() {
+                Ok(())
+            } else {
+                Err("still the first token".to_string())
+            }
+        },
+    )
+    .await;
+
+    // A config map that does not exist yet: the pod waits in ContainerCreating with the
+    // reason and a FailedMount event, and starts once it appears.
+    let waiter = node.pod_name("waiter");
+    let spec = json!({"spec": {"volumes": [{"name": "late", "configMap": {"name": "later"}}],
+        "containers": [{"name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+            "volumeMounts": [{"name": "late", "mountPath": "/late"}]}]}});
+    pods.create(&PostParams::default(), &pod(&waiter, &node.name, spec))
+        .await
+        .unwrap();
+    let want = "MountVolume.SetUp failed for volume \"late\" : configmaps \"later\" not found";
+    let message = node
+        .waiting_message("waiter", "c", "ContainerCreating", DEADLINE)
+        .await;
+    assert_eq!(message, want);
+    eventually("a FailedMount event", DEADLINE, || async {
+        state
+            .objects("events")
+            .into_iter()
+            .find(|e| {
+                e["reason"] == "FailedMount"
+                    && e["involvedObject"]["name"] == waiter.as_str()
+                    && e["message"] == want
+                    && e["type"] == "Warning"
+            })
+            .ok_or_else(|| "no FailedMount event yet".to_string())
+    })
+    .await;
+    let later: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "later"}, "data": {"k": "v"}
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &later)
+        .await
+        .unwrap();
+    running(&pods, &waiter).await;
+
+    // Killing the volume service disturbs no running pod: same containers, same files,
+    // and a restarted one takes up the volumes it finds (a config map change still
+    // arrives, the mounts are not made twice).
+    let before = node.container_id("vols", "c").await;
+    node.signal(Service::Volume, nix::sys::signal::Signal::SIGKILL)
+        .await;
+    assert_eq!(
+        sh(&node, &id, "cat /sec/password").await.unwrap(),
+        "hunter2"
+    );
+    node.spawn(Service::Volume);
+    node.wait_serving(Service::Volume).await;
+    config_maps
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"greeting": "again"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the update after a restart", DEADLINE, || async {
+        match sh(&node, &id, "cat /cfg/dir/greeting").await {
+            Ok(s) if s == "again" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(node.container_id("vols", "c").await, before);
+    assert_eq!(mounts_under(&volumes), mounts, "no mount added or lost");
+
+    // Deleted pods leave nothing: no mount and no directory under <root-dir>/pods.
+    for p in [&name, &waiter] {
+        pods.delete(p, &DeleteParams::default()).await.unwrap();
+    }
+    let pods_dir = node.path("root/pods");
+    eventually("nothing left under pods/", DEADLINE, || async {
+        let left: Vec<_> = std::fs::read_dir(&pods_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        if left.is_empty() && mounts_under(&pods_dir).is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?} {:?}", mounts_under(&pods_dir)))
+        }
+    })
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_fills_downward_api_volumes_and_says_why_it_cannot_fetch() {
+    if !require_runtime("standalone payload volumes") {
+        return;
+    }
+    let node = Node::start("volumes-standalone", NodeOptions::default()).await;
+    let manifest = |name: &str, volume: serde_json::Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"tier": "static"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+                "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                "volumes": [volume]}
+        })
+        .to_string()
+    };
+    node.write_manifest(
+        "info.yaml",
+        &manifest(
+            "info",
+            json!({"name": "v", "downwardAPI": {"items": [
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}),
+        ),
+    );
+    node.write_manifest(
+        "cfg.yaml",
+        &manifest("cfg", json!({"name": "v", "configMap": {"name": "x"}})),
+    );
+    let message = node
+        .waiting_message("cfg", "c", "ContainerCreating", DEADLINE)
+        .await;
+    assert_eq!(
+        message,
+        "MountVolume.SetUp failed for volume \"v\" : cannot get configmaps \"x\": this node runs standalone, without an API server"
+    );
+    let id = eventually("the info pod's container", DEADLINE, || async {
+        node.container_id("info", "c")
+            .await
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let labels = eventually("the labels file", DEADLINE, || async {
+        node.exec(&id, &["cat", "/v/labels"]).await
+    })
+    .await;
+    assert_eq!(labels, "tier=\"static\"");
+    node.stop().await;
+}
