@@ -380,7 +380,7 @@ async fn api_pods_read_their_volumes_see_updates_and_a_refreshed_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standalone_node_fills_downward_api_volumes_and_says_why_it_cannot_fetch() {
+async fn standalone_pods_get_downward_api_and_type_checked_host_paths_and_a_clear_fetch_error() {
     if !require_runtime("standalone payload volumes") {
         return;
     }
@@ -408,6 +408,28 @@ async fn a_standalone_node_fills_downward_api_volumes_and_says_why_it_cannot_fet
         "cfg.yaml",
         &manifest("cfg", json!({"name": "v", "configMap": {"name": "x"}})),
     );
+    // hostPath types are checked for what the path is, not only that it exists.
+    node.write_manifest(
+        "chr.yaml",
+        &manifest(
+            "chr",
+            json!({"name": "v", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}),
+        ),
+    );
+    node.write_manifest(
+        "blk.yaml",
+        &manifest(
+            "blk",
+            json!({"name": "v", "hostPath": {"path": "/dev/null", "type": "BlockDevice"}}),
+        ),
+    );
+    let message = node
+        .waiting_message("blk", "c", "ContainerCreating", DEADLINE)
+        .await;
+    assert_eq!(
+        message,
+        "MountVolume.SetUp failed for volume \"v\" : hostPath type check failed: /dev/null is not a block device, it's a CharDevice"
+    );
     let message = node
         .waiting_message("cfg", "c", "ContainerCreating", DEADLINE)
         .await;
@@ -426,5 +448,18 @@ async fn a_standalone_node_fills_downward_api_volumes_and_says_why_it_cannot_fet
     })
     .await;
     assert_eq!(labels, "tier=\"static\"");
+    let chr = eventually("the chr pod's container", DEADLINE, || async {
+        node.container_id("chr", "c")
+            .await
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let stat = eventually(
+        "the character device in the container",
+        DEADLINE,
+        || async { node.exec(&chr, &["stat", "-c", "%F", "/v"]).await },
+    )
+    .await;
+    assert_eq!(stat.trim(), "character special file");
     node.stop().await;
 }

@@ -6,6 +6,7 @@ use crate::subpath::{self, SubPath, SubPathError};
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod};
 use nodeagent_hostpath::{HostPath, PathError};
 use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
@@ -21,13 +22,6 @@ pub enum VolumeError {
     /// The pod's spec is unusable.
     #[error("invalid pod: {0}")]
     InvalidPod(String),
-    /// A hostPath volume's path does not match its declared type.
-    #[error("volume {name:?}: hostPath {path:?}: {reason}")]
-    HostPath {
-        name: String,
-        path: String,
-        reason: String,
-    },
     /// A filesystem operation failed.
     #[error("{op} {path:?}: {source}")]
     Io {
@@ -429,37 +423,83 @@ fn hugepages_refusal() -> String {
     }
 }
 
-/// Checks (and for the *OrCreate types, creates) a hostPath as upstream does.
+/// Checks (and for the *OrCreate types, creates) a hostPath as upstream's `checkType`
+/// does, with its messages: a Socket, CharDevice or BlockDevice is checked for its type
+/// (after following symlinks, as upstream's `stat`), not only for its existence.
 fn ensure_host_path(name: &str, path: &str, kind: &str) -> Result<PathBuf, VolumeError> {
     let p = PathBuf::from(path);
-    let err = |reason: &str| VolumeError::HostPath {
+    let fail = |reason: String| VolumeError::SetUp {
         name: name.into(),
-        path: path.into(),
-        reason: reason.into(),
+        reason,
     };
     if !p.is_absolute() {
-        return Err(err("must be an absolute path"));
+        return Err(fail(format!("hostPath {path} must be an absolute path")));
     }
-    match kind {
-        "" => {}
-        "DirectoryOrCreate" => {
-            std::fs::create_dir_all(&p).map_err(io("create", &p))?;
+    let exists = std::fs::metadata(&p).is_ok();
+    let (want, description) = match kind {
+        "" => return Ok(p),
+        "DirectoryOrCreate" if !exists => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&p)
+                .map_err(|e| fail(format!("mkdir {path}: {e}")))?;
+            return Ok(p);
         }
-        "Directory" if !p.is_dir() => return Err(err("is not a directory")),
-        "FileOrCreate" if !p.exists() => {
-            if let Some(parent) = p.parent() {
-                std::fs::create_dir_all(parent).map_err(io("create", parent))?;
-            }
-            std::fs::File::create(&p).map_err(io("create", &p))?;
+        "FileOrCreate" if !exists => {
+            // Upstream `makeFile`: O_CREAT, 0644; the parent directory must exist.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(&p)
+                .map_err(|e| fail(format!("open {path}: {e}")))?;
+            return Ok(p);
         }
-        "File" if !p.is_file() => return Err(err("is not a file")),
-        "Socket" | "CharDevice" | "BlockDevice" if !p.exists() => {
-            return Err(err("does not exist"));
-        }
-        "Directory" | "File" | "FileOrCreate" | "Socket" | "CharDevice" | "BlockDevice" => {}
-        other => return Err(err(&format!("unknown hostPath type {other:?}"))),
+        "Directory" | "DirectoryOrCreate" => ("Directory", "directory"),
+        "File" | "FileOrCreate" => ("File", "file"),
+        "Socket" => ("Socket", "socket file"),
+        "CharDevice" => ("CharDevice", "character device"),
+        "BlockDevice" => ("BlockDevice", "block device"),
+        other => return Err(fail(format!("{other} is an invalid volume type"))),
+    };
+    if !exists {
+        return Err(fail(format!("hostPath {path} doesn't exist")));
     }
-    Ok(p)
+    match host_path_type(&p) {
+        Ok(found) if found == want => Ok(p),
+        Ok(found) => Err(fail(format!(
+            "hostPath type check failed: {path} is not a {description}, it's a {found}"
+        ))),
+        Err(e) => Err(fail(format!(
+            "hostPath type check failed, {path} is not a {description}, unable to determine its type: {e}"
+        ))),
+    }
+}
+
+/// Upstream `GetFileType`: the hostPath type of what `path` resolves to.
+fn host_path_type(path: &Path) -> Result<&'static str, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path)
+        .map_err(|e| format!("stat {}: {e}", path.display()))?
+        .file_type();
+    Ok(if t.is_dir() {
+        "Directory"
+    } else if t.is_file() {
+        "File"
+    } else if t.is_socket() {
+        "Socket"
+    } else if t.is_char_device() {
+        "CharDevice"
+    } else if t.is_block_device() {
+        "BlockDevice"
+    } else {
+        return Err(
+            "only recognise file, directory, socket, block device and character device".into(),
+        );
+    })
 }
 
 /// True if any mount point lies under `dir` (from /proc/self/mountinfo).
@@ -550,7 +590,7 @@ mod tests {
                 .ensure(&p, &none())
                 .unwrap_err()
                 .to_string()
-                .contains("is not a directory")
+                .contains("hostPath /nonexistent/x doesn't exist")
         );
         assert!(layout.release("../etc").is_err());
     }
@@ -733,5 +773,70 @@ mod tests {
             memory_size(&unlimited, &empty(None), &BTreeMap::new()),
             None
         );
+    }
+
+    #[test]
+    fn host_path_types_are_checked_as_upstream() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().display().to_string();
+        let socket = root.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let socket = socket.display().to_string();
+        let file = root.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        let file = file.display().to_string();
+        let check = |path: &str, kind: &str| {
+            ensure_host_path("h", path, kind)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let failed = |reason: &str| {
+            Err(format!(
+                "MountVolume.SetUp failed for volume \"h\" : {reason}"
+            ))
+        };
+        assert_eq!(check("/dev/null", "CharDevice"), Ok(()));
+        assert_eq!(
+            check("/dev/null", "BlockDevice"),
+            failed(
+                "hostPath type check failed: /dev/null is not a block device, it's a CharDevice"
+            )
+        );
+        assert_eq!(check(&socket, "Socket"), Ok(()));
+        assert_eq!(
+            check(&file, "Socket"),
+            failed(&format!(
+                "hostPath type check failed: {file} is not a socket file, it's a File"
+            ))
+        );
+        assert_eq!(
+            check(&dir, "File"),
+            failed(&format!(
+                "hostPath type check failed: {dir} is not a file, it's a Directory"
+            ))
+        );
+        assert_eq!(
+            check(&file, "DirectoryOrCreate"),
+            failed(&format!(
+                "hostPath type check failed: {file} is not a directory, it's a File"
+            ))
+        );
+        assert_eq!(
+            check(&format!("{dir}/none"), "CharDevice"),
+            failed(&format!("hostPath {dir}/none doesn't exist"))
+        );
+        assert_eq!(
+            check(&dir, "Weird"),
+            failed("Weird is an invalid volume type")
+        );
+        // *OrCreate make what is missing (a file only in an existing directory).
+        assert_eq!(
+            check(&format!("{dir}/new/deeper"), "DirectoryOrCreate"),
+            Ok(())
+        );
+        assert!(root.path().join("new/deeper").is_dir());
+        assert_eq!(check(&format!("{dir}/made"), "FileOrCreate"), Ok(()));
+        assert!(root.path().join("made").is_file());
+        assert!(check(&format!("{dir}/no/parent"), "FileOrCreate").is_err());
     }
 }

@@ -109,9 +109,7 @@ impl VolumeService {
             Err(e) => {
                 if matches!(
                     e,
-                    VolumeError::SetUp { .. }
-                        | VolumeError::Unsupported { .. }
-                        | VolumeError::HostPath { .. }
+                    VolumeError::SetUp { .. } | VolumeError::Unsupported { .. }
                 ) {
                     self.failed_mount(&pod, &e.to_string()).await;
                 }
@@ -135,7 +133,6 @@ fn to_status(e: VolumeError) -> Status {
     match e {
         VolumeError::Unsupported { .. } => Status::unimplemented(e.to_string()),
         VolumeError::InvalidPod(_)
-        | VolumeError::HostPath { .. }
         | VolumeError::BadPath(_)
         | VolumeError::SubPath(SubPathError::Invalid { .. } | SubPathError::Escapes { .. }) => {
             Status::invalid_argument(e.to_string())
