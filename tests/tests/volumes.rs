@@ -463,3 +463,109 @@ async fn standalone_pods_get_downward_api_and_type_checked_host_paths_and_a_clea
     assert_eq!(stat.trim(), "character special file");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_service_kills_during_set_up_disturb_no_running_pod_and_every_set_up_finishes() {
+    if !require_runtime("volume service kills during set-up") {
+        return;
+    }
+    let (server, mut node) =
+        Node::start_with_api_server("volumes-kill", NodeOptions::default()).await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    // Many keys, so that a set-up takes a while and a kill lands inside it.
+    let data: serde_json::Map<String, serde_json::Value> = (0..200)
+        .map(|i| (format!("key{i}"), json!(format!("value{i}"))))
+        .collect();
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "many"}, "data": data})).unwrap();
+    config_maps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let spec = json!({"spec": {
+        "volumes": [
+            {"name": "cfg", "configMap": {"name": "many"}},
+            {"name": "mem", "emptyDir": {"medium": "Memory"}},
+            {"name": "proj", "projected": {"sources": [{"configMap": {"name": "many"}},
+                {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}
+        ],
+        "containers": [{"name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}, {"name": "mem", "mountPath": "/mem"},
+                {"name": "proj", "mountPath": "/proj"}]}]
+    }});
+    let first = node.pod_name("first");
+    pods.create(
+        &PostParams::default(),
+        &pod(&first, &node.name, spec.clone()),
+    )
+    .await
+    .unwrap();
+    running(&pods, &first).await;
+    let first_id = node.container_id("first", "c").await.unwrap();
+    let mut rng = nodeagent_tests::chaos::Rng::new(10);
+    let mut names = vec![first.clone()];
+    for round in 0..6 {
+        let base = format!("set-up{round}");
+        let name = node.pod_name(&base);
+        pods.create(
+            &PostParams::default(),
+            &pod(&name, &node.name, spec.clone()),
+        )
+        .await
+        .unwrap();
+        // A kill at a random moment of the new pod's set-up (the delay is the attack, not
+        // a wait for anything).
+        tokio::time::sleep(rng.millis(0, 400)).await;
+        node.signal(Service::Volume, nix::sys::signal::Signal::SIGKILL)
+            .await;
+        node.spawn(Service::Volume);
+        node.wait_serving(Service::Volume).await;
+        running(&pods, &name).await;
+        let id = node.container_id(&base, "c").await.unwrap();
+        for n in [0, 199] {
+            assert_eq!(
+                sh(&node, &id, &format!("cat /cfg/key{n} /proj/key{n}"))
+                    .await
+                    .unwrap(),
+                format!("value{n}value{n}")
+            );
+        }
+        assert_eq!(sh(&node, &id, "cat /proj/name").await.unwrap(), name);
+        // The running pod did not notice.
+        assert_eq!(
+            node.container_id("first", "c").await.as_ref(),
+            Some(&first_id)
+        );
+        assert_eq!(
+            sh(&node, &first_id, "cat /cfg/key7").await.unwrap(),
+            "value7"
+        );
+        names.push(name);
+    }
+    // Each tmpfs volume is mounted once, however many set-ups were cut short.
+    let pods_dir = node.path("root/pods");
+    let mounts = mounts_under(&pods_dir);
+    assert_eq!(
+        mounts.len(),
+        3 * names.len(),
+        "per pod one Memory emptyDir, one projected volume and kube-api-access: {mounts:?}"
+    );
+    for name in &names {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("nothing left under pods/", DEADLINE, || async {
+        let left: Vec<_> = std::fs::read_dir(&pods_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        if left.is_empty() && mounts_under(&pods_dir).is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?} {:?}", mounts_under(&pods_dir)))
+        }
+    })
+    .await;
+    node.stop().await;
+}
