@@ -67,6 +67,8 @@ pub struct Ensured {
     /// Volumes set up earlier whose refresh failed: they keep their last content (as
     /// upstream, a running pod is not disturbed), each with upstream's FailedMount message.
     pub stale: Vec<String>,
+    /// emptyDirs on disk using more than their `sizeLimit`: (name, sizeLimit, used bytes).
+    pub over_limit: Vec<(String, String, u64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -126,7 +128,12 @@ impl PodVolumeLayout {
                 let dir = self.volume_dir(uid, EMPTY_DIR, &v.name)?;
                 std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
                 match empty.medium.as_deref().unwrap_or_default() {
-                    "" => set_mode(&dir, 0o777)?,
+                    "" => {
+                        set_mode(&dir, 0o777)?;
+                        if let Some(over) = over_limit(&dir, empty) {
+                            out.over_limit.push((v.name.clone(), over.0, over.1));
+                        }
+                    }
                     "Memory" => {
                         let size = memory_size(pod, empty, &objects.node_allocatable);
                         mount_tmpfs(&dir, size)?;
@@ -337,6 +344,16 @@ fn give_to_group(dir: &Path, group: u32) -> Result<(), VolumeError> {
 fn set_mode(path: &Path, mode: u32) -> Result<(), VolumeError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
+}
+
+/// `(sizeLimit, used bytes)` when the emptyDir at `dir` uses more than its `sizeLimit`
+/// (counted as upstream's `du`: allocated blocks, never through a symlink). A tree too big
+/// to count in full counts as what was counted.
+fn over_limit(dir: &Path, empty: &EmptyDirVolumeSource) -> Option<(String, u64)> {
+    let limit = empty.size_limit.as_ref()?;
+    let bytes = quantity_bytes(limit)?;
+    let used = nodeagent_du::measure(dir).ok()?.bytes;
+    (used > bytes).then(|| (limit.0.clone(), used))
 }
 
 /// The size of a Memory emptyDir (upstream `calculateEmptyDirMemorySize`): the node's
@@ -838,5 +855,24 @@ mod tests {
         assert_eq!(check(&format!("{dir}/made"), "FileOrCreate"), Ok(()));
         assert!(root.path().join("made").is_file());
         assert!(check(&format!("{dir}/no/parent"), "FileOrCreate").is_err());
+    }
+
+    #[test]
+    fn an_empty_dir_over_its_size_limit_is_reported() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = PodVolumeLayout::new(root.path().into());
+        let p = pod(
+            "u10",
+            serde_json::json!([{"name": "d", "emptyDir": {"sizeLimit": "64Ki"}},
+                {"name": "free", "emptyDir": {}}]),
+        );
+        let dir = layout.ensure(&p, &none()).unwrap().paths["d"].clone();
+        assert!(layout.ensure(&p, &none()).unwrap().over_limit.is_empty());
+        std::fs::write(dir.join("big"), vec![1u8; 1 << 20]).unwrap();
+        let over = layout.ensure(&p, &none()).unwrap().over_limit;
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert_eq!((over[0].0.as_str(), over[0].1.as_str()), ("d", "64Ki"));
+        assert!(over[0].2 >= 1 << 20);
+        layout.release("u10").unwrap();
     }
 }

@@ -6,9 +6,9 @@ use crate::payload::References;
 use crate::subpath::SubPathError;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::{
-    EnsurePodVolumesRequest, EnsurePodVolumesResponse, ListVolumesRequest, ListVolumesResponse,
-    PodVolume, PrepareSubPathsRequest, PrepareSubPathsResponse, ReleasePodRequest,
-    ReleasePodResponse, volume_server::Volume,
+    EmptyDirOverLimit, EnsurePodVolumesRequest, EnsurePodVolumesResponse, ListVolumesRequest,
+    ListVolumesResponse, PodVolume, PrepareSubPathsRequest, PrepareSubPathsResponse,
+    ReleasePodRequest, ReleasePodResponse, volume_server::Volume,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -84,10 +84,7 @@ impl VolumeService {
     }
 
     /// Fetches what the pod's volumes need, then sets them up (on the blocking pool).
-    async fn ensure(
-        &self,
-        pod: Pod,
-    ) -> Result<std::collections::BTreeMap<String, std::path::PathBuf>, Status> {
+    async fn ensure(&self, pod: Pod) -> Result<crate::Ensured, Status> {
         let uid = nodeagent_proto::k8s::pod_uid(&pod).to_string();
         let lock = self.pod_lock(&uid);
         let _one_at_a_time = lock.lock().await;
@@ -104,7 +101,7 @@ impl VolumeService {
                 for message in &ensured.stale {
                     self.failed_mount(&pod, message).await;
                 }
-                Ok(ensured.paths)
+                Ok(ensured)
             }
             Err(e) => {
                 if matches!(
@@ -163,11 +160,21 @@ impl Volume for VolumeService {
             k8s.namespace.name = %nodeagent_proto::k8s::pod_namespace(&pod),
         );
         nodeagent_telemetry::set_parent_from(&span, req.trace.as_ref());
-        let paths = self.ensure(pod).instrument(span).await?;
+        let ensured = self.ensure(pod).instrument(span).await?;
         Ok(Response::new(EnsurePodVolumesResponse {
-            host_paths: paths
+            host_paths: ensured
+                .paths
                 .into_iter()
                 .map(|(k, v)| (k, v.to_string_lossy().into_owned()))
+                .collect(),
+            over_limit: ensured
+                .over_limit
+                .into_iter()
+                .map(|(volume, size_limit, used_bytes)| EmptyDirOverLimit {
+                    volume,
+                    size_limit,
+                    used_bytes,
+                })
                 .collect(),
         }))
     }

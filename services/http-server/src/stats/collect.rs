@@ -473,7 +473,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
         // pod's ephemeral storage (upstream's calcEphemeralStorage).
         let mut volume = Vec::new();
         if full && settings.volume_stats {
-            for (name, path) in volumes::empty_dirs(&settings.root_dir, &md.uid) {
+            for (name, path) in volumes::pod_volumes(&settings.root_dir, &md.uid) {
                 if let Some(m) = volumes::cached(&path) {
                     ephemeral_used += m.usage.bytes;
                     ephemeral_inodes += m.usage.inodes;
