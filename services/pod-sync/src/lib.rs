@@ -5,6 +5,7 @@
 
 mod api_status;
 mod cgroups;
+mod credentials;
 mod expansion;
 mod hooks;
 mod inputs;

@@ -8,16 +8,18 @@ use nodeagent_proto::api::RuntimePodStatus;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// An exponential back-off entry: how many failures so far, and until when to wait.
-#[derive(Debug, Clone, Copy)]
+/// An exponential back-off entry: how many failures so far, until when to wait, and what
+/// the last failure said (shown during the back-off, as upstream's `prevPullErrMsg`).
+#[derive(Debug, Clone)]
 pub struct Backoff {
     pub failures: u32,
     pub until: Instant,
+    pub last_error: String,
 }
 
 impl Backoff {
     /// Records one more failure with the upstream image back-off (10 s doubling to 300 s).
-    pub fn next(previous: Option<Backoff>, now: Instant) -> Backoff {
+    pub fn next(previous: Option<&Backoff>, now: Instant, error: String) -> Backoff {
         let failures = previous.map_or(1, |b| b.failures + 1);
         let delay = Duration::from_secs(10)
             .saturating_mul(1u32 << (failures - 1).min(8))
@@ -25,6 +27,7 @@ impl Backoff {
         Backoff {
             failures,
             until: now + delay,
+            last_error: error,
         }
     }
 }

@@ -4,11 +4,13 @@
 //! what runs instead of starting it again.
 
 use crate::PodSync;
+use crate::credentials;
 use crate::runtime_spec::{self, ContainerInputs};
 use crate::state::Backoff;
 use crate::status::{Waiting, instances};
 use crate::workers::SyncOutcome;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use kube::api::Api;
 use nodeagent_proto::api::{
     EnsurePodVolumesRequest, PrepareSubPathsRequest, RuntimeContainer, RuntimePodStatus,
 };
@@ -60,6 +62,13 @@ pub fn peer_unreachable(status: &tonic::Status) -> bool {
         status.code(),
         tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
     ) || (status.code() == tonic::Code::Unknown && status.message().contains("transport error"))
+}
+
+/// Whether a failed pull was the registry refusing the credentials offered (or their
+/// absence), as containerd words it (`401 Unauthorized`, `403 Forbidden`).
+pub fn refused_by_registry(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("unauthorized") || m.contains("forbidden") || m.contains("authorization failed")
 }
 
 /// Whether an exited container is restarted under the pod's restart policy.
@@ -463,7 +472,7 @@ impl PodSync {
         volumes: &HashMap<String, String>,
     ) -> anyhow::Result<Option<Duration>> {
         let uid = k8s::pod_uid(pod).to_string();
-        if let Err((reason, message, retry)) = self.ensure_image(&uid, c).await {
+        if let Err((reason, message, retry)) = self.ensure_image(pod, c).await {
             tracing::warn!(k8s.container.name = %c.name, %reason, %message, "image not available");
             self.set_waiting(&uid, &c.name, reason, &message);
             return Ok(Some(retry));
@@ -571,11 +580,15 @@ impl PodSync {
     }
 
     /// `imagePullPolicy`: Always pulls, IfNotPresent pulls when missing, Never never does.
+    /// A pull tries each credential that matches the image (the pod's pull secrets', then
+    /// the node's), in order, until one succeeds; without a matching credential it pulls
+    /// anonymously (upstream `kuberuntime_image.go` `PullImage`).
     async fn ensure_image(
         &self,
-        uid: &str,
+        pod: &Pod,
         c: &Container,
     ) -> Result<(), (&'static str, String, Duration)> {
+        let uid = k8s::pod_uid(pod);
         let image = c.image.clone().unwrap_or_default();
         let policy = c
             .image_pull_policy
@@ -613,32 +626,157 @@ impl PodSync {
         let key = (uid.to_string(), image.clone());
         let now = Instant::now();
         if let Some(b) = self.lock().pull_backoff.get(&key).filter(|b| b.until > now) {
-            let message = format!("Back-off pulling image \"{image}\"");
+            // With the error of the failed pull, as upstream (so the registry's words stay
+            // in the status during the back-off).
+            let message = format!(
+                "Back-off pulling image \"{image}\": ErrImagePull: {}",
+                b.last_error
+            );
             return Err(("ImagePullBackOff", message, b.until - now));
         }
-        tracing::info!(%image, "pulling image");
-        let pulled = images
-            .pull_image(self.cri.request(PullImageRequest {
-                image: Some(spec),
-                auth: None,
-                sandbox_config: None,
-            }))
-            .await;
+        let pulled = match self.pull_credentials(pod, &image).await {
+            Err(message) => Err(message),
+            Ok(credentials) if credentials.is_empty() => {
+                tracing::info!(%image, "pulling image");
+                self.pull(&spec, None).await
+            }
+            Ok(credentials) => {
+                tracing::info!(%image, credentials = credentials.len(), "pulling image with credentials");
+                let mut errors = Vec::new();
+                let mut pulled = None;
+                for credential in &credentials {
+                    match self.pull(&spec, Some(credential.to_cri())).await {
+                        Ok(()) => {
+                            pulled = Some(());
+                            break;
+                        }
+                        Err(e) => errors.push(e),
+                    }
+                }
+                match pulled {
+                    Some(()) => Ok(()),
+                    // Upstream's aggregate error: one alone, several in brackets.
+                    None if errors.len() == 1 => Err(errors.remove(0)),
+                    None => Err(format!("[{}]", errors.join(", "))),
+                }
+            }
+        };
         let mut st = self.lock();
         match pulled {
-            Ok(_) => {
+            Ok(()) => {
                 st.pull_backoff.remove(&key);
                 Ok(())
             }
-            // Always, but the registry is unreachable: use what we have.
-            Err(_) if present => Ok(()),
-            Err(e) => {
-                let b = Backoff::next(st.pull_backoff.get(&key).copied(), now);
+            // Always, but the registry is unreachable: use what we have. Not when the
+            // registry refused the pod's credentials (or their absence): a pod that may not
+            // pull a private image must not run the copy another pod pulled.
+            Err(message) if present && !refused_by_registry(&message) => {
+                tracing::info!(%image, error = %message, "pull failed; using the image present");
+                Ok(())
+            }
+            Err(message) => {
+                let b = Backoff::next(st.pull_backoff.get(&key), now, message.clone());
+                let retry = b.until - now;
                 st.pull_backoff.insert(key, b);
-                let message = format!("Failed to pull image \"{image}\": {}", e.message());
-                Err(("ErrImagePull", message, b.until - now))
+                let message = format!("Failed to pull image \"{image}\": {message}");
+                Err(("ErrImagePull", message, retry))
             }
         }
+    }
+
+    /// One CRI PullImage; the runtime's message on failure.
+    async fn pull(
+        &self,
+        spec: &ImageSpec,
+        auth: Option<nodeagent_proto::cri::AuthConfig>,
+    ) -> Result<(), String> {
+        let mut images = self.cri.image.clone();
+        images
+            .pull_image(self.cri.request(PullImageRequest {
+                image: Some(spec.clone()),
+                auth,
+                sandbox_config: None,
+            }))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.message().to_string())
+    }
+
+    /// The credentials to try for `image`, in upstream's order: those of the pod's pull
+    /// secrets, then the node's own (its docker config file). `Err`: a pull secret that is
+    /// not a valid docker config (upstream fails the pull with that error).
+    async fn pull_credentials(
+        &self,
+        pod: &Pod,
+        image: &str,
+    ) -> Result<Vec<credentials::Credential>, String> {
+        let Ok(repository) = credentials::repository(image) else {
+            return Ok(Vec::new()); // the runtime says what is wrong with the name
+        };
+        let secrets = self.pull_secrets(pod).await;
+        let mut found = credentials::secrets_keyring(&secrets)?.lookup(&repository);
+        found.extend(credentials::node_keyring(&self.node.root_dir).lookup(&repository));
+        Ok(found)
+    }
+
+    /// The pod's `imagePullSecrets` from the API server. One that cannot be had is left out
+    /// with upstream's warning event (`FailedToRetrieveImagePullSecret`), and the pull goes
+    /// on without it; a node without an API server has none to read.
+    async fn pull_secrets(&self, pod: &Pod) -> Vec<Secret> {
+        let names: Vec<String> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        let mut failed = Vec::new();
+        match &self.api {
+            None => failed = names,
+            Some(client) => {
+                let api: Api<Secret> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
+                for name in names {
+                    match api.get_opt(&name).await {
+                        Ok(Some(secret)) => found.push(secret),
+                        Ok(None) => {
+                            tracing::info!(secret = %name, error = "not found", "Unable to retrieve pull secret, the image pull may not succeed.");
+                            failed.push(name);
+                        }
+                        Err(e) => {
+                            tracing::info!(secret = %name, error = %e, "Unable to retrieve pull secret, the image pull may not succeed.");
+                            failed.push(name);
+                        }
+                    }
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let message = format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                failed.join(", ")
+            );
+            match &self.api {
+                Some(client) => {
+                    nodeagent_config::events::post(
+                        client,
+                        pod,
+                        nodeagent_config::events::EventType::Warning,
+                        "FailedToRetrieveImagePullSecret",
+                        &message,
+                        &self.node.node_name,
+                    )
+                    .await
+                }
+                None => tracing::warn!(%message, "FailedToRetrieveImagePullSecret"),
+            }
+        }
+        found
     }
 
     async fn ensure_volumes(&self, pod: &Pod) -> Result<HashMap<String, String>, tonic::Status> {
@@ -916,6 +1054,17 @@ mod tests {
             crash_backoff(9 - next_backoff_base(8, base, short), short),
             Duration::from_secs(10)
         );
+    }
+
+    #[test]
+    fn a_registry_refusal_is_told_from_an_unreachable_registry() {
+        assert!(refused_by_registry(
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"127.0.0.1:5000/private/busybox:1.36\": failed to resolve reference: pulling from host 127.0.0.1:5000 failed with status code [manifests 1.36]: 401 Unauthorized"
+        ));
+        assert!(refused_by_registry("unexpected status: 403 Forbidden"));
+        assert!(!refused_by_registry(
+            "failed to do request: Head \"https://localhost:1/v2/absent/manifests/1.0\": dial tcp 127.0.0.1:1: connect: connection refused"
+        ));
     }
 
     #[test]
