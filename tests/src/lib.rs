@@ -19,6 +19,7 @@ pub mod kubelet_client;
 mod node;
 pub mod otlp;
 pub mod pki;
+pub mod registry;
 pub mod spdy;
 mod status;
 pub mod websocket;
