@@ -55,6 +55,29 @@ async fn sh(node: &Node, id: &str, cmd: &str) -> Result<String, String> {
     node.exec(id, &["sh", "-c", cmd]).await
 }
 
+/// How many CRI containers of the pod named `pod` run.
+async fn running_containers(node: &Node, pod: &str) -> usize {
+    let running = nodeagent_proto::cri::ContainerState::ContainerRunning as i32;
+    node.containers()
+        .await
+        .into_iter()
+        .filter(|c| c.labels["io.kubernetes.pod.name"] == pod && c.state == running)
+        .count()
+}
+
+/// The CRI container ids of the pod named `pod`, in any state.
+async fn containers_of(node: &Node, pod: &str) -> Vec<String> {
+    let mut ids: Vec<String> = node
+        .containers()
+        .await
+        .into_iter()
+        .filter(|c| c.labels["io.kubernetes.pod.name"] == pod)
+        .map(|c| c.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 async fn running(pods: &Api<Pod>, name: &str) -> Pod {
     eventually(&format!("{name} Running"), DEADLINE, || async {
         let p = pods.get(name).await.map_err(|e| e.to_string())?;
@@ -567,5 +590,147 @@ async fn volume_service_kills_during_set_up_disturb_no_running_pod_and_every_set
         }
     })
     .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_dir_over_its_size_limit_evicts_its_pod_and_only_it_for_good() {
+    if !require_runtime("emptyDir sizeLimit eviction") {
+        return;
+    }
+    let (server, mut node) =
+        Node::start_with_api_server("volumes-evict", NodeOptions::default()).await;
+    let state = server.state.clone();
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let spec = |command: &str| {
+        json!({"spec": {
+            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}],
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", command],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]
+        }})
+    };
+    let hog = node.pod_name("hog");
+    let quiet = node.pod_name("quiet");
+    let forever = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            &quiet,
+            &node.name,
+            spec(&format!("echo small > /scratch/f; {forever}")),
+        ),
+    )
+    .await
+    .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            &hog,
+            &node.name,
+            spec(&format!(
+                "dd if=/dev/zero of=/scratch/big bs=1M count=4; {forever}"
+            )),
+        ),
+    )
+    .await
+    .unwrap();
+    let quiet_id = {
+        running(&pods, &quiet).await;
+        node.container_id("quiet", "c").await.unwrap()
+    };
+    let message = "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ";
+    let evicted = eventually("the hog evicted", Duration::from_secs(90), || async {
+        let p = pods.get(&hog).await.map_err(|e| e.to_string())?;
+        let s = p.status.clone().unwrap_or_default();
+        if s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("Evicted") {
+            Ok(s)
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+    assert_eq!(evicted.message.as_deref(), Some(message));
+    let disruption = evicted
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("a DisruptionTarget condition");
+    assert_eq!(disruption.status, "True");
+    assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
+    eventually("an Evicted event", DEADLINE, || async {
+        state
+            .objects("events")
+            .into_iter()
+            .find(|e| {
+                e["reason"] == "Evicted"
+                    && e["involvedObject"]["name"] == hog.as_str()
+                    && e["message"] == message
+            })
+            .ok_or_else(|| "no Evicted event".to_string())
+    })
+    .await;
+    eventually("the hog's container stopped", DEADLINE, || async {
+        match running_containers(&node, &hog).await {
+            0 => Ok(()),
+            n => Err(format!("{n} running")),
+        }
+    })
+    .await;
+    // Evicted for good: even once its volume is back under the limit, a pod-sync restart
+    // neither runs it again nor changes its phase (upstream never reruns a terminal pod).
+    let hog_uid = pods.get(&hog).await.unwrap().metadata.uid.unwrap();
+    std::fs::remove_file(node.path(&format!(
+        "root/pods/{hog_uid}/volumes/kubernetes.io~empty-dir/scratch/big"
+    )))
+    .unwrap();
+    let created_before = containers_of(&node, &hog).await;
+    node.signal(Service::PodSync, nix::sys::signal::Signal::SIGKILL)
+        .await;
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    eventually("pod-sync lists both pods again", DEADLINE, || async {
+        let hog_pod = node.pod("hog").await?;
+        node.pod("quiet").await?;
+        if hog_pod["status"]["phase"] == "Failed" && hog_pod["status"]["reason"] == "Evicted" {
+            Ok(())
+        } else {
+            Err(hog_pod["status"].to_string())
+        }
+    })
+    .await;
+    // Two resync periods (10 s each) later, still nothing of it runs.
+    let resynced = std::time::Instant::now();
+    eventually("two resyncs after the restart", DEADLINE, || async {
+        if running_containers(&node, &hog).await != 0 {
+            panic!("the evicted pod runs again");
+        }
+        if resynced.elapsed() > Duration::from_secs(20) {
+            Ok(())
+        } else {
+            Err("waiting".to_string())
+        }
+    })
+    .await;
+    assert_eq!(
+        containers_of(&node, &hog).await,
+        created_before,
+        "no container of the evicted pod was created again"
+    );
+    let p = pods.get(&hog).await.unwrap();
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Failed"));
+    // The other pod was never touched.
+    assert_eq!(node.container_id("quiet", "c").await, Some(quiet_id));
+    assert_eq!(
+        pods.get(&quiet)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase
+            .as_deref(),
+        Some("Running")
+    );
     node.stop().await;
 }

@@ -6,6 +6,7 @@
 mod api_status;
 mod cgroups;
 mod credentials;
+mod evict;
 mod expansion;
 mod hooks;
 mod inputs;

@@ -273,6 +273,22 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         rt.and_then(|r| r.sandboxes.iter().map(|s| s.created_at_unix_nanos).min())
             .and_then(time)
     });
+    // An evicted pod says so in a DisruptionTarget condition (upstream, since 1.26).
+    if let Some(f) = inputs
+        .pod_failed
+        .filter(|f| f.reason == crate::evict::EVICTED)
+    {
+        let mut c = condition("DisruptionTarget", true, None);
+        c.reason = Some("TerminationByKubelet".into());
+        c.message = Some(f.message.clone());
+        if let Some(old) = previous
+            .and_then(|p| p.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|o| o.type_ == c.type_))
+        {
+            c.last_transition_time = old.last_transition_time.clone();
+        }
+        conditions.push(c);
+    }
     let (phase, reason, message) = match inputs.pod_failed {
         Some(f) => ("Failed", Some(f.reason.clone()), Some(f.message.clone())),
         None => (phase, None, None),

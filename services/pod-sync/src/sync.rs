@@ -102,6 +102,12 @@ impl PodSync {
             .restart_policy
             .clone()
             .unwrap_or_else(|| "Always".into());
+        self.restore_pod_failure(pod);
+        if self.is_evicted(&uid) {
+            self.stop_everything(pod, rt, crate::evict::EVICTED, Some(0))
+                .await;
+            return Ok(SyncOutcome::Terminated);
+        }
         if let Some(outcome) = self.refuse_unadmitted(pod, rt).await {
             return Ok(outcome);
         }
@@ -120,7 +126,12 @@ impl PodSync {
 
         // Volumes first: nothing starts without them. Idempotent, so done every sync.
         let volumes = match self.ensure_volumes(pod).await {
-            Ok(v) => v,
+            Ok(v) => {
+                if self.evict_for_local_storage(pod, rt, &v.over_limit).await {
+                    return Ok(SyncOutcome::Terminated);
+                }
+                v.host_paths.into_iter().collect::<HashMap<_, _>>()
+            }
             Err(status) if peer_unreachable(&status) => {
                 // The volume service is restarting: nothing is wrong with the pod.
                 tracing::info!(error = %status.message(), "volume service unreachable; retrying");
@@ -340,13 +351,20 @@ impl PodSync {
                 },
             );
         }
-        self.stop_everything(pod, rt, "DeadlineExceeded").await;
+        self.stop_everything(pod, rt, "DeadlineExceeded", None)
+            .await;
         Err(SyncOutcome::Idle)
     }
 
     /// Stops every running container (gracefully) and sandbox of a pod that failed.
-    async fn stop_everything(&self, pod: &Pod, rt: &RuntimePodStatus, reason: &str) {
-        let grace = grace_seconds(pod);
+    pub(crate) async fn stop_everything(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        reason: &str,
+        grace_override: Option<i64>,
+    ) {
+        let grace = grace_override.unwrap_or_else(|| grace_seconds(pod));
         let mut acted = false;
         for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
             self.kill_container(Some(pod), &c.name, &c.id, grace, reason)
@@ -380,7 +398,7 @@ impl PodSync {
         if first {
             tracing::error!(reason = refusal.reason, message = %refusal.message, "pod refused at admission");
         }
-        self.stop_everything(pod, rt, refusal.reason).await;
+        self.stop_everything(pod, rt, refusal.reason, None).await;
         Some(SyncOutcome::Terminated)
     }
 
@@ -779,7 +797,10 @@ impl PodSync {
         found
     }
 
-    async fn ensure_volumes(&self, pod: &Pod) -> Result<HashMap<String, String>, tonic::Status> {
+    async fn ensure_volumes(
+        &self,
+        pod: &Pod,
+    ) -> Result<nodeagent_proto::api::EnsurePodVolumesResponse, tonic::Status> {
         let mut volume = self.volume.clone();
         volume
             .ensure_pod_volumes(EnsurePodVolumesRequest {
@@ -787,7 +808,27 @@ impl PodSync {
                 trace: nodeagent_telemetry::current_trace_context(),
             })
             .await
-            .map(|r| r.into_inner().host_paths.into_iter().collect())
+            .map(|r| r.into_inner())
+    }
+
+    /// A pod the API server already knows as Failed for a pod-level reason (Evicted,
+    /// DeadlineExceeded, an admission refusal) stays so after a pod-sync restart: upstream
+    /// never runs a pod whose status is terminal again.
+    fn restore_pod_failure(&self, pod: &Pod) {
+        let Some(status) = &pod.status else {
+            return;
+        };
+        let reason = status.reason.clone().unwrap_or_default();
+        if status.phase.as_deref() != Some("Failed") || reason.is_empty() {
+            return;
+        }
+        let mut st = self.lock();
+        st.pod_failed
+            .entry(k8s::pod_uid(pod).to_string())
+            .or_insert_with(|| Waiting {
+                reason,
+                message: status.message.clone().unwrap_or_default(),
+            });
     }
 
     /// Has the volume service resolve and bind-mount the container's subPaths (it runs in
