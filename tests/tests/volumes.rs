@@ -145,6 +145,7 @@ async fn api_pods_read_their_volumes_see_updates_and_a_refreshed_token() {
             "resources": {"limits": {"memory": "64Mi"}},
             "volumeMounts": [
                 {"name": "cfg", "mountPath": "/cfg"},
+                {"name": "cfg", "mountPath": "/sub/greeting", "subPath": "dir/greeting"},
                 {"name": "all", "mountPath": "/all"},
                 {"name": "sec", "mountPath": "/sec"},
                 {"name": "info", "mountPath": "/info"},
@@ -380,6 +381,8 @@ async fn api_pods_read_their_volumes_see_updates_and_a_refreshed_token() {
         }
     })
     .await;
+    // A subPath mount of it does not update, as upstream.
+    assert_eq!(sh(&node, &id, "cat /sub/greeting").await.unwrap(), "hello");
     assert_eq!(node.container_id("vols", "c").await, before);
     assert_eq!(mounts_under(&volumes), mounts, "no mount added or lost");
 
