@@ -34,6 +34,31 @@ use std::time::Duration;
 /// The containerd the runtime setup script starts.
 pub const CONTAINERD_SOCKET: &str = "/run/nodeagent-containerd/containerd.sock";
 
+/// Waits until the API server holds an Event in `namespace` that `matches`, and returns it.
+pub async fn eventually_event(
+    client: &kube::Client,
+    namespace: &str,
+    what: &str,
+    deadline: Duration,
+    matches: impl Fn(&k8s_openapi::api::core::v1::Event) -> bool,
+) -> k8s_openapi::api::core::v1::Event {
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let matches = &matches;
+    eventually(what, deadline, || async {
+        let list = events
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let count = list.items.len();
+        list.items
+            .into_iter()
+            .find(|e| matches(e))
+            .ok_or_else(|| format!("no matching event among {count}"))
+    })
+    .await
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` and the last state
 /// after `deadline`.
 pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T

@@ -395,6 +395,19 @@ impl Node {
             .collect()
     }
 
+    /// The CRI container ids (any state, sorted) of the pod whose full name is `pod_name`.
+    pub async fn container_ids(&self, pod_name: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .containers()
+            .await
+            .into_iter()
+            .filter(|c| c.labels["io.kubernetes.pod.name"] == pod_name)
+            .map(|c| c.id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
     /// The id of the newest CRI container named `container` in pod `pod` (the name before
     /// the node suffix).
     pub async fn container_id(&self, pod: &str, container: &str) -> Option<String> {

@@ -3,10 +3,10 @@
 //! emptyDir does not get a later container the host root through subPath; and subPath and
 //! subPathExpr work normally and leave no mount and no pod dir behind.
 
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 use nodeagent_config::Service;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -250,17 +250,13 @@ async fn an_api_pod_with_a_climbing_volume_name_gets_a_failed_validation_event()
         .unwrap();
     node.running_container("good", "c", DEADLINE).await;
     assert!(!Path::new(&target).exists(), "{target} was created");
-    let events: Api<Event> = Api::namespaced(client, "default");
-    let event = eventually("a FailedValidation event", DEADLINE, || async {
-        let list = events
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        list.items
-            .into_iter()
-            .find(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
-            .ok_or_else(|| "no event yet".to_string())
-    })
+    let event = eventually_event(
+        &client,
+        "default",
+        "a FailedValidation event",
+        DEADLINE,
+        |e| e.involved_object.name.as_deref() == Some(name.as_str()),
+    )
     .await;
     assert_eq!(event.reason.as_deref(), Some("FailedValidation"));
     let message = event.message.unwrap_or_default();

@@ -6,13 +6,13 @@
 //! whose credential is refused does not run the copy another pod pulled.
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, PostParams};
 use nodeagent_config::Service;
 use nodeagent_cri::Cri;
 use nodeagent_proto::cri::{ImageSpec, ImageStatusRequest, ListImagesRequest, RemoveImageRequest};
 use nodeagent_tests::registry::{Image, Registry};
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use serde_json::json;
 use std::time::Duration;
 
@@ -264,24 +264,15 @@ async fn pull_secrets_open_a_private_registry_and_a_refused_one_runs_nothing() {
         matches!((refused_intruder, fetched_layer), (Some(a), Some(b)) if a < b),
         "the wrong credential first, then the layer with the right one: {log:?}"
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    eventually(
+    eventually_event(
+        &client,
+        "default",
         "the FailedToRetrieveImagePullSecret event",
         DEADLINE,
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("FailedToRetrieveImagePullSecret")
-                        && e.involved_object.name.as_deref() == Some(authed.as_str())
-                })
-                .and_then(|e| e.message)
-                .filter(|m| m.contains("(absent)"))
-                .ok_or_else(|| "no event yet".to_string())
+        |e| {
+            e.reason.as_deref() == Some("FailedToRetrieveImagePullSecret")
+                && e.involved_object.name.as_deref() == Some(authed.as_str())
+                && e.message.as_deref().is_some_and(|m| m.contains("(absent)"))
         },
     )
     .await;

@@ -4,11 +4,11 @@
 //! an API server restart, and invalid or duplicate pods are refused without disturbing
 //! the others.
 
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodeagent_config::Service;
 use nodeagent_tests::apiserver::ApiServer;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use serde_json::json;
 use std::time::Duration;
 
@@ -26,19 +26,6 @@ fn pod(name: &str, node: &str, extra: serde_json::Value) -> Pod {
     });
     nodeagent_tests::apiserver::merge_patch(&mut v, &extra);
     serde_json::from_value(v).unwrap()
-}
-
-/// CRI container ids of a pod, by its name on this node.
-async fn container_ids(node: &Node, pod_name: &str) -> Vec<String> {
-    let mut ids: Vec<String> = node
-        .containers()
-        .await
-        .into_iter()
-        .filter(|c| c.labels["io.kubernetes.pod.name"] == pod_name)
-        .map(|c| c.id)
-        .collect();
-    ids.sort();
-    ids
 }
 
 async fn api_phase(pods: &Api<Pod>, name: &str) -> Result<String, String> {
@@ -78,10 +65,10 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
         },
     )
     .await;
-    let ids = container_ids(&node, &name).await;
+    let ids = node.container_ids(&name).await;
     assert_eq!(ids.len(), 1);
     assert!(
-        container_ids(&node, &other).await.is_empty(),
+        node.container_ids(&other).await.is_empty(),
         "a pod bound to another node does not run here"
     );
     let status = pods.get(&name).await.unwrap().status.unwrap();
@@ -117,7 +104,7 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
     })
     .await;
     assert_eq!(
-        container_ids(&node, &name).await,
+        node.container_ids(&name).await,
         ids,
         "a metadata change restarts nothing"
     );
@@ -153,7 +140,7 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
         annotations.get("kubernetes.io/config.hash")
     );
     assert_eq!(
-        container_ids(&node, &mirror_name).await.len(),
+        node.container_ids(&mirror_name).await.len(),
         1,
         "the mirror pod itself is never run"
     );
@@ -199,7 +186,7 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
     })
     .await;
     assert!(
-        container_ids(&node, &name).await.is_empty(),
+        node.container_ids(&name).await.is_empty(),
         "its containers are gone first"
     );
     node.stop().await;
@@ -226,7 +213,7 @@ async fn the_watch_survives_410_gone_and_an_api_server_restart() {
         })
         .await;
     }
-    let ids = container_ids(&node, &first).await;
+    let ids = node.container_ids(&first).await;
 
     // The API server goes away mid-watch and comes back with its history compacted: the
     // watcher's resume version is too old (410 Gone), so it must re-list.
@@ -250,7 +237,7 @@ async fn the_watch_survives_410_gone_and_an_api_server_restart() {
     )
     .await;
     assert_eq!(
-        container_ids(&node, &first).await,
+        node.container_ids(&first).await,
         ids,
         "the first pod was not disturbed"
     );
@@ -289,7 +276,7 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
         }
     })
     .await;
-    let before = container_ids(&node, &good).await;
+    let before = node.container_ids(&good).await;
 
     // The test API server does not validate, so a pod with no containers gets through to
     // the node, which must refuse it.
@@ -307,20 +294,12 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
     );
     let dup = good.clone();
 
-    let events: Api<Event> = Api::namespaced(client, "default");
-    let event = eventually(
+    let event = eventually_event(
+        &client,
+        "default",
         "a FailedValidation event for the invalid pod",
         DEADLINE,
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .into_iter()
-                .find(|e| e.involved_object.name.as_deref() == Some(bad.as_str()))
-                .ok_or_else(|| "no event yet".to_string())
-        },
+        |e| e.involved_object.name.as_deref() == Some(bad.as_str()),
     )
     .await;
     assert_eq!(event.reason.as_deref(), Some("FailedValidation"));
@@ -343,9 +322,9 @@ async fn invalid_and_duplicate_api_pods_are_refused_with_an_event() {
         }
     })
     .await;
-    assert!(container_ids(&node, &bad).await.is_empty());
+    assert!(node.container_ids(&bad).await.is_empty());
     assert_eq!(
-        container_ids(&node, &good).await,
+        node.container_ids(&good).await,
         before,
         "the good pod is undisturbed"
     );
@@ -430,7 +409,7 @@ async fn the_http_source_serves_pods_and_keeps_the_last_good_set_through_failure
     .await;
     let one = node.pod_name("one");
     eventually("the pod from the URL running", DEADLINE, || async {
-        let ids = container_ids(&node, &one).await;
+        let ids = node.container_ids(&one).await;
         let pod = node.pod("one").await?;
         if ids.len() == 1 && pod["status"]["phase"] == "Running" {
             Ok(())
@@ -451,7 +430,7 @@ async fn the_http_source_serves_pods_and_keeps_the_last_good_set_through_failure
         pod["metadata"]["annotations"]["kubernetes.io/config.source"],
         "http"
     );
-    let ids = container_ids(&node, &one).await;
+    let ids = node.container_ids(&one).await;
 
     // The server flaps: HTML, a list with an item that is not a pod (which once panicked
     // the source for good: found by tests/fuzz), then an error status. Each is reported
@@ -483,7 +462,7 @@ async fn the_http_source_serves_pods_and_keeps_the_last_good_set_through_failure
         })
         .await;
         assert_eq!(
-            container_ids(&node, &one).await,
+            node.container_ids(&one).await,
             ids,
             "the last good set keeps running"
         );
@@ -493,14 +472,14 @@ async fn the_http_source_serves_pods_and_keeps_the_last_good_set_through_failure
     manifests.answer(200, &pod_list(&["one", "two"]));
     let two = node.pod_name("two");
     eventually("the second pod running", DEADLINE, || async {
-        let n = container_ids(&node, &two).await.len();
+        let n = node.container_ids(&two).await.len();
         if n == 1 { Ok(()) } else { Err(format!("{n}")) }
     })
     .await;
-    assert_eq!(container_ids(&node, &one).await, ids);
+    assert_eq!(node.container_ids(&one).await, ids);
     manifests.answer(200, &pod_list(&["two"]));
     eventually("the first pod removed", DEADLINE, || async {
-        let n = container_ids(&node, &one).await.len();
+        let n = node.container_ids(&one).await.len();
         if n == 0 { Ok(()) } else { Err(format!("{n}")) }
     })
     .await;

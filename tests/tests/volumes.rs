@@ -65,17 +65,19 @@ async fn running_containers(node: &Node, pod: &str) -> usize {
         .count()
 }
 
-/// The CRI container ids of the pod named `pod`, in any state.
-async fn containers_of(node: &Node, pod: &str) -> Vec<String> {
-    let mut ids: Vec<String> = node
-        .containers()
-        .await
-        .into_iter()
-        .filter(|c| c.labels["io.kubernetes.pod.name"] == pod)
-        .map(|c| c.id)
-        .collect();
-    ids.sort();
-    ids
+/// Waits until no directory and no mount is left under `<root-dir>/pods`.
+async fn nothing_left_under(pods_dir: &Path) {
+    eventually("nothing left under pods/", DEADLINE, || async {
+        let left: Vec<_> = std::fs::read_dir(pods_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        if left.is_empty() && mounts_under(pods_dir).is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?} {:?}", mounts_under(pods_dir)))
+        }
+    })
+    .await;
 }
 
 async fn running(pods: &Api<Pod>, name: &str) -> Pod {
@@ -391,17 +393,7 @@ async fn api_pods_read_their_volumes_see_updates_and_a_refreshed_token() {
         pods.delete(p, &DeleteParams::default()).await.unwrap();
     }
     let pods_dir = node.path("root/pods");
-    eventually("nothing left under pods/", DEADLINE, || async {
-        let left: Vec<_> = std::fs::read_dir(&pods_dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        if left.is_empty() && mounts_under(&pods_dir).is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{left:?} {:?}", mounts_under(&pods_dir)))
-        }
-    })
-    .await;
+    nothing_left_under(&pods_dir).await;
     node.stop().await;
 }
 
@@ -582,17 +574,7 @@ async fn volume_service_kills_during_set_up_disturb_no_running_pod_and_every_set
     for name in &names {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    eventually("nothing left under pods/", DEADLINE, || async {
-        let left: Vec<_> = std::fs::read_dir(&pods_dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        if left.is_empty() && mounts_under(&pods_dir).is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{left:?} {:?}", mounts_under(&pods_dir)))
-        }
-    })
-    .await;
+    nothing_left_under(&pods_dir).await;
     node.stop().await;
 }
 
@@ -688,7 +670,7 @@ async fn an_empty_dir_over_its_size_limit_evicts_its_pod_and_only_it_for_good() 
         "root/pods/{hog_uid}/volumes/kubernetes.io~empty-dir/scratch/big"
     )))
     .unwrap();
-    let created_before = containers_of(&node, &hog).await;
+    let created_before = node.container_ids(&hog).await;
     node.signal(Service::PodSync, nix::sys::signal::Signal::SIGKILL)
         .await;
     node.spawn(Service::PodSync);
@@ -717,7 +699,7 @@ async fn an_empty_dir_over_its_size_limit_evicts_its_pod_and_only_it_for_good() 
     })
     .await;
     assert_eq!(
-        containers_of(&node, &hog).await,
+        node.container_ids(&hog).await,
         created_before,
         "no container of the evicted pod was created again"
     );
