@@ -59,9 +59,24 @@ pub async fn eventually_event(
     .await
 }
 
-/// Polls `check` until it returns `Some`, or panics with `what` and the last state
+/// Polls `check` until it returns `Ok`, or panics with `what` and the last state
 /// after `deadline`.
-pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    eventually_every(what, deadline, Duration::from_millis(200), check).await
+}
+
+/// [`eventually`], checking every `period` (a short one catches a state that lasts
+/// only milliseconds).
+pub async fn eventually_every<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    period: Duration,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -76,6 +91,6 @@ where
         if tokio::time::Instant::now() >= until {
             panic!("timed out after {deadline:?} waiting for {what}; last: {last}");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(period).await;
     }
 }

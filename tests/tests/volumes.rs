@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodeagent_config::Service;
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, eventually_every, require_runtime};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -528,15 +528,36 @@ async fn volume_service_kills_during_set_up_disturb_no_running_pod_and_every_set
     for round in 0..6 {
         let base = format!("set-up{round}");
         let name = node.pod_name(&base);
-        pods.create(
-            &PostParams::default(),
-            &pod(&name, &node.name, spec.clone()),
+        let created = pods
+            .create(
+                &PostParams::default(),
+                &pod(&name, &node.name, spec.clone()),
+            )
+            .await
+            .unwrap();
+        // The kill lands inside the set-up: as soon as the first volume directory exists,
+        // or after the first of a seeded random number of checks finds it.
+        let uid = created.metadata.uid.unwrap();
+        let volumes = node.path(&format!("root/pods/{uid}/volumes"));
+        let extra_checks = rng.below(3);
+        let mut checks = 0;
+        eventually_every(
+            "the set-up under way",
+            DEADLINE,
+            Duration::from_millis(1),
+            || {
+                checks += u64::from(volumes.exists());
+                let ready = checks > extra_checks;
+                async move {
+                    if ready {
+                        Ok(())
+                    } else {
+                        Err("not yet".to_string())
+                    }
+                }
+            },
         )
-        .await
-        .unwrap();
-        // A kill at a random moment of the new pod's set-up (the delay is the attack, not
-        // a wait for anything).
-        tokio::time::sleep(rng.millis(0, 400)).await;
+        .await;
         node.signal(Service::Volume, nix::sys::signal::Signal::SIGKILL)
             .await;
         node.spawn(Service::Volume);
