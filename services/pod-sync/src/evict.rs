@@ -25,42 +25,35 @@ pub fn empty_dir_message(over: &EmptyDirOverLimit) -> String {
 }
 
 impl PodSync {
-    /// Evicts `pod` if a volume is over its limit; true if the pod is (now or already)
-    /// evicted and the sync is over.
+    /// Evicts `pod` if a volume is over its limit; true if it did (the sync is over).
+    /// A pod evicted before is stopped by `sync_pod` before its volumes are set up.
     pub(crate) async fn evict_for_local_storage(
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
         over: &[EmptyDirOverLimit],
     ) -> bool {
-        let uid = k8s::pod_uid(pod).to_string();
-        let evicted = {
-            let st = self.lock();
-            st.pod_failed.get(&uid).is_some_and(|f| f.reason == EVICTED)
+        let Some(first) = over.first() else {
+            return false;
         };
-        if !evicted {
-            let Some(first) = over.first() else {
-                return false;
-            };
-            let message = empty_dir_message(first);
-            tracing::warn!(
-                volume = %first.volume,
-                size_limit = %first.size_limit,
-                used_bytes = first.used_bytes,
-                "evicting the pod: an emptyDir exceeds its sizeLimit"
-            );
-            self.lock().pod_failed.insert(
-                uid.clone(),
-                Waiting {
-                    reason: EVICTED.into(),
-                    message: message.clone(),
-                },
-            );
-            if let Some(client) = &self.api {
-                use nodeagent_config::events::{EventType, post};
-                let node = &self.node.node_name;
-                post(client, pod, EventType::Warning, EVICTED, &message, node).await;
-            }
+        let message = empty_dir_message(first);
+        tracing::warn!(
+            volume = %first.volume,
+            size_limit = %first.size_limit,
+            used_bytes = first.used_bytes,
+            "evicting the pod: an emptyDir exceeds its sizeLimit"
+        );
+        self.lock().pod_failed.insert(
+            k8s::pod_uid(pod).to_string(),
+            Waiting {
+                reason: EVICTED.into(),
+                message: message.clone(),
+            },
+        );
+        if let Some(client) = &self.api {
+            use nodeagent_config::events::{EventType, post};
+            let node = &self.node.node_name;
+            post(client, pod, EventType::Warning, EVICTED, &message, node).await;
         }
         self.stop_everything(pod, rt, EVICTED, Some(0)).await;
         true

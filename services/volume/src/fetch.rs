@@ -71,6 +71,11 @@ impl Fetcher {
         self.api.as_ref()
     }
 
+    /// The node this service runs on (events name it as their source host).
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
     /// Everything `refs` names, each fetched independently: one missing object fails only
     /// the volumes that use it.
     pub async fn objects(&self, pod: &Pod, refs: &References) -> ApiObjects {

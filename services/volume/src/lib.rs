@@ -32,7 +32,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         None => None,
     };
     let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
-    let service = server::VolumeService::new(layout, fetcher, config.node_name.clone());
+    let service = server::VolumeService::new(layout, fetcher);
     let server = Server::new(
         config.endpoint(Service::Volume).clone(),
         tonic::service::Routes::new(VolumeServer::new(service).with_limits()),

@@ -22,7 +22,6 @@ const REPEAT_EVENT_AFTER: Duration = Duration::from_secs(60);
 pub struct VolumeService {
     pub layout: PodVolumeLayout,
     pub fetcher: Fetcher,
-    pub node_name: String,
     /// One set-up at a time per pod: the atomic writer must not race itself on a volume.
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The last FailedMount message posted per (pod uid, message), and when.
@@ -30,11 +29,10 @@ pub struct VolumeService {
 }
 
 impl VolumeService {
-    pub fn new(layout: PodVolumeLayout, fetcher: Fetcher, node_name: String) -> Self {
+    pub fn new(layout: PodVolumeLayout, fetcher: Fetcher) -> Self {
         Self {
             layout,
             fetcher,
-            node_name,
             busy: Mutex::default(),
             reported: Mutex::default(),
         }
@@ -78,7 +76,7 @@ impl VolumeService {
             EventType::Warning,
             "FailedMount",
             message,
-            &self.node_name,
+            self.fetcher.node_name(),
         )
         .await;
     }
