@@ -137,8 +137,11 @@ async fn api_pods_read_their_volumes_see_updates_and_a_refreshed_token() {
         .unwrap();
 
     let name = node.pod_name("vols");
+    // One resolution of `..data` per round, as a reader that wants a consistent view does:
+    // both files through the same version (a version removed meanwhile fails the round).
     let reader = "trap 'exit 0' TERM; \
-        while true; do a=$(cat /all/a 2>/dev/null) && b=$(cat /all/b 2>/dev/null) && \
+        while true; do d=$(readlink /all/..data) && a=$(cat /all/$d/a 2>/dev/null) && \
+        b=$(cat /all/$d/b 2>/dev/null) && \
         [ \"$a\" != \"$b\" ] && echo \"$a/$b\" >> /mem/mixed; sleep 0.01; done";
     let spec = json!({"spec": {
         "securityContext": {"fsGroup": 2000},
