@@ -1,7 +1,7 @@
 //! A private image registry for the tests: the OCI distribution API, read-only (`GET /v2/`,
 //! `GET|HEAD /v2/<name>/manifests/<reference>`, `GET|HEAD /v2/<name>/blobs/<digest>`),
 //! over plain HTTP on 127.0.0.1 (containerd's CRI pulls from a localhost registry over
-//! HTTP without any configuration), serving one image to HTTP basic auth only. Every
+//! HTTP without any configuration), serving one image to HTTP basic auth only (or to anyone, for test images). Every
 //! request is recorded with the user it presented, so a test can tell which credential a
 //! pull used and that the blobs really came from here.
 
@@ -35,6 +35,13 @@ impl Image {
     /// `deploy/runtime/setup.sh` builds `busybox:1.36`, and `/etc/registry-marker` holding
     /// `marker`.
     pub fn busybox(marker: &str) -> Image {
+        Image::busybox_with(marker, &[])
+    }
+
+    /// The same busybox image with host files added: each `(host path, image path)` is
+    /// copied in, and so is every shared library `ldd` names for it (at the same path), so
+    /// a dynamically linked test binary runs in the image.
+    pub fn busybox_with(marker: &str, files: &[(&std::path::Path, &str)]) -> Image {
         let dir = tempfile::tempdir().expect("temp dir");
         let rootfs = dir.path().join("rootfs");
         for d in [
@@ -57,6 +64,13 @@ impl Image {
             }
         }
         std::fs::write(rootfs.join("etc/registry-marker"), marker).expect("write the marker");
+        for (host, in_image) in files {
+            copy_into(&rootfs, host, in_image);
+            for lib in shared_libraries(host) {
+                let rel = lib.to_string_lossy().trim_start_matches('/').to_string();
+                copy_into(&rootfs, &lib, &rel);
+            }
+        }
         std::fs::write(
             rootfs.join("etc/passwd"),
             "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n",
@@ -124,6 +138,72 @@ impl Image {
     }
 }
 
+/// Copies `host` to `rootfs/in_image` (following links: the image gets the file itself).
+fn copy_into(rootfs: &std::path::Path, host: &std::path::Path, in_image: &str) {
+    let dest = rootfs.join(in_image.trim_start_matches('/'));
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    std::fs::copy(host, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", host.display()));
+}
+
+/// The shared libraries (and the loader) `ldd` lists for a binary, as absolute paths.
+fn shared_libraries(binary: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let out = std::process::Command::new("ldd")
+        .arg(binary)
+        .output()
+        .expect("run ldd");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        .filter_map(|l| {
+            let path = l.split("=>").last()?.split_whitespace().next()?;
+            path.starts_with('/')
+                .then(|| std::path::PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// A marker no other image has: an image built with it is new to containerd every run.
+pub fn nonce() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}-{nanos}", std::process::id())
+}
+
+/// Removes every image pulled from a test registry into `repository` (from this run or
+/// one that died). Such images are built fresh each run, so no other name shares their
+/// id and removing by id removes nothing else.
+pub async fn remove_images(cri: &nodeagent_cri::Cri, repository: &str) {
+    let mut images = cri.image.clone();
+    let all = images
+        .list_images(nodeagent_proto::cri::ListImagesRequest { filter: None })
+        .await
+        .expect("ListImages")
+        .into_inner()
+        .images;
+    for image in all {
+        let ours = image.repo_tags.iter().any(|t| {
+            t.strip_prefix("127.0.0.1:")
+                .and_then(|rest| rest.split_once('/'))
+                .is_some_and(|(_, name)| name.starts_with(&format!("{repository}:")))
+        });
+        if ours {
+            images
+                .remove_image(nodeagent_proto::cri::RemoveImageRequest {
+                    image: Some(nodeagent_proto::cri::ImageSpec {
+                        image: image.id.clone(),
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .expect("RemoveImage");
+        }
+    }
+}
+
 /// One request the registry answered.
 #[derive(Debug, Clone)]
 pub struct Logged {
@@ -152,7 +232,7 @@ pub struct Registry {
 
 impl Registry {
     /// Serves `image` as `<repository>:<tag>` on a free port of 127.0.0.1, to
-    /// `username`/`password` only.
+    /// `username`/`password` only (to anyone when `username` is empty).
     pub async fn start(
         repository: &str,
         tag: &str,
@@ -255,9 +335,11 @@ async fn handle(
     headers: HeaderMap,
 ) -> Response {
     let presented = basic_credentials(&headers);
-    let authorized = presented
-        .as_ref()
-        .is_some_and(|(u, p)| *u == reg.username && *p == reg.password);
+    // A registry started with no username serves anyone.
+    let authorized = reg.username.is_empty()
+        || presented
+            .as_ref()
+            .is_some_and(|(u, p)| *u == reg.username && *p == reg.password);
     let response = if !authorized {
         let mut r = error(
             StatusCode::UNAUTHORIZED,

@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, PostParams};
 use nodeagent_config::Service;
 use nodeagent_cri::Cri;
-use nodeagent_proto::cri::{ImageSpec, ImageStatusRequest, ListImagesRequest, RemoveImageRequest};
-use nodeagent_tests::registry::{Image, Registry};
+use nodeagent_proto::cri::{ImageSpec, ImageStatusRequest};
+use nodeagent_tests::registry::{Image, Registry, nonce, remove_images};
 use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use serde_json::json;
 use std::time::Duration;
@@ -20,15 +20,6 @@ const DEADLINE: Duration = Duration::from_secs(90);
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
-}
-
-/// A marker no other image has: the registry's image is new to containerd every run.
-fn nonce() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{}-{nanos}", std::process::id())
 }
 
 fn pod(name: &str, node: &str, image: &str, pull_secrets: &[&str]) -> Pod {
@@ -124,37 +115,6 @@ async fn image_present(cri: &Cri, image: &str) -> bool {
         .into_inner()
         .image
         .is_some()
-}
-
-/// Removes every image pulled from a test registry into `repository` (from this run or
-/// one that died). Such images are built fresh each run, so no other name shares their
-/// id and removing by id removes nothing else.
-async fn remove_images(cri: &Cri, repository: &str) {
-    let mut images = cri.image.clone();
-    let all = images
-        .list_images(ListImagesRequest { filter: None })
-        .await
-        .expect("ListImages")
-        .into_inner()
-        .images;
-    for image in all {
-        let ours = image.repo_tags.iter().any(|t| {
-            t.strip_prefix("127.0.0.1:")
-                .and_then(|rest| rest.split_once('/'))
-                .is_some_and(|(_, name)| name.starts_with(&format!("{repository}:")))
-        });
-        if ours {
-            images
-                .remove_image(RemoveImageRequest {
-                    image: Some(ImageSpec {
-                        image: image.id.clone(),
-                        ..Default::default()
-                    }),
-                })
-                .await
-                .expect("RemoveImage");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

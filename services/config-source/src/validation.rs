@@ -1,7 +1,7 @@
 //! The upstream validation rules that matter on a node, with upstream's error wording
 //! (`field.ErrorList`: "<path>: <type>: <detail>").
 
-use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe, Volume};
 use nodeagent_transport::MAX_POD_JSON_BYTES;
 use std::collections::HashSet;
 
@@ -119,6 +119,15 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
                     ));
                 }
             }
+            for (field, probe) in [
+                ("livenessProbe", &c.liveness_probe),
+                ("readinessProbe", &c.readiness_probe),
+                ("startupProbe", &c.startup_probe),
+            ] {
+                if let Some(probe) = probe {
+                    validate_probe_handler(probe, &format!("{p}.{field}"), &mut errs);
+                }
+            }
             if let Some(policy) = c.image_pull_policy.as_deref()
                 && !matches!(policy, "Always" | "IfNotPresent" | "Never")
             {
@@ -135,6 +144,42 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         Ok(())
     } else {
         Err(errs.join("; "))
+    }
+}
+
+/// A probe has exactly one handler (upstream `validateHandler`): none would leave the
+/// prober nothing to run, two would leave it guessing.
+fn validate_probe_handler(probe: &Probe, path: &str, errs: &mut Vec<String>) {
+    let set = [
+        ("exec", probe.exec.is_some()),
+        ("httpGet", probe.http_get.is_some()),
+        ("tcpSocket", probe.tcp_socket.is_some()),
+        ("grpc", probe.grpc.is_some()),
+    ];
+    let mut seen = 0;
+    for (name, present) in set {
+        if !present {
+            continue;
+        }
+        if seen > 0 {
+            errs.push(format!(
+                "{path}.{name}: Forbidden: may not specify more than 1 handler type"
+            ));
+        }
+        seen += 1;
+    }
+    if seen == 0 {
+        errs.push(format!(
+            "{path}: Required value: must specify a handler type"
+        ));
+    }
+    if let Some(g) = &probe.grpc
+        && !(1..=65535).contains(&g.port)
+    {
+        errs.push(format!(
+            "{path}.grpc.port: Invalid value: {}: must be between 1 and 65535, inclusive",
+            g.port
+        ));
     }
 }
 
@@ -245,6 +290,29 @@ mod tests {
 
     fn pod(json: &str) -> Pod {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_probe_has_exactly_one_handler() {
+        let with = |probe: &str| {
+            validate_pod(&pod(&format!(
+                r#"{{"metadata":{{"name":"a"}},"spec":{{"containers":[{{"name":"c","image":"i",
+                   "livenessProbe":{probe}}}]}}}}"#
+            )))
+        };
+        assert_eq!(with(r#"{"grpc":{"port":9090}}"#), Ok(()));
+        assert_eq!(
+            with(r#"{"periodSeconds":1}"#).unwrap_err(),
+            "spec.containers[0].livenessProbe: Required value: must specify a handler type"
+        );
+        assert_eq!(
+            with(r#"{"tcpSocket":{"port":1},"grpc":{"port":2}}"#).unwrap_err(),
+            "spec.containers[0].livenessProbe.grpc: Forbidden: may not specify more than 1 handler type"
+        );
+        assert_eq!(
+            with(r#"{"grpc":{"port":70000}}"#).unwrap_err(),
+            "spec.containers[0].livenessProbe.grpc.port: Invalid value: 70000: must be between 1 and 65535, inclusive"
+        );
     }
 
     #[test]

@@ -7,13 +7,40 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nodeagent_proto::cri::ExecSyncRequest;
 use std::time::Duration;
 
-/// Runs `cmd` in the container; Ok when it exits 0, Err with what it printed otherwise.
+/// Why an action did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionError {
+    /// The action ran and failed: a non-zero exit, a timeout, an HTTP status, a refused
+    /// connection.
+    Failed(String),
+    /// The action could not be run at all (the runtime's exec call itself failed, say for a
+    /// container that is gone): upstream's prober error, which a probe throws away instead
+    /// of counting it as a failure, and which a hook counts as a failure.
+    Errored(String),
+}
+
+impl std::fmt::Display for ActionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActionError::Failed(m) | ActionError::Errored(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<ActionError> for String {
+    fn from(e: ActionError) -> String {
+        e.to_string()
+    }
+}
+
+/// Runs `cmd` in the container; Ok when it exits 0, `Failed` with what it printed
+/// otherwise, `Errored` when the runtime could not run it.
 pub async fn exec(
     cri: &Cri,
     container_id: &str,
     cmd: Vec<String>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), ActionError> {
     let mut runtime = cri.runtime.clone();
     let mut req = tonic::Request::new(ExecSyncRequest {
         container_id: container_id.to_string(),
@@ -36,14 +63,22 @@ pub async fn exec(
                         format!("{out} {err}")
                     };
                 }
-                Err(format!("command exited with {}: {out}", r.exit_code))
+                Err(ActionError::Failed(format!(
+                    "command exited with {}: {out}",
+                    r.exit_code
+                )))
             }
         }
-        // containerd reports an ExecSync timeout as DEADLINE_EXCEEDED.
-        Err(e) if e.code() == tonic::Code::DeadlineExceeded => {
-            Err(format!("command timed out after {}s", timeout.as_secs()))
-        }
-        Err(e) => Err(format!("exec failed: {}", e.message())),
+        // containerd reports an ExecSync timeout as DEADLINE_EXCEEDED; upstream's exec
+        // prober counts a timeout as a failure (ExecProbeTimeout).
+        Err(e) if e.code() == tonic::Code::DeadlineExceeded => Err(ActionError::Failed(format!(
+            "command timed out after {}s",
+            timeout.as_secs()
+        ))),
+        Err(e) => Err(ActionError::Errored(format!(
+            "exec failed: {}",
+            e.message()
+        ))),
     }
 }
 
@@ -111,7 +146,8 @@ pub async fn run_handler(
     http: Option<&HTTPGetAction>,
     tcp: Option<&TCPSocketAction>,
     timeout: Duration,
-) -> Option<Result<(), String>> {
+) -> Option<Result<(), ActionError>> {
+    let failed = |r: Result<(), String>| r.map_err(ActionError::Failed);
     let host = |h: &Option<String>| {
         h.clone()
             .filter(|h| !h.is_empty())
@@ -124,16 +160,16 @@ pub async fn run_handler(
     if let Some(h) = http {
         let port = match resolve_port(&h.port, target.named_ports) {
             Ok(p) => p,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(failed(Err(e))),
         };
-        return Some(http_get(h, target.pod_ip, port, timeout).await);
+        return Some(failed(http_get(h, target.pod_ip, port, timeout).await));
     }
     if let Some(t) = tcp {
         let port = match resolve_port(&t.port, target.named_ports) {
             Ok(p) => p,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(failed(Err(e))),
         };
-        return Some(tcp_connect(&host(&t.host), port, timeout).await);
+        return Some(failed(tcp_connect(&host(&t.host), port, timeout).await));
     }
     None
 }

@@ -20,7 +20,7 @@ pub const MAX_BODY: usize = 10 * 1024;
 /// Upstream (and Go's client) stop after 10 redirects.
 const MAX_REDIRECTS: usize = 10;
 /// Upstream's prober identifies itself as `kube-probe/<major>.<minor>`.
-const USER_AGENT_VALUE: &str = "kube-probe/1.37";
+pub const USER_AGENT_VALUE: &str = "kube-probe/1.37";
 
 /// A probe that did not fail: plainly, or with a warning (upstream `probe.Warning`, which
 /// counts as success).

@@ -46,7 +46,8 @@ impl PodSync {
         if let Some(result) =
             actions::run_handler(&self.cri, &target, exec, http, tcp, timeout).await
         {
-            return result;
+            // A hook counts an exec the runtime could not run as failed, as upstream.
+            return result.map_err(String::from);
         }
         if let Some(sleep) = &handler.sleep {
             tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(timeout)).await;

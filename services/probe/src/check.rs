@@ -1,6 +1,7 @@
-//! Running one probe once: exec (CRI ExecSync), httpGet, tcpSocket.
+//! Running one probe once: exec (CRI ExecSync), httpGet, tcpSocket, gRPC.
 
 use k8s_openapi::api::core::v1::Probe;
+use nodeagent_cri::actions::ActionError;
 use nodeagent_cri::{Cri, actions};
 use std::time::Duration;
 
@@ -17,16 +18,52 @@ pub struct ProbeCheck {
     pub started_at: Option<std::time::SystemTime>,
 }
 
-/// Runs the probe once: Ok(()) on success, Err(reason) on failure.
-pub async fn run_check(cri: &Cri, check: &ProbeCheck) -> Result<(), String> {
+/// What one run of a probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    Success,
+    /// The probe ran and failed, with upstream's message.
+    Failure(String),
+    /// The probe could not be run (upstream's prober error: the runtime's exec call failed,
+    /// the probe has no handler). Upstream throws the result away: it is neither a success
+    /// nor a failure, and the counters stay as they were.
+    Error(String),
+}
+
+/// Upstream's `maxProbeRetries`: a prober error is retried this many times in one run.
+const MAX_PROBE_RETRIES: usize = 3;
+
+/// Runs the probe once, retrying a prober error as upstream's `runProbeWithRetries`.
+pub async fn run_check(cri: &Cri, check: &ProbeCheck) -> Checked {
+    let mut last = Checked::Error("not run".into());
+    for _ in 0..MAX_PROBE_RETRIES {
+        last = run_once(cri, check).await;
+        if !matches!(last, Checked::Error(_)) {
+            break;
+        }
+    }
+    last
+}
+
+async fn run_once(cri: &Cri, check: &ProbeCheck) -> Checked {
     let timeout = Duration::from_secs(check.probe.timeout_seconds.unwrap_or(1).max(1) as u64);
     let p = &check.probe;
+    if let Some(g) = &p.grpc {
+        let Ok(port) = u16::try_from(g.port) else {
+            return Checked::Failure(format!("invalid port {}", g.port));
+        };
+        let service = g.service.as_deref().unwrap_or_default();
+        return match crate::grpc::check(&check.pod_ip, port, service, timeout).await {
+            Ok(()) => Checked::Success,
+            Err(message) => Checked::Failure(message),
+        };
+    }
     let target = actions::Target {
         container_id: &check.container_id,
         pod_ip: &check.pod_ip,
         named_ports: &check.named_ports,
     };
-    actions::run_handler(
+    match actions::run_handler(
         cri,
         &target,
         p.exec.as_ref(),
@@ -35,7 +72,14 @@ pub async fn run_check(cri: &Cri, check: &ProbeCheck) -> Result<(), String> {
         timeout,
     )
     .await
-    .unwrap_or_else(|| Err("the probe has no handler (exec, httpGet or tcpSocket)".into()))
+    {
+        Some(Ok(())) => Checked::Success,
+        Some(Err(ActionError::Failed(m))) => Checked::Failure(m),
+        Some(Err(ActionError::Errored(m))) => Checked::Error(m),
+        // Validation refuses such a pod; upstream's prober treats one that got through as
+        // an error ("missing probe handler"), never as a failure that kills the container.
+        None => Checked::Error("missing probe handler (exec, httpGet, tcpSocket or grpc)".into()),
+    }
 }
 
 #[cfg(test)]
@@ -87,8 +131,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(run_check(&cri, &check(get("/ok"))).await, Ok(()));
-        let err = run_check(&cri, &check(get("/bad"))).await.unwrap_err();
+        assert_eq!(run_check(&cri, &check(get("/ok"))).await, Checked::Success);
+        let Checked::Failure(err) = run_check(&cri, &check(get("/bad"))).await else {
+            panic!("a 503 is a failure")
+        };
         assert!(err.contains("statuscode: 503"), "{err}");
         let tcp = Probe {
             tcp_socket: Some(TCPSocketAction {
@@ -97,7 +143,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(run_check(&cri, &check(tcp)).await, Ok(()));
+        assert_eq!(run_check(&cri, &check(tcp)).await, Checked::Success);
         let named = Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::String("nope".into()),
@@ -105,11 +151,25 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(
-            run_check(&cri, &check(named))
-                .await
-                .unwrap_err()
-                .contains("unknown port name")
-        );
+        assert!(matches!(
+            run_check(&cri, &check(named)).await,
+            Checked::Failure(m) if m.contains("unknown port name")
+        ));
+        // An exec the runtime cannot run (here: no runtime at all) is a prober error,
+        // which upstream throws away, and so is a probe without a handler.
+        let exec = Probe {
+            exec: Some(k8s_openapi::api::core::v1::ExecAction {
+                command: Some(vec!["true".into()]),
+            }),
+            ..Default::default()
+        };
+        assert!(matches!(
+            run_check(&cri, &check(exec)).await,
+            Checked::Error(_)
+        ));
+        assert!(matches!(
+            run_check(&cri, &check(Probe::default())).await,
+            Checked::Error(m) if m.starts_with("missing probe handler")
+        ));
     }
 }

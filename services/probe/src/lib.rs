@@ -1,13 +1,14 @@
 //! probe: one worker per probed container. It learns which containers run from
-//! pod-sync's status stream, runs their probes (exec through CRI, httpGet, tcpSocket),
+//! pod-sync's status stream, runs their probes (exec through CRI, httpGet, tcpSocket, gRPC),
 //! and serves the results as a snapshot followed by changes. A restarted probe starts
 //! fresh counters, as upstream does after a kubelet restart.
 
 mod check;
+mod grpc;
 mod manager;
 mod metrics;
 
-pub use check::{ProbeCheck, run_check};
+pub use check::{Checked, ProbeCheck, run_check};
 
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;

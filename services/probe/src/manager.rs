@@ -1,7 +1,7 @@
 //! The probe manager: which containers get which probe workers (from pod-sync's status
 //! stream), the workers themselves, and the results stream.
 
-use crate::check::{ProbeCheck, run_check};
+use crate::check::{Checked, ProbeCheck, run_check};
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
@@ -253,7 +253,16 @@ impl ProbeManager {
         loop {
             tick.tick().await;
             let probed = std::time::Instant::now();
-            let result = run_check(&self.cri, &check).await;
+            let result = match run_check(&self.cri, &check).await {
+                Checked::Success => Ok(()),
+                Checked::Failure(reason) => Err(reason),
+                Checked::Error(reason) => {
+                    // Upstream throws a prober error away: no result, no metric, counters
+                    // unchanged.
+                    tracing::warn!(%reason, "probe errored");
+                    continue;
+                }
+            };
             metrics.observe(result.is_ok(), probed.elapsed().as_secs_f64());
             let outcome = match &result {
                 Ok(()) => {

@@ -120,6 +120,7 @@ async fn get(action: HTTPGetAction) -> Result<(), String> {
     )
     .await
     .unwrap()
+    .map_err(String::from)
 }
 
 #[tokio::test]
