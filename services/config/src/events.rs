@@ -1,9 +1,21 @@
-//! Events about a pod, posted as the kubelet posts them (`source.component` "kubelet",
-//! `source.host` the node), so `kubectl describe pod` and `kubectl get events` show them.
+//! Events about a pod or one of its containers, posted as the kubelet posts them
+//! (`source.component` "kubelet", `source.host` the node, a container's `fieldPath`), so
+//! `kubectl describe pod` and `kubectl get events` show them.
+//!
+//! [`EventRecorder`] is upstream's event broadcaster in small: recording never waits on the
+//! API server (a bounded queue, drained by one task), a repeat of an event already posted
+//! raises that event's `count` and `lastTimestamp` instead of creating another (upstream's
+//! EventCorrelator), and each object may burst 25 events, then one per 5 minutes (upstream's
+//! spam filter). Every event is counted in `nodeagent_events_total`.
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Container, Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodeagent_telemetry::metrics::{CounterFamily, register};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 /// `Normal` or `Warning`, upstream's two event types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,7 +25,7 @@ pub enum EventType {
 }
 
 impl EventType {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -75,6 +87,243 @@ pub async fn post(
     }
 }
 
+/// `spec.containers{name}` or `spec.initContainers{name}`: upstream's field path of a
+/// container event.
+pub fn container_field_path(pod: &Pod, container: &str) -> String {
+    let is_init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c: &Container| c.name == container));
+    if is_init {
+        format!("spec.initContainers{{{container}}}")
+    } else {
+        format!("spec.containers{{{container}}}")
+    }
+}
+
+/// `nodeagent_events_total{type, reason, outcome}`: outcome is `posted` (a new Event),
+/// `counted` (an earlier Event's count raised), `dropped` (spam filter or full queue) or
+/// `failed` (the API server refused it), or `logged` on a node without an API server.
+static EVENTS: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "nodeagent_events",
+        "Events the node agent recorded about pods, by type, reason and what became of them.",
+        CounterFamily::default(),
+    )
+});
+
+fn count(event: &Event, outcome: &str) {
+    EVENTS
+        .get_or_create(&vec![
+            ("type", event.type_.clone().unwrap_or_default()),
+            ("reason", event.reason.clone().unwrap_or_default()),
+            ("outcome", outcome.to_string()),
+        ])
+        .inc();
+}
+
+/// How many events wait for the API server before new ones are dropped.
+const QUEUE: usize = 1000;
+
+/// Records events without waiting: see the module docs. Cheap to clone.
+#[derive(Clone)]
+pub struct EventRecorder {
+    tx: Option<mpsc::Sender<Event>>,
+    node: String,
+}
+
+impl EventRecorder {
+    /// A recorder posting to `client`'s API server; with none (a standalone node), events
+    /// are logged only. Spawns its task on the current runtime.
+    pub fn new(client: Option<kube::Client>, node: &str) -> Self {
+        let tx = client.map(|client| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            tokio::spawn(post_events(client, rx));
+            tx
+        });
+        Self {
+            tx,
+            node: node.to_string(),
+        }
+    }
+
+    /// An event about the pod.
+    pub fn pod(&self, pod: &Pod, ty: EventType, reason: &str, message: &str) {
+        self.send(pod_event(pod, ty, reason, message, &self.node));
+    }
+
+    /// An event about one of the pod's containers.
+    pub fn container(
+        &self,
+        pod: &Pod,
+        container: &str,
+        ty: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let mut event = pod_event(pod, ty, reason, message, &self.node);
+        event.involved_object.field_path = Some(container_field_path(pod, container));
+        self.send(event);
+    }
+
+    fn send(&self, event: Event) {
+        let object = &event.involved_object;
+        tracing::info!(
+            k8s.pod.name = object.name.as_deref().unwrap_or_default(),
+            k8s.namespace.name = object.namespace.as_deref().unwrap_or_default(),
+            field_path = object.field_path.as_deref().unwrap_or_default(),
+            r#type = event.type_.as_deref().unwrap_or_default(),
+            reason = event.reason.as_deref().unwrap_or_default(),
+            message = event.message.as_deref().unwrap_or_default(),
+            "event"
+        );
+        let Some(tx) = &self.tx else {
+            count(&event, "logged");
+            return;
+        };
+        if let Err(e) = tx.try_send(event) {
+            let event = match e {
+                mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
+            };
+            count(&event, "dropped");
+        }
+    }
+}
+
+/// What the correlator makes of an event.
+#[derive(Debug, PartialEq)]
+enum Action {
+    /// Post it as a new Event.
+    Create,
+    /// Raise the count of the Event posted earlier under this name.
+    Count { name: String, count: i32 },
+    /// The object is over its rate: drop it.
+    Drop,
+}
+
+/// Upstream's spam filter: a token bucket per object, 25 deep, one token per 5 minutes.
+const BURST: f64 = 25.0;
+const REFILL: Duration = Duration::from_secs(300);
+/// Upstream's correlator cache size.
+const MAX_KEYS: usize = 4096;
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct Correlator {
+    /// Event key → (name of the posted Event, its count).
+    seen: HashMap<String, (String, i32)>,
+    buckets: HashMap<String, Bucket>,
+}
+
+fn object_key(e: &Event) -> String {
+    let o = &e.involved_object;
+    format!(
+        "{}/{}/{}/{}",
+        o.kind.as_deref().unwrap_or_default(),
+        o.namespace.as_deref().unwrap_or_default(),
+        o.name.as_deref().unwrap_or_default(),
+        o.uid.as_deref().unwrap_or_default()
+    )
+}
+
+fn event_key(e: &Event) -> String {
+    format!(
+        "{}/{}/{}/{}/{}",
+        object_key(e),
+        e.involved_object.field_path.as_deref().unwrap_or_default(),
+        e.type_.as_deref().unwrap_or_default(),
+        e.reason.as_deref().unwrap_or_default(),
+        e.message.as_deref().unwrap_or_default()
+    )
+}
+
+impl Correlator {
+    fn observe(&mut self, e: &Event, now: Instant) -> Action {
+        let bucket = self.buckets.entry(object_key(e)).or_insert(Bucket {
+            tokens: BURST,
+            at: now,
+        });
+        let refilled = now.duration_since(bucket.at).as_secs_f64() / REFILL.as_secs_f64();
+        bucket.tokens = (bucket.tokens + refilled).min(BURST);
+        bucket.at = now;
+        if bucket.tokens < 1.0 {
+            return Action::Drop;
+        }
+        bucket.tokens -= 1.0;
+        match self.seen.get_mut(&event_key(e)) {
+            Some((name, count)) => {
+                *count += 1;
+                Action::Count {
+                    name: name.clone(),
+                    count: *count,
+                }
+            }
+            None => Action::Create,
+        }
+    }
+
+    fn posted(&mut self, e: &Event, name: String) {
+        if self.seen.len() >= MAX_KEYS {
+            // Not an LRU, but bounded: forgetting only costs a new Event instead of a count.
+            self.seen.clear();
+            self.buckets.retain(|_, b| b.tokens < BURST);
+        }
+        self.seen.insert(event_key(e), (name, 1));
+    }
+}
+
+async fn post_events(client: kube::Client, mut rx: mpsc::Receiver<Event>) {
+    let mut correlator = Correlator::default();
+    while let Some(event) = rx.recv().await {
+        let ns = event.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+        let action = correlator.observe(&event, Instant::now());
+        if let Action::Count { name, count: n } = &action {
+            let patch = serde_json::json!({
+                "count": n,
+                "lastTimestamp": event.last_timestamp,
+            });
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    count(&event, "counted");
+                    continue;
+                }
+                // Gone (expired, deleted): post it anew below.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, reason = ?event.reason, "cannot update the event");
+                    count(&event, "failed");
+                    continue;
+                }
+            }
+        }
+        if action == Action::Drop {
+            count(&event, "dropped");
+            continue;
+        }
+        match api.create(&PostParams::default(), &event).await {
+            Ok(created) => {
+                count(&event, "posted");
+                if let Some(name) = created.metadata.name {
+                    correlator.posted(&event, name);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, reason = ?event.reason, "cannot record the event");
+                count(&event, "failed");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +344,44 @@ mod tests {
         let source = e.source.unwrap();
         assert_eq!(source.component.as_deref(), Some("kubelet"));
         assert_eq!(source.host.as_deref(), Some("node-1"));
+    }
+
+    #[test]
+    fn repeats_are_counted_and_an_object_is_rate_limited_as_upstream() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            container_field_path(&pod, "init"),
+            "spec.initContainers{init}"
+        );
+        assert_eq!(container_field_path(&pod, "c"), "spec.containers{c}");
+        let mut c = Correlator::default();
+        let t0 = Instant::now();
+        let a = pod_event(&pod, EventType::Warning, "BackOff", "x", "n");
+        let b = pod_event(&pod, EventType::Normal, "Pulled", "y", "n");
+        assert_eq!(c.observe(&a, t0), Action::Create);
+        c.posted(&a, "web.1".into());
+        assert_eq!(
+            c.observe(&a, t0),
+            Action::Count {
+                name: "web.1".into(),
+                count: 2
+            }
+        );
+        assert_eq!(c.observe(&b, t0), Action::Create);
+        // 25 in all for this object, then nothing until a token comes back.
+        for _ in 3..=25 {
+            assert_ne!(c.observe(&b, t0), Action::Drop);
+        }
+        assert_eq!(c.observe(&a, t0), Action::Drop);
+        assert_eq!(c.observe(&a, t0 + REFILL / 2), Action::Drop);
+        assert!(matches!(c.observe(&a, t0 + REFILL), Action::Count { .. }));
+        // Another pod has its own bucket.
+        let mut other = a.clone();
+        other.involved_object.uid = Some("u2".into());
+        assert_eq!(c.observe(&other, t0 + REFILL), Action::Create);
     }
 }

@@ -50,11 +50,12 @@ impl PodSync {
                 message: message.clone(),
             },
         );
-        if let Some(client) = &self.api {
-            use nodeagent_config::events::{EventType, post};
-            let node = &self.node.node_name;
-            post(client, pod, EventType::Warning, EVICTED, &message, node).await;
-        }
+        self.events.pod(
+            pod,
+            nodeagent_config::events::EventType::Warning,
+            EVICTED,
+            &message,
+        );
         self.stop_everything(pod, rt, EVICTED, Some(0)).await;
         true
     }

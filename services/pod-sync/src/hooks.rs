@@ -76,6 +76,23 @@ impl PodSync {
         });
         let pre_stop = container.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
         tracing::info!(k8s.container.name = %name, container.id = %container_id, grace_seconds, %reason, "killing container");
+        if let Some(pod) = pod {
+            // Upstream's Killing message: the reason where it is one of upstream's own
+            // ("Container c failed liveness probe, will be restarted"), else "Stopping
+            // container c".
+            let message = if reason.starts_with("Container ") {
+                reason.to_string()
+            } else {
+                format!("Stopping container {name}")
+            };
+            self.events.container(
+                pod,
+                name,
+                nodeagent_config::events::EventType::Normal,
+                "Killing",
+                &message,
+            );
+        }
         if let (Some(pod), Some(c), Some(hook)) = (pod, container, pre_stop) {
             let timeout = Duration::from_secs(grace_seconds.max(0) as u64);
             match self.run_hook(pod, c, container_id, hook, timeout).await {
@@ -83,7 +100,14 @@ impl PodSync {
                     tracing::info!(k8s.container.name = %name, took = ?started.elapsed(), "preStop hook completed")
                 }
                 Err(e) => {
-                    tracing::warn!(k8s.container.name = %name, error = %e, "preStop hook failed")
+                    tracing::warn!(k8s.container.name = %name, error = %e, "preStop hook failed");
+                    self.events.container(
+                        pod,
+                        name,
+                        nodeagent_config::events::EventType::Warning,
+                        "FailedPreStopHook",
+                        &format!("PreStopHook failed: {e}"),
+                    );
                 }
             }
         }

@@ -63,6 +63,8 @@ pub struct PodSync {
     host_security: security::HostSecurity,
     /// The API server, when the node is connected to one.
     api: Option<kube::Client>,
+    /// Upstream's container and pod events (Pulling, Created, Killing, BackOff, ...).
+    events: nodeagent_config::events::EventRecorder,
     shutdown: Shutdown,
 }
 
@@ -124,6 +126,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             config.kubelet.allowed_unsafe_sysctls.clone(),
         ),
         api: api.clone(),
+        events: nodeagent_config::events::EventRecorder::new(api.clone(), &config.node_name),
         shutdown: shutdown.clone(),
     });
 

@@ -11,6 +11,7 @@ use crate::status::{Waiting, instances};
 use crate::workers::SyncOutcome;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use kube::api::Api;
+use nodeagent_config::events::EventType;
 use nodeagent_proto::api::{
     EnsurePodVolumesRequest, PrepareSubPathsRequest, RuntimeContainer, RuntimePodStatus,
 };
@@ -62,13 +63,6 @@ pub fn peer_unreachable(status: &tonic::Status) -> bool {
         status.code(),
         tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
     ) || (status.code() == tonic::Code::Unknown && status.message().contains("transport error"))
-}
-
-/// Whether a failed pull was the registry refusing the credentials offered (or their
-/// absence), as containerd words it (`401 Unauthorized`, `403 Forbidden`).
-pub fn refused_by_registry(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains("unauthorized") || m.contains("forbidden") || m.contains("authorization failed")
 }
 
 /// Whether an exited container is restarted under the pod's restart policy.
@@ -171,7 +165,27 @@ impl PodSync {
                     .map(|s| s.attempt + 1)
                     .max()
                     .unwrap_or(0);
-                let (id, ip) = self.run_sandbox(pod, attempt).await?;
+                if !rt.sandboxes.is_empty() {
+                    self.events.pod(
+                        pod,
+                        EventType::Normal,
+                        "SandboxChanged",
+                        "Pod sandbox changed, it will be killed and re-created.",
+                    );
+                }
+                let (id, ip) = match self.run_sandbox(pod, attempt).await {
+                    Ok(sandbox) => sandbox,
+                    Err(e) => {
+                        let message = format!("Failed to create pod sandbox: {e}");
+                        self.events.pod(
+                            pod,
+                            EventType::Warning,
+                            "FailedCreatePodSandBox",
+                            &message,
+                        );
+                        return Err(e);
+                    }
+                };
                 (id, ip, true)
             }
         };
@@ -260,8 +274,9 @@ impl PodSync {
                     } else if !l.spec_hash.is_empty()
                         && l.spec_hash != runtime_spec::container_hash(c)
                     {
-                        let reason = "the container's spec changed; it will be replaced";
-                        self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), reason)
+                        let reason =
+                            format!("Container {} definition changed, will be restarted", c.name);
+                        self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), &reason)
                             .await;
                         self.acted(&uid);
                         merge_retry(Duration::ZERO);
@@ -271,7 +286,7 @@ impl PodSync {
                 }
                 Some(l) if l.state == CREATED => {
                     // Created by a pod-sync that died before starting it.
-                    if self.start_created(&uid, c, &l.id).await {
+                    if self.start_created(pod, c, &l.id).await {
                         self.post_start(pod, c, &l.id).await;
                     }
                 }
@@ -449,6 +464,17 @@ impl PodSync {
         );
         if since_exit < backoff {
             let left = backoff - since_exit;
+            self.events.container(
+                pod,
+                &c.name,
+                EventType::Warning,
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {} in pod {}({uid})",
+                    c.name,
+                    k8s::pod_full_name(pod)
+                ),
+            );
             self.set_waiting(
                 uid,
                 &c.name,
@@ -493,17 +519,20 @@ impl PodSync {
         if let Err((reason, message, retry)) = self.ensure_image(pod, c).await {
             tracing::warn!(k8s.container.name = %c.name, %reason, %message, "image not available");
             self.set_waiting(&uid, &c.name, reason, &message);
+            // Upstream's "Error: ErrImagePull" (the error's reason, after the pull's own
+            // event).
+            self.failed(pod, c, reason);
             return Ok(Some(retry));
         }
         if let Err(message) = self.verify_non_root(pod, c).await {
             tracing::warn!(k8s.container.name = %c.name, %message, "CreateContainerConfigError");
-            self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+            self.config_error(pod, c, &message);
             return Ok(Some(Duration::from_secs(10)));
         }
         let env_refs = match self.env_refs(pod, c).await {
             Ok(refs) => refs,
             Err(message) => {
-                self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+                self.config_error(pod, c, &message);
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
@@ -511,7 +540,7 @@ impl PodSync {
             Ok(paths) => paths,
             Err(message) => {
                 tracing::warn!(k8s.container.name = %c.name, %message, "subPath refused");
-                self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+                self.config_error(pod, c, &message);
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
@@ -530,7 +559,7 @@ impl PodSync {
         }) {
             Ok(cfg) => cfg,
             Err(message) => {
-                self.set_waiting(&uid, &c.name, "CreateContainerConfigError", &message);
+                self.config_error(pod, c, &message);
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
@@ -549,10 +578,18 @@ impl PodSync {
             Err(e) => {
                 tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "CreateContainer failed");
                 self.set_waiting(&uid, &c.name, "CreateContainerError", e.message());
+                self.failed(pod, c, e.message());
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
-        if self.start_created(&uid, c, &id).await {
+        self.events.container(
+            pod,
+            &c.name,
+            EventType::Normal,
+            "Created",
+            &format!("Created container: {}", c.name),
+        );
+        if self.start_created(pod, c, &id).await {
             self.post_start(pod, c, &id).await;
         }
         Ok(None)
@@ -568,6 +605,13 @@ impl PodSync {
         if let Err(e) = self.run_hook(pod, c, id, hook, timeout).await {
             let message = format!("PostStartHook failed: {e}");
             tracing::warn!(k8s.container.name = %c.name, %message, "FailedPostStartHook");
+            self.events.container(
+                pod,
+                &c.name,
+                EventType::Warning,
+                "FailedPostStartHook",
+                &message,
+            );
             self.kill_container(Some(pod), &c.name, id, grace_seconds(pod), &message)
                 .await;
             self.acted(k8s::pod_uid(pod));
@@ -575,7 +619,8 @@ impl PodSync {
     }
 
     /// Starts a created container; true when it started.
-    async fn start_created(&self, uid: &str, c: &Container, id: &str) -> bool {
+    async fn start_created(&self, pod: &Pod, c: &Container, id: &str) -> bool {
+        let uid = k8s::pod_uid(pod);
         let mut runtime = self.cri.runtime.clone();
         let started = runtime
             .start_container(self.cri.request(StartContainerRequest {
@@ -587,11 +632,19 @@ impl PodSync {
             Ok(_) => {
                 tracing::info!(k8s.container.name = %c.name, container.id = %id, "container started");
                 self.clear_waiting(uid, &c.name);
+                self.events.container(
+                    pod,
+                    &c.name,
+                    EventType::Normal,
+                    "Started",
+                    &format!("Started container {}", c.name),
+                );
                 true
             }
             Err(e) => {
                 tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "StartContainer failed");
                 self.set_waiting(uid, &c.name, "RunContainerError", e.message());
+                self.failed(pod, c, e.message());
                 false
             }
         }
@@ -631,15 +684,19 @@ impl PodSync {
                     Duration::from_secs(10),
                 )
             })?;
+        let event = |ty: EventType, reason: &str, message: &str| {
+            self.events.container(pod, &c.name, ty, reason, message);
+        };
         if present && policy != "Always" {
+            let message = format!("Container image \"{image}\" already present on machine");
+            event(EventType::Normal, "Pulled", &message);
             return Ok(());
         }
         if policy == "Never" {
-            return Err((
-                "ErrImageNeverPull",
-                format!("Container image \"{image}\" is not present with pull policy of Never"),
-                Duration::from_secs(30),
-            ));
+            let message =
+                format!("Container image \"{image}\" is not present with pull policy of Never");
+            event(EventType::Warning, "ErrImageNeverPull", &message);
+            return Err(("ErrImageNeverPull", message, Duration::from_secs(30)));
         }
         let key = (uid.to_string(), image.clone());
         let now = Instant::now();
@@ -650,8 +707,19 @@ impl PodSync {
                 "Back-off pulling image \"{image}\": ErrImagePull: {}",
                 b.last_error
             );
-            return Err(("ImagePullBackOff", message, b.until - now));
+            let until = b.until;
+            event(
+                EventType::Normal,
+                "BackOff",
+                &format!("Back-off pulling image \"{image}\""),
+            );
+            return Err(("ImagePullBackOff", message, until - now));
         }
+        event(
+            EventType::Normal,
+            "Pulling",
+            &format!("Pulling image \"{image}\""),
+        );
         let pulled = match self.pull_credentials(pod, &image).await {
             Err(message) => Err(message),
             Ok(credentials) if credentials.is_empty() => {
@@ -679,27 +747,71 @@ impl PodSync {
                 }
             }
         };
-        let mut st = self.lock();
+        // A failed pull is ErrImagePull even where a copy is present (policy Always): as
+        // upstream, never a silent fall-back to what another pod may have pulled.
         match pulled {
             Ok(()) => {
-                st.pull_backoff.remove(&key);
-                Ok(())
-            }
-            // Always, but the registry is unreachable: use what we have. Not when the
-            // registry refused the pod's credentials (or their absence): a pod that may not
-            // pull a private image must not run the copy another pod pulled.
-            Err(message) if present && !refused_by_registry(&message) => {
-                tracing::info!(%image, error = %message, "pull failed; using the image present");
+                self.lock().pull_backoff.remove(&key);
+                let took = now.elapsed();
+                let size = self.image_size(&spec).await;
+                event(
+                    EventType::Normal,
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image \"{image}\" in {took:?} ({took:?} including waiting). Image size: {size} bytes."
+                    ),
+                );
                 Ok(())
             }
             Err(message) => {
-                let b = Backoff::next(st.pull_backoff.get(&key), now, message.clone());
-                let retry = b.until - now;
-                st.pull_backoff.insert(key, b);
+                let retry = {
+                    let mut st = self.lock();
+                    let b = Backoff::next(st.pull_backoff.get(&key), now, message.clone());
+                    let retry = b.until - now;
+                    st.pull_backoff.insert(key, b);
+                    retry
+                };
                 let message = format!("Failed to pull image \"{image}\": {message}");
+                event(EventType::Warning, "Failed", &message);
                 Err(("ErrImagePull", message, retry))
             }
         }
+    }
+
+    /// The image's size as the runtime reports it (0 when it cannot say).
+    async fn image_size(&self, spec: &ImageSpec) -> u64 {
+        let mut images = self.cri.image.clone();
+        images
+            .image_status(self.cri.request(ImageStatusRequest {
+                image: Some(spec.clone()),
+                verbose: false,
+            }))
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().image)
+            .map_or(0, |i| i.size)
+    }
+
+    /// Upstream's `Failed` event of a container that could not be made: "Error: <what>".
+    fn failed(&self, pod: &Pod, c: &Container, what: &str) {
+        self.events.container(
+            pod,
+            &c.name,
+            EventType::Warning,
+            "Failed",
+            &format!("Error: {what}"),
+        );
+    }
+
+    /// A CreateContainerConfigError: the waiting reason and upstream's Failed event.
+    fn config_error(&self, pod: &Pod, c: &Container, message: &str) {
+        self.set_waiting(
+            k8s::pod_uid(pod),
+            &c.name,
+            "CreateContainerConfigError",
+            message,
+        );
+        self.failed(pod, c, message);
     }
 
     /// One CRI PullImage; the runtime's message on failure.
@@ -779,20 +891,12 @@ impl PodSync {
                 "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
                 failed.join(", ")
             );
-            match &self.api {
-                Some(client) => {
-                    nodeagent_config::events::post(
-                        client,
-                        pod,
-                        nodeagent_config::events::EventType::Warning,
-                        "FailedToRetrieveImagePullSecret",
-                        &message,
-                        &self.node.node_name,
-                    )
-                    .await
-                }
-                None => tracing::warn!(%message, "FailedToRetrieveImagePullSecret"),
-            }
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                &message,
+            );
         }
         found
     }
@@ -1095,17 +1199,6 @@ mod tests {
             crash_backoff(9 - next_backoff_base(8, base, short), short),
             Duration::from_secs(10)
         );
-    }
-
-    #[test]
-    fn a_registry_refusal_is_told_from_an_unreachable_registry() {
-        assert!(refused_by_registry(
-            "rpc error: code = Unknown desc = failed to pull and unpack image \"127.0.0.1:5000/private/busybox:1.36\": failed to resolve reference: pulling from host 127.0.0.1:5000 failed with status code [manifests 1.36]: 401 Unauthorized"
-        ));
-        assert!(refused_by_registry("unexpected status: 403 Forbidden"));
-        assert!(!refused_by_registry(
-            "failed to do request: Head \"https://localhost:1/v2/absent/manifests/1.0\": dial tcp 127.0.0.1:1: connect: connection refused"
-        ));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use crate::check::{Checked, ProbeCheck, run_check};
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use nodeagent_config::events::{EventRecorder, EventType};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
 use nodeagent_proto::api::prober_server::Prober;
@@ -40,16 +41,19 @@ struct Inner {
 
 pub struct ProbeManager {
     cri: Cri,
+    /// Unhealthy events, as upstream's prober records them.
+    events: EventRecorder,
     shutdown: Shutdown,
     inner: Mutex<Inner>,
     tx: broadcast::Sender<ProbeResultUpdate>,
 }
 
 impl ProbeManager {
-    pub fn new(cri: Cri, shutdown: Shutdown) -> Self {
+    pub fn new(cri: Cri, events: EventRecorder, shutdown: Shutdown) -> Self {
         let (tx, _) = broadcast::channel(1024);
         Self {
             cri,
+            events,
             shutdown,
             inner: Mutex::new(Inner::default()),
             tx,
@@ -218,7 +222,7 @@ impl ProbeManager {
             );
             let handle = tokio::spawn(
                 self.clone()
-                    .worker(key.clone(), check, metrics)
+                    .worker(key.clone(), check, pod, metrics)
                     .instrument(span),
             );
             inner.workers.insert(
@@ -235,8 +239,10 @@ impl ProbeManager {
         self: Arc<Self>,
         key: WorkerKey,
         check: ProbeCheck,
+        pod: Pod,
         metrics: crate::metrics::ProbeMetrics,
     ) {
+        let kind = probe_kind_name(key.2);
         let p = check.probe.clone();
         let period = Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
         let success_threshold = p.success_threshold.unwrap_or(1).max(1);
@@ -258,11 +264,20 @@ impl ProbeManager {
                 Checked::Failure(reason) => Err(reason),
                 Checked::Error(reason) => {
                     // Upstream throws a prober error away: no result, no metric, counters
-                    // unchanged.
+                    // unchanged; only the event says so.
                     tracing::warn!(%reason, "probe errored");
+                    let message =
+                        format!("{kind} probe errored and resulted in unknown state: {reason}");
+                    self.events
+                        .container(&pod, &key.1, EventType::Warning, "Unhealthy", &message);
                     continue;
                 }
             };
+            if let Err(reason) = &result {
+                let message = format!("{kind} probe failed: {reason}");
+                self.events
+                    .container(&pod, &key.1, EventType::Warning, "Unhealthy", &message);
+            }
             metrics.observe(result.is_ok(), probed.elapsed().as_secs_f64());
             let outcome = match &result {
                 Ok(()) => {
@@ -319,6 +334,16 @@ impl ProbeManager {
             results: vec![result],
             snapshot_continues: false,
         });
+    }
+}
+
+/// Upstream's probe type name, as its events and metrics spell it.
+pub fn probe_kind_name(kind: i32) -> &'static str {
+    match Kind::try_from(kind) {
+        Ok(Kind::Liveness) => "Liveness",
+        Ok(Kind::Readiness) => "Readiness",
+        Ok(Kind::Startup) => "Startup",
+        _ => "Unknown",
     }
 }
 

@@ -1,7 +1,6 @@
 //! Upstream's prober metrics for one probe worker: `prober_probe_total` by result and
 //! `prober_probe_duration_seconds`, with the worker's pod and container labels.
 
-use nodeagent_proto::api::probe_result::Kind;
 use nodeagent_telemetry::metrics::{Labels, kubelet};
 
 pub struct ProbeMetrics {
@@ -10,21 +9,14 @@ pub struct ProbeMetrics {
     pod_uid: String,
 }
 
-/// Upstream's `probe_type` values.
-fn probe_type(kind: i32) -> &'static str {
-    match Kind::try_from(kind) {
-        Ok(Kind::Liveness) => "Liveness",
-        Ok(Kind::Readiness) => "Readiness",
-        Ok(Kind::Startup) => "Startup",
-        _ => "Unknown",
-    }
-}
-
 impl ProbeMetrics {
     pub fn new(kind: i32, container: &str, pod: &str, namespace: &str, pod_uid: &str) -> Self {
         Self {
             labels: vec![
-                ("probe_type", probe_type(kind).to_string()),
+                (
+                    "probe_type",
+                    crate::manager::probe_kind_name(kind).to_string(),
+                ),
                 ("container", container.to_string()),
                 ("pod", pod.to_string()),
                 ("namespace", namespace.to_string()),
