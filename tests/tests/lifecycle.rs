@@ -245,6 +245,62 @@ async fn image_and_runtime_errors_are_reported_with_upstream_reasons() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_failure_with_a_new_sandbox_does_not_rerun_a_succeeded_container() {
+    if !require_runtime("OnFailure and a new sandbox") {
+        return;
+    }
+    let node = Node::start("onfailure-sandbox", NodeOptions::default()).await;
+    node.write_manifest(
+        "job.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: job\nspec:\n  restartPolicy: OnFailure\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: done\n    image: busybox:1.36\n    command: [\"true\"]\n  - name: long\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 0.2; done\"]\n",
+    );
+    eventually("done succeeded, long running", DEADLINE, || async {
+        let pod = node.pod("job").await?;
+        let done = container_status(&pod, "done").ok_or("no status")?;
+        if done["state"]["terminated"]["exitCode"] == 0 && is_running(&pod, "long") {
+            Ok(())
+        } else {
+            Err(pod["status"].to_string())
+        }
+    })
+    .await;
+    // The sandbox dies (stopped behind the agent's back): long is killed, and pod-sync
+    // makes a new sandbox for it.
+    let old = node.sandboxes().await;
+    assert_eq!(old.len(), 1);
+    let mut rt = node.cri.runtime.clone();
+    rt.stop_pod_sandbox(nodeagent_proto::cri::StopPodSandboxRequest {
+        pod_sandbox_id: old[0].id.clone(),
+    })
+    .await
+    .expect("StopPodSandbox");
+    eventually("long running again in a new sandbox", DEADLINE, || async {
+        let pod = node.pod("job").await?;
+        let sandboxes = node.sandboxes().await;
+        if sandboxes.len() == 2 && restart_count(&pod, "long") >= 1 && is_running(&pod, "long") {
+            Ok(())
+        } else {
+            Err(format!("{} sandboxes; {}", sandboxes.len(), pod["status"]))
+        }
+    })
+    .await;
+    // done ran once, in the first sandbox, and is still shown as succeeded.
+    let done: Vec<_> = node
+        .containers()
+        .await
+        .into_iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "done"))
+        .collect();
+    assert_eq!(done.len(), 1, "done was run again: {done:?}");
+    assert_eq!(done[0].pod_sandbox_id, old[0].id);
+    let pod = node.pod("job").await.unwrap();
+    let status = container_status(&pod, "done").unwrap();
+    assert_eq!(status["state"]["terminated"]["exitCode"], 0, "{status}");
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_containers_run_in_order_and_sidecars_run_alongside() {
     if !require_runtime("init containers") {
         return;
@@ -676,5 +732,53 @@ spec:
     })
     .await;
     assert_eq!(restart_count(&node.pod("slow").await.unwrap(), "c"), 0);
+
+    // A liveness probe's own terminationGracePeriodSeconds (1) wins over the pod's (60):
+    // a PID 1 that ignores SIGTERM is killed a second after the failed probe, not a minute.
+    node.write_manifest(
+        "stubborn.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: stubborn
+spec:
+  terminationGracePeriodSeconds: 60
+  containers:
+  - name: c
+    image: busybox:1.36
+    command: ["sh", "-c", "trap '' TERM; touch /tmp/alive; sleep 2; rm /tmp/alive; while true; do sleep 0.2; done"]
+    livenessProbe:
+      exec:
+        command: ["test", "-f", "/tmp/alive"]
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 1
+"#,
+    );
+    let pod = eventually(
+        "the stubborn container killed and restarted",
+        DEADLINE,
+        || async {
+            let pod = node.pod("stubborn").await?;
+            if restart_count(&pod, "c") >= 1 {
+                Ok(pod)
+            } else {
+                Err(pod["status"].to_string())
+            }
+        },
+    )
+    .await;
+    let last = &container_status(&pod, "c").unwrap()["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 137, "SIGKILLed after the grace: {last}");
+    let at = |k: &str| {
+        let t = last[k].as_str().unwrap_or_default();
+        t.parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap_or_else(|e| panic!("{k} {t:?}: {e}"))
+    };
+    let ran = at("finishedAt").duration_since(at("startedAt"));
+    assert!(
+        ran < k8s_openapi::jiff::SignedDuration::from_secs(30),
+        "the probe's grace of 1 s applied, not the pod's 60 s: the container ran {ran:?}"
+    );
     node.stop().await;
 }

@@ -373,7 +373,7 @@ mod tests {
         );
         assert_eq!(c.observe(&b, t0), Action::Create);
         // 25 in all for this object, then nothing until a token comes back.
-        for _ in 3..=25 {
+        for _ in 4..=25 {
             assert_ne!(c.observe(&b, t0), Action::Drop);
         }
         assert_eq!(c.observe(&a, t0), Action::Drop);

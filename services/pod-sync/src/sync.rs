@@ -261,13 +261,24 @@ impl PodSync {
             let latest = in_sandbox(&c.name).first().copied();
             match latest {
                 Some(l) if l.state == RUNNING => {
-                    let unhealthy = self.lock().liveness_failed.remove(&l.id);
+                    let (unhealthy, started) = {
+                        let mut st = self.lock();
+                        (st.liveness_failed.remove(&l.id), st.started.contains(&l.id))
+                    };
                     if unhealthy {
+                        // A startup probe fails only before it has passed; after, it is the
+                        // liveness probe (upstream's reasonStartupProbe / reasonLivenessProbe).
+                        let (kind, probe) = if c.startup_probe.is_some() && !started {
+                            ("startup", c.startup_probe.as_ref())
+                        } else {
+                            ("liveness", c.liveness_probe.as_ref())
+                        };
                         let reason = format!(
-                            "Container {} failed liveness probe, will be restarted",
+                            "Container {} failed {kind} probe, will be restarted",
                             c.name
                         );
-                        self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), &reason)
+                        let grace = probe_kill_grace(pod, probe);
+                        self.kill_container(Some(pod), &c.name, &l.id, grace, &reason)
                             .await;
                         self.acted(&uid);
                         merge_retry(Duration::ZERO);
@@ -303,6 +314,16 @@ impl PodSync {
                     }
                 }
                 _ => {
+                    // A new sandbox: a container whose last run (in an earlier sandbox)
+                    // ended for good under the policy is not run again, as upstream's
+                    // computePodActions skips succeeded containers under OnFailure.
+                    let done = instances(Some(rt), &c.name).first().is_some_and(|i| {
+                        i.state == EXITED && !should_restart(&policy, i.exit_code)
+                    });
+                    if done {
+                        self.clear_waiting(&uid, &c.name);
+                        continue;
+                    }
                     let attempt = next_attempt(rt, &c.name);
                     if let Some(wait) = self
                         .start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
@@ -1159,9 +1180,40 @@ pub(crate) fn grace_seconds(pod: &Pod) -> i64 {
         .max(0)
 }
 
+/// The grace period of a kill for a failed liveness or startup probe: the probe's own
+/// `terminationGracePeriodSeconds` where it has one, unless the pod is being deleted
+/// (upstream `setTerminationGracePeriod`).
+pub(crate) fn probe_kill_grace(
+    pod: &Pod,
+    probe: Option<&k8s_openapi::api::core::v1::Probe>,
+) -> i64 {
+    match probe.and_then(|p| p.termination_grace_period_seconds) {
+        Some(g) if pod.metadata.deletion_grace_period_seconds.is_none() => g.max(0),
+        _ => grace_seconds(pod),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probes_own_grace_period_applies_unless_the_pod_is_being_deleted() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"terminationGracePeriodSeconds": 30, "containers": []}
+        }))
+        .unwrap();
+        let probe = k8s_openapi::api::core::v1::Probe {
+            termination_grace_period_seconds: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(probe_kill_grace(&pod, Some(&probe)), 2);
+        assert_eq!(probe_kill_grace(&pod, Some(&Default::default())), 30);
+        assert_eq!(probe_kill_grace(&pod, None), 30);
+        pod.metadata.deletion_grace_period_seconds = Some(5);
+        assert_eq!(probe_kill_grace(&pod, Some(&probe)), 5);
+    }
 
     #[tokio::test]
     async fn a_peer_that_is_not_there_is_unreachable_not_an_error_about_the_pod() {

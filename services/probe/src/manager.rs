@@ -43,6 +43,9 @@ pub struct ProbeManager {
     cri: Cri,
     /// Unhealthy events, as upstream's prober records them.
     events: EventRecorder,
+    /// When this process began probing: workers started within one period of it spread
+    /// their first run over that period (upstream's start-up jitter).
+    started: std::time::Instant,
     shutdown: Shutdown,
     inner: Mutex<Inner>,
     tx: broadcast::Sender<ProbeResultUpdate>,
@@ -54,6 +57,7 @@ impl ProbeManager {
         Self {
             cri,
             events,
+            started: std::time::Instant::now(),
             shutdown,
             inner: Mutex::new(Inner::default()),
             tx,
@@ -247,6 +251,12 @@ impl ProbeManager {
         let period = Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
         let success_threshold = p.success_threshold.unwrap_or(1).max(1);
         let failure_threshold = p.failure_threshold.unwrap_or(3).max(1);
+        // Upstream: a prober that has just started (a restart) would otherwise probe every
+        // container at once; each worker first waits a random part of its period. A
+        // container that starts later is probed at once.
+        if period > self.started.elapsed() {
+            tokio::time::sleep(start_jitter(&key, period)).await;
+        }
         tokio::time::sleep(initial_delay(
             &p,
             check.started_at,
@@ -337,6 +347,14 @@ impl ProbeManager {
     }
 }
 
+/// A random part of `period` (upstream `rand.Float64() * period`), drawn from the
+/// process's random hash keys.
+fn start_jitter(key: &WorkerKey, period: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    let draw = std::collections::hash_map::RandomState::new().hash_one(key);
+    period.mul_f64((draw % 1_000_000) as f64 / 1_000_000.0)
+}
+
 /// Upstream's probe type name, as its events and metrics spell it.
 pub fn probe_kind_name(kind: i32) -> &'static str {
     match Kind::try_from(kind) {
@@ -405,6 +423,16 @@ impl Prober for ProberService {
 mod tests {
     use super::*;
     use std::time::SystemTime;
+
+    #[test]
+    fn start_jitter_stays_within_the_period_and_varies() {
+        let period = Duration::from_secs(10);
+        let draws: HashSet<Duration> = (0..20)
+            .map(|i| start_jitter(&("uid".into(), format!("c{i}"), 1), period))
+            .collect();
+        assert!(draws.iter().all(|d| *d < period), "{draws:?}");
+        assert!(draws.len() > 10, "spread, not one value: {draws:?}");
+    }
 
     #[test]
     fn initial_delay_counts_from_started_at() {
