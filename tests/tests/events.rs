@@ -59,6 +59,16 @@ async fn wait_event(
     .await
 }
 
+/// Creates pod `name` on the node with these containers and a grace period of 1 s.
+async fn create(pods: &Api<Pod>, node: &Node, name: &str, containers: serde_json::Value) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1, "containers": containers}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_events_for_a_pods_life() {
     if !require_runtime("events") {
@@ -69,21 +79,16 @@ async fn upstream_events_for_a_pods_life() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let name = node.pod_name("sick");
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": node.name,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {"name": "app", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
-                 "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"],
-                 "livenessProbe": {"exec": {"command": ["test", "-f", "/tmp/never"]},
-                                   "periodSeconds": 1, "failureThreshold": 3}}
-            ]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create(
+        &pods,
+        &node,
+        &name,
+        json!([{"name": "app", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+            "livenessProbe": {"exec": {"command": ["test", "-f", "/tmp/never"]},
+                              "periodSeconds": 1, "failureThreshold": 3}}]),
+    )
+    .await;
 
     let app = "spec.containers{app}";
     let (path, _, _, ty) = wait_event(&events, &name, "Pulled", |m| {
@@ -131,16 +136,14 @@ async fn upstream_events_for_a_pods_life() {
     // An image that may not be pulled and is not there (another pod: each pod may burst
     // 25 events, as upstream's spam filter allows, and this one retries at every sync).
     let absent = node.pod_name("absent");
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": absent, "namespace": "default"},
-        "spec": {
-            "nodeName": node.name,
-            "containers": [{"name": "absent", "image": "nodeagent.invalid/absent:1",
-                "imagePullPolicy": "Never", "command": ["true"]}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create(
+        &pods,
+        &node,
+        &absent,
+        json!([{"name": "absent", "image": "nodeagent.invalid/absent:1",
+            "imagePullPolicy": "Never", "command": ["true"]}]),
+    )
+    .await;
     let (path, _, _, ty) = wait_event(&events, &absent, "ErrImageNeverPull", |m| {
         m == "Container image \"nodeagent.invalid/absent:1\" is not present with pull policy of Never"
     })
@@ -177,17 +180,14 @@ async fn upstream_events_for_a_pods_life() {
 
     // Deletion of a pod whose container runs: Killing "Stopping container c".
     let calm = node.pod_name("calm");
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": calm, "namespace": "default"},
-        "spec": {
-            "nodeName": node.name,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": "busybox:1.36",
-                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create(
+        &pods,
+        &node,
+        &calm,
+        json!([{"name": "c", "image": "busybox:1.36",
+            "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]}]),
+    )
+    .await;
     wait_event(&events, &calm, "Started", |m| m == "Started container c").await;
     pods.delete(&calm, &DeleteParams::default()).await.unwrap();
     wait_event(&events, &calm, "Killing", |m| m == "Stopping container c").await;

@@ -68,9 +68,18 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             if !force && sent.get(&uid) == Some(&status) {
                 continue;
             }
+            // What the API server has: what we last sent, or (on a resync, which repairs
+            // drift, and before our first patch) the API server's copy as last seen.
+            let mut api_view = sync
+                .lock()
+                .desired
+                .get(&uid)
+                .filter(|_| from_api(&pod))
+                .and_then(|p| p.status.clone());
             let target_uid = if is_static(&pod) {
                 match ensure_mirror(&client, &pod).await {
-                    Ok(mirror_uid) => {
+                    Ok((mirror_uid, mirror_status)) => {
+                        api_view = mirror_status;
                         mirrors.insert(
                             uid.clone(),
                             (
@@ -88,13 +97,28 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             } else {
                 uid.clone()
             };
+            let old = match (force, sent.get(&uid)) {
+                (false, Some(sent)) => Some(sent.clone()),
+                _ => api_view,
+            };
+            let to_json = |s: &Option<k8s_openapi::api::core::v1::PodStatus>| {
+                serde_json::to_value(s).unwrap_or_default()
+            };
+            let diff =
+                crate::status_patch::two_way(&to_json(&old), &to_json(&Some(status.clone())));
+            if diff.as_object().is_some_and(|d| d.is_empty()) {
+                // The API server has it already (upstream patches only a status that
+                // differs).
+                sent.insert(uid, status);
+                continue;
+            }
             let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(&pod));
-            let patch = serde_json::json!({"metadata": {"uid": target_uid}, "status": status});
+            let patch = serde_json::json!({"metadata": {"uid": target_uid}, "status": diff});
             match api
                 .patch_status(
                     k8s::pod_name(&pod),
                     &PatchParams::default(),
-                    &Patch::Merge(&patch),
+                    &Patch::Strategic(&patch),
                 )
                 .await
             {
@@ -110,7 +134,11 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
 }
 
 /// Makes sure the static pod's mirror pod exists and matches its hash; returns its uid.
-async fn ensure_mirror(client: &kube::Client, pod: &Pod) -> Result<String, String> {
+/// Returns the mirror's uid and the status the API server has for it (None when new).
+async fn ensure_mirror(
+    client: &kube::Client,
+    pod: &Pod,
+) -> Result<(String, Option<k8s_openapi::api::core::v1::PodStatus>), String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
     let hash = pod
         .metadata
@@ -131,7 +159,7 @@ async fn ensure_mirror(client: &kube::Client, pod: &Pod) -> Result<String, Strin
             .and_then(|a| a.get(k8s::labels::CONFIG_MIRROR));
         match existing_hash {
             Some(h) if *h == hash && existing.metadata.deletion_timestamp.is_none() => {
-                return Ok(existing.metadata.uid.unwrap_or_default());
+                return Ok((existing.metadata.uid.unwrap_or_default(), existing.status));
             }
             // The mirror of an older version of the static pod: upstream replaces it.
             Some(_) => delete_mirror(client, k8s::pod_namespace(pod), k8s::pod_name(pod)).await,
@@ -162,7 +190,7 @@ async fn ensure_mirror(client: &kube::Client, pod: &Pod) -> Result<String, Strin
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(pod = %k8s::pod_full_name(pod), "mirror pod created");
-    Ok(created.metadata.uid.unwrap_or_default())
+    Ok((created.metadata.uid.unwrap_or_default(), created.status))
 }
 
 async fn delete_mirror(client: &kube::Client, ns: &str, name: &str) {

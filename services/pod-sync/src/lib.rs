@@ -20,6 +20,7 @@ mod security;
 mod server;
 mod state;
 mod status;
+mod status_patch;
 mod sync;
 mod termination;
 mod workers;

@@ -179,6 +179,31 @@ fn condition(kind: &str, ok: bool, reason: Option<&str>) -> PodCondition {
     }
 }
 
+/// Why each of the pod's readiness gates is not satisfied, in upstream's words (empty
+/// when all are): a gate needs a condition of its type with status True.
+fn readiness_gates_not_ready(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    conditions: &[PodCondition],
+) -> Vec<String> {
+    spec.readiness_gates
+        .iter()
+        .flatten()
+        .filter_map(|g| {
+            let t = &g.condition_type;
+            match conditions.iter().find(|c| &c.type_ == t) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{t}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
 fn is_terminated(s: &ContainerStatus) -> Option<i32> {
     s.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
 }
@@ -223,14 +248,28 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             .any(|s| is_terminated(s).is_some_and(|c| c != 0)),
     );
     let containers_ready = !app.is_empty() && app.iter().all(|s| s.ready);
+    // Conditions others set on the pod (readiness gates, DisruptionTarget from an API
+    // eviction), as the API server has them.
+    let api_conditions: &[PodCondition] = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let mut ready = condition(
+        "Ready",
+        containers_ready && phase == "Running",
+        Some("ContainersNotReady"),
+    );
+    let gates = readiness_gates_not_ready(&spec, api_conditions);
+    if ready.status == "True" && !gates.is_empty() {
+        ready.status = "False".into();
+        ready.reason = Some("ReadinessGatesNotReady".into());
+        ready.message = Some(gates.join(", "));
+    }
     let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox.is_some(), None),
         condition("Initialized", initialized, Some("ContainersNotInitialized")),
-        condition(
-            "Ready",
-            containers_ready && phase == "Running",
-            Some("ContainersNotReady"),
-        ),
+        ready,
         condition(
             "ContainersReady",
             containers_ready,
@@ -288,6 +327,12 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             c.last_transition_time = old.last_transition_time.clone();
         }
         conditions.push(c);
+    }
+    // Upstream's mergePodStatus: conditions the kubelet does not own stay as they are.
+    for c in api_conditions {
+        if !conditions.iter().any(|o| o.type_ == c.type_) {
+            conditions.push(c.clone());
+        }
     }
     let (phase, reason, message) = match inputs.pod_failed {
         Some(f) => ("Failed", Some(f.reason.clone()), Some(f.message.clone())),

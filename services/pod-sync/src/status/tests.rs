@@ -117,6 +117,69 @@ fn readiness_probe_gates_ready() {
 }
 
 #[test]
+fn readiness_gates_hold_ready_back_and_foreign_conditions_stay() {
+    let mut p = pod("Always", false);
+    p.spec.as_mut().unwrap().readiness_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+    let rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    let ready = |s: &PodStatus| {
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .cloned()
+            .unwrap()
+    };
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    let r = ready(&s);
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_deref(), r.message.as_deref()),
+        (
+            "False",
+            Some("ReadinessGatesNotReady"),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+            )
+        )
+    );
+    assert_eq!(cond(&s, "ContainersReady"), "True");
+    // The API server's copy has the gate False, and a condition of someone else's.
+    let gate = |status: &str| PodCondition {
+        type_: "example.com/lb".into(),
+        status: status.into(),
+        ..Default::default()
+    };
+    let other = PodCondition {
+        type_: "example.com/other".into(),
+        status: "True".into(),
+        ..Default::default()
+    };
+    p.status = Some(PodStatus {
+        conditions: Some(vec![gate("False"), other.clone()]),
+        ..Default::default()
+    });
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(
+        ready(&s).message.as_deref(),
+        Some("the status of pod readiness gate \"example.com/lb\" is not \"True\", but False")
+    );
+    assert_eq!(cond(&s, "example.com/other"), "True", "kept as it is");
+    assert_eq!(cond(&s, "example.com/lb"), "False");
+    p.status = Some(PodStatus {
+        conditions: Some(vec![gate("True"), other]),
+        ..Default::default()
+    });
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(cond(&s, "Ready"), "True");
+    // Containers not ready: the containers' reason, as upstream.
+    let s = compute_for(&pod("Always", true), Some(&rt), &HashMap::new());
+    assert_eq!(ready(&s).reason.as_deref(), Some("ContainersNotReady"));
+}
+
+#[test]
 fn phases_follow_restart_policy() {
     let exited0 = runtime(cri::ContainerState::ContainerExited, 0);
     let exited1 = runtime(cri::ContainerState::ContainerExited, 1);

@@ -1,0 +1,171 @@
+//! The pod status in the API server, as upstream's status manager keeps it: conditions
+//! this node does not own (a readiness gate's, set by a controller) survive every status
+//! patch of the node, `spec.readinessGates` hold `Ready` back with upstream's reason and
+//! message, and the node's patches (two-way strategic merge patches) leave no stale
+//! container state behind when a container goes from running to terminated.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const GATE: &str = "example.com/load-balancer";
+
+fn condition(pod: &Value, t: &str) -> Option<Value> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
+        .cloned()
+}
+
+async fn api_pod(pods: &Api<Pod>, name: &str) -> Result<Value, String> {
+    let p = pods.get(name).await.map_err(|e| e.to_string())?;
+    Ok(serde_json::to_value(p).unwrap())
+}
+
+/// Sets the gate's condition as a controller would (strategic merge on pods/status).
+async fn set_gate(pods: &Api<Pod>, name: &str, status: &str) {
+    let patch = json!({"status": {"conditions": [{"type": GATE, "status": status}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .expect("patch the gate's condition");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_gates_and_foreign_conditions_survive_the_nodes_patches() {
+    if !require_runtime("pod status") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server("pod-status", NodeOptions::default()).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let name = node.pod_name("gated");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "terminationGracePeriodSeconds": 1,
+            "readinessGates": [{"conditionType": GATE}],
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "touch /tmp/ready; trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+                "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    // Containers ready, the gate's condition missing: Ready is False, as upstream says.
+    eventually("Ready held back by the gate", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        let ready = condition(&p, "Ready").ok_or("no Ready yet")?;
+        let containers = condition(&p, "ContainersReady").ok_or("no ContainersReady")?;
+        let expected =
+            format!("corresponding condition of pod readiness gate \"{GATE}\" does not exist.");
+        if containers["status"] == "True"
+            && ready["status"] == "False"
+            && ready["reason"] == "ReadinessGatesNotReady"
+            && ready["message"] == expected.as_str()
+        {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+
+    // A controller sets the gate: Ready.
+    set_gate(&pods, &name, "True").await;
+    eventually("Ready once the gate is True", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        match condition(&p, "Ready") {
+            Some(r) if r["status"] == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // The container turns unready: the node patches the status, and the gate's condition
+    // (which the node does not own) is still there, still True.
+    let id = node.container_id("gated", "c").await.expect("container id");
+    node.exec(&id, &["rm", "/tmp/ready"])
+        .await
+        .expect("exec rm");
+    eventually("not ready, the gate kept", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        let ready = condition(&p, "Ready").ok_or("no Ready")?;
+        let gate = condition(&p, GATE)
+            .ok_or_else(|| format!("the gate's condition is gone: {}", p["status"]))?;
+        if ready["status"] == "False"
+            && ready["reason"] == "ContainersNotReady"
+            && gate["status"] == "True"
+        {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    node.exec(&id, &["touch", "/tmp/ready"])
+        .await
+        .expect("exec touch");
+    set_gate(&pods, &name, "False").await;
+    eventually("not ready while the gate is False", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        let ready = condition(&p, "Ready").ok_or("no Ready")?;
+        let containers = condition(&p, "ContainersReady").ok_or("no ContainersReady")?;
+        let expected =
+            format!("the status of pod readiness gate \"{GATE}\" is not \"True\", but False");
+        if containers["status"] == "True"
+            && ready["status"] == "False"
+            && ready["message"] == expected.as_str()
+        {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+
+    // Running, then terminated: the API's container state holds the new state only.
+    let short = node.pod_name("short");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": short, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 2; exit 3"]}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    eventually("short seen running", DEADLINE, || async {
+        let p = api_pod(&pods, &short).await?;
+        if p["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    let p = eventually("short failed", DEADLINE, || async {
+        let p = api_pod(&pods, &short).await?;
+        if p["status"]["phase"] == "Failed" {
+            Ok(p)
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    let state = &p["status"]["containerStatuses"][0]["state"];
+    assert_eq!(
+        state
+            .as_object()
+            .map(|s| s.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["terminated".to_string()]),
+        "{state}"
+    );
+    assert_eq!(state["terminated"]["exitCode"], 3);
+    node.stop().await;
+}
