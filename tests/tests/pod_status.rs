@@ -1,11 +1,14 @@
 //! The pod status in the API server, as upstream's status manager keeps it: conditions
 //! this node does not own (a readiness gate's, set by a controller) survive every status
 //! patch of the node, `spec.readinessGates` hold `Ready` back with upstream's reason and
-//! message, and the node's patches (two-way strategic merge patches) leave no stale
-//! container state behind when a container goes from running to terminated.
+//! message, a pod-sync restart changes no transition time, start time or pod IP, and the
+//! node's patches (two-way strategic merge patches) leave no stale container state behind
+//! when a container goes from running to terminated.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nix::sys::signal::Signal;
+use nodeagent_config::Service;
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -39,7 +42,8 @@ async fn readiness_gates_and_foreign_conditions_survive_the_nodes_patches() {
     if !require_runtime("pod status") {
         return;
     }
-    let (server, node) = Node::start_with_api_server("pod-status", NodeOptions::default()).await;
+    let (server, mut node) =
+        Node::start_with_api_server("pod-status", NodeOptions::default()).await;
     let pods: Api<Pod> = Api::namespaced(server.client(), "default");
     let name = node.pod_name("gated");
     let pod: Pod = serde_json::from_value(json!({
@@ -127,6 +131,46 @@ async fn readiness_gates_and_foreign_conditions_survive_the_nodes_patches() {
         }
     })
     .await;
+
+    // A pod-sync restart changes no transition time, start time or IP: the restarted
+    // pod-sync starts from the API server's copy (upstream would stamp new times).
+    let before = api_pod(&pods, &name).await.unwrap();
+    let times = |p: &Value| {
+        let mut t: Vec<(String, String)> = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap_or_default().to_string(),
+                    c["lastTransitionTime"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        t.sort();
+        (
+            t,
+            p["status"]["startTime"].clone(),
+            p["status"]["podIP"].clone(),
+        )
+    };
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+    node.spawn(Service::PodSync);
+    let served = eventually(
+        "the restarted pod-sync serves the pod",
+        DEADLINE,
+        || async { node.pod("gated").await },
+    )
+    .await;
+    assert_eq!(times(&served), times(&before), "in /pods after the restart");
+    assert_eq!(
+        times(&api_pod(&pods, &name).await.unwrap()),
+        times(&before),
+        "in the API server after the restart"
+    );
 
     // Running, then terminated: the API's container state holds the new state only.
     let short = node.pod_name("short");

@@ -204,13 +204,23 @@ fn readiness_gates_not_ready(
         .collect()
 }
 
+/// Upstream `HasAnyRegularContainerStarted`: running or terminated.
+fn has_started(s: &ContainerStatus) -> bool {
+    s.state
+        .as_ref()
+        .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+}
+
 fn is_terminated(s: &ContainerStatus) -> Option<i32> {
     s.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
 }
 
-/// Computes the pod's status. `previous` keeps condition transition times stable.
+/// Computes the pod's status. `previous` (what was published last or, after a restart,
+/// the API server's copy) keeps condition transition times, the start time and a finished
+/// pod's IP stable.
 pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodStatus {
     let pod = inputs.pod;
+    let previous = previous.or(pod.status.as_ref());
     let spec = pod.spec.clone().unwrap_or_default();
     let rt = inputs.runtime;
     let sandbox = rt.and_then(|r| {
@@ -268,7 +278,13 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     }
     let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox.is_some(), None),
-        condition("Initialized", initialized, Some("ContainersNotInitialized")),
+        // Upstream: once any regular container has started, the pod stays initialized,
+        // even while a sidecar restarts.
+        condition(
+            "Initialized",
+            initialized || app.iter().any(has_started),
+            Some("ContainersNotInitialized"),
+        ),
         ready,
         condition(
             "ContainersReady",

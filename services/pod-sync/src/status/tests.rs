@@ -273,3 +273,62 @@ fn a_failed_sync_does_not_override_a_running_container() {
     let c = &s.container_statuses.as_ref().unwrap()[0];
     assert!(c.state.as_ref().unwrap().running.is_some(), "{c:?}");
 }
+
+#[test]
+fn after_a_restart_the_api_servers_copy_keeps_times_start_and_a_finished_pods_ip() {
+    let mut p = pod("Never", false);
+    let t0 = Time("2026-01-01T00:00:00Z".parse().unwrap());
+    p.status = Some(PodStatus {
+        start_time: Some(t0.clone()),
+        pod_ip: Some("10.88.0.9".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "True".into(),
+            last_transition_time: Some(t0.clone()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    // The pod finished and its sandbox is stopped: no IP from the runtime.
+    let mut rt = runtime(cri::ContainerState::ContainerExited, 0);
+    rt.sandboxes[0].state = cri::PodSandboxState::SandboxNotready as i32;
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.9"));
+    assert_eq!(s.start_time, Some(t0.clone()));
+    let scheduled = s
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .unwrap();
+    assert_eq!(scheduled.last_transition_time, Some(t0));
+}
+
+#[test]
+fn initialized_stays_true_once_a_regular_container_started() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {
+            "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always",
+                "startupProbe": {"exec": {"command": ["true"]}}}],
+            "containers": [{"name": "c", "image": "i"}]
+        }
+    }))
+    .unwrap();
+    let mut rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    // The sidecar restarts: exited, not started.
+    rt.containers.push(RuntimeContainer {
+        id: "s1".into(),
+        name: "side".into(),
+        state: cri::ContainerState::ContainerExited as i32,
+        exit_code: 1,
+        ..Default::default()
+    });
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(cond(&s, "Initialized"), "True", "{:?}", s.conditions);
+    // Before any regular container started, the sidecar holds initialization back.
+    rt.containers.retain(|c| c.name == "side");
+    let s = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(cond(&s, "Initialized"), "False");
+}
