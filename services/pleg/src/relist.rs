@@ -23,6 +23,12 @@ pub struct RelistCache {
     sandboxes: HashMap<String, (String, i32)>,
     pub pods: BTreeMap<String, RuntimePodStatus>,
     pub revision: u64,
+    /// When the last completed relist listed the runtime (taken before the list, so a
+    /// change made after it is never taken as seen).
+    pub listed_at_unix_nanos: i64,
+    /// Pods whose inspection failed: inspected again at the next relist even if nothing
+    /// changes (upstream's `podsToReinspect`).
+    reinspect: HashSet<String>,
     pub last_relist: Option<SystemTime>,
     pub last_relist_duration: Duration,
     pub last_error: Option<String>,
@@ -124,6 +130,8 @@ impl Relister {
     }
 
     async fn relist(&self) -> Result<(), Status> {
+        // Every status built from this list is as old as the list, not as its inspection.
+        let listed_at = now_nanos();
         let sandboxes = self.cri.list_sandboxes(None).await?;
         let containers = self.cri.list_containers(None).await?;
         crate::metrics::record_runtime_view(
@@ -150,15 +158,17 @@ impl Relister {
             }
             (events, changed)
         };
-        // Pods that exist but were never inspected (first relist) are "changed" too.
+        // Pods that exist but were never inspected (first relist), and pods whose last
+        // inspection failed, are "changed" too.
         {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             for (uid, _) in new_sandboxes.values().chain(new_containers.values()) {
-                if !cache.pods.contains_key(uid) {
+                if !cache.pods.contains_key(uid) || cache.reinspect.contains(uid) {
                     changed_pods.insert(uid.clone());
                 }
             }
         }
+        let mut failed = HashSet::new();
 
         let mut fresh = HashMap::new();
         for uid in &changed_pods {
@@ -175,20 +185,25 @@ impl Relister {
             if sbs.is_empty() && cs.is_empty() {
                 continue; // gone entirely
             }
-            match inspect_pod(&self.cri, uid, &sbs, &cs).await {
+            match inspect_pod(&self.cri, uid, &sbs, &cs, listed_at).await {
                 Ok(status) => {
                     fresh.insert(uid.clone(), status);
                 }
-                // It changed again under us; the next relist catches it.
+                // Upstream: no events for it now, and it is inspected again next time,
+                // whether or not anything changes (else its cached status stays stale).
                 Err(e) => {
-                    tracing::debug!(pod.uid = %uid, error = %e.message(), "status read failed")
+                    tracing::info!(pod.uid = %uid, error = %e.message(), "status read failed; inspecting again at the next relist");
+                    failed.insert(uid.clone());
                 }
             }
         }
+        changed_pods.retain(|uid| !failed.contains(uid));
 
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.containers = new_containers;
         cache.sandboxes = new_sandboxes;
+        cache.listed_at_unix_nanos = listed_at;
+        cache.reinspect = failed;
         let live: HashSet<&String> = cache
             .containers
             .values()
@@ -207,7 +222,10 @@ impl Relister {
         for (uid, status) in fresh {
             cache.pods.insert(uid, status);
         }
-        let mut pod_events: Vec<(String, Type, String)> = container_events;
+        let mut pod_events: Vec<(String, Type, String)> = container_events
+            .into_iter()
+            .filter(|(uid, _, _)| !cache.reinspect.contains(uid))
+            .collect();
         for uid in changed_pods.iter().chain(gone.iter()) {
             if !pod_events.iter().any(|(u, _, _)| u == uid) {
                 pod_events.push((uid.clone(), Type::PodSync, String::new()));
@@ -217,9 +235,11 @@ impl Relister {
             cache.revision += 1;
             let event = PodLifecycleEvent {
                 revision: cache.revision,
+                // A pod gone from the list is gone as of that list.
                 status: cache.pods.get(&uid).cloned().or_else(|| {
                     Some(RuntimePodStatus {
                         uid: uid.clone(),
+                        timestamp_unix_nanos: listed_at,
                         ..Default::default()
                     })
                 }),
@@ -238,15 +258,17 @@ impl Relister {
 }
 
 /// Reads the full status of one pod's sandboxes and containers.
+/// `listed_at` is when the lists were taken: the status is as old as they are.
 pub(crate) async fn inspect_pod(
     cri: &Cri,
     uid: &str,
     sandboxes: &[api::PodSandbox],
     containers: &[api::Container],
+    listed_at: i64,
 ) -> Result<RuntimePodStatus, Status> {
     let mut status = RuntimePodStatus {
         uid: uid.to_string(),
-        timestamp_unix_nanos: now_nanos(),
+        timestamp_unix_nanos: listed_at,
         ..Default::default()
     };
     for sb in sandboxes {

@@ -76,26 +76,23 @@ impl Pleg for PlegService {
                 if s.timestamp_unix_nanos >= req.newer_than_unix_nanos {
                     return Ok(Response::new(s.clone()));
                 }
-            } else if cache.last_relist.is_some_and(|t| {
-                req.newer_than_unix_nanos > 0
-                    && t.duration_since(SystemTime::UNIX_EPOCH)
-                        .map(|d| d.as_nanos() as i64)
-                        .unwrap_or(0)
-                        >= req.newer_than_unix_nanos
-            }) {
-                // A relist newer than the caller's mark saw nothing of this pod.
+            } else if req.newer_than_unix_nanos > 0
+                && cache.listed_at_unix_nanos >= req.newer_than_unix_nanos
+            {
+                // A relist that listed after the caller's mark saw nothing of this pod.
                 return Ok(Response::new(RuntimePodStatus {
                     uid: req.pod_uid,
-                    timestamp_unix_nanos: now_nanos(),
+                    timestamp_unix_nanos: cache.listed_at_unix_nanos,
                     ..Default::default()
                 }));
             }
         }
         // The cache is older than the caller's last action: read this pod now.
         let uid = req.pod_uid.as_str();
+        let listed_at = now_nanos();
         let sandboxes = self.cri.list_sandboxes(Some(uid)).await?;
         let containers = self.cri.list_containers(Some(uid)).await?;
-        let status = inspect_pod(&self.cri, uid, &sandboxes, &containers).await?;
+        let status = inspect_pod(&self.cri, uid, &sandboxes, &containers, listed_at).await?;
         if !sandboxes.is_empty() || !containers.is_empty() {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let newer = cache

@@ -8,8 +8,8 @@ use nodeagent_proto::api::config_source_client::ConfigSourceClient;
 use nodeagent_proto::api::pod_config_update::Op;
 use nodeagent_proto::api::prober_client::ProberClient;
 use nodeagent_proto::api::{
-    PlegWatchResponse, PodConfigUpdate, ProbeResultUpdate, WatchConfigRequest, WatchPlegRequest,
-    WatchProbeResultsRequest, pleg_watch_response::Kind,
+    PlegWatchResponse, PodConfigUpdate, ProbeResultUpdate, RuntimePodStatus, WatchConfigRequest,
+    WatchPlegRequest, WatchProbeResultsRequest, pleg_watch_response::Kind,
 };
 use nodeagent_proto::k8s;
 use nodeagent_transport::WithLimits;
@@ -156,14 +156,12 @@ pub async fn follow_pleg(sync: Arc<PodSync>) {
                 kind: Some(Kind::Event(ev)),
             }) => {
                 {
-                    let mut st = sync.lock();
-                    match ev.status {
-                        Some(s) if !s.sandboxes.is_empty() || !s.containers.is_empty() => {
-                            st.runtime.insert(ev.pod_uid.clone(), s);
-                        }
-                        _ => {
-                            st.runtime.remove(&ev.pod_uid);
-                        }
+                    let status = ev.status.unwrap_or_else(|| RuntimePodStatus {
+                        uid: ev.pod_uid.clone(),
+                        ..Default::default()
+                    });
+                    if !sync.lock().apply_runtime(&ev.pod_uid, status) {
+                        tracing::debug!(pod.uid = %ev.pod_uid, "pleg event older than the status held; ignored");
                     }
                 }
                 sync.trigger(&ev.pod_uid);

@@ -192,6 +192,27 @@ mod tests {
 }
 
 impl State {
+    /// Takes a pod's runtime status (an empty one: the pod is gone from the runtime) unless
+    /// the one held was built from a later list: a pleg event that was on its way while
+    /// pod-sync read a fresher status must not undo it. A status without a timestamp (an
+    /// older pleg's) is taken as it is. Returns whether it was taken.
+    pub fn apply_runtime(&mut self, uid: &str, status: RuntimePodStatus) -> bool {
+        let stale = status.timestamp_unix_nanos > 0
+            && self
+                .runtime
+                .get(uid)
+                .is_some_and(|held| held.timestamp_unix_nanos > status.timestamp_unix_nanos);
+        if stale {
+            return false;
+        }
+        if status.sandboxes.is_empty() && status.containers.is_empty() {
+            self.runtime.remove(uid);
+        } else {
+            self.runtime.insert(uid.to_string(), status);
+        }
+        true
+    }
+
     /// Drops what is kept per container ID for containers the runtime no longer has
     /// (removed by the restart policy's garbage collection or by hand), so that these maps
     /// follow the runtime instead of growing with every restart. Only after pleg's first
@@ -208,6 +229,34 @@ impl State {
         self.termination_messages
             .retain(|id, _| live.contains(id.as_str()));
         self.liveness_failed.retain(|id| live.contains(id.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod apply_runtime_tests {
+    use super::*;
+
+    fn status(ts: i64, containers: usize) -> RuntimePodStatus {
+        RuntimePodStatus {
+            uid: "u".into(),
+            timestamp_unix_nanos: ts,
+            containers: vec![Default::default(); containers],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_older_status_never_overwrites_a_newer_one() {
+        let mut st = State::default();
+        assert!(st.apply_runtime("u", status(20, 2)));
+        assert!(!st.apply_runtime("u", status(10, 1)), "older: dropped");
+        assert_eq!(st.runtime["u"].containers.len(), 2);
+        assert!(!st.apply_runtime("u", status(10, 0)), "an older 'gone' too");
+        assert!(st.runtime.contains_key("u"));
+        assert!(st.apply_runtime("u", status(20, 3)), "as new: taken");
+        assert!(st.apply_runtime("u", status(0, 1)), "no timestamp: taken");
+        assert!(st.apply_runtime("u", status(30, 0)));
+        assert!(!st.runtime.contains_key("u"));
     }
 }
 

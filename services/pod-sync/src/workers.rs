@@ -264,12 +264,7 @@ impl PodSync {
             .await
             .map_err(|e| anyhow::anyhow!("pleg GetPodStatus: {}", e.message()))?
             .into_inner();
-        let mut st = self.lock();
-        if status.sandboxes.is_empty() && status.containers.is_empty() {
-            st.runtime.remove(uid);
-        } else {
-            st.runtime.insert(uid.to_string(), status.clone());
-        }
+        self.lock().apply_runtime(uid, status.clone());
         Ok(status)
     }
 
