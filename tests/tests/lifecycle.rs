@@ -301,6 +301,64 @@ async fn on_failure_with_a_new_sandbox_does_not_rerun_a_succeeded_container() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_sidecars_succeeds_and_its_sidecars_stop_in_reverse_order() {
+    if !require_runtime("sidecars of a finished job") {
+        return;
+    }
+    let node = Node::start("sidecar-job", NodeOptions::default()).await;
+    let out = out_dir(&node);
+    let sidecar = |name: &str| {
+        format!(
+            "  - name: {name}\n    image: busybox:1.36\n    restartPolicy: Always\n    command: [\"sh\", \"-c\", \"trap 'echo {name} >> /out/order; exit 0' TERM; while true; do sleep 0.2; done\"]\n    volumeMounts: [{{name: out, mountPath: /out}}]\n"
+        )
+    };
+    node.write_manifest(
+        "job.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: job\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n  volumes: [{{name: out, hostPath: {{path: {out}}}}}]\n  initContainers:\n{}{}  containers:\n  - name: app\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"sleep 1; exit 0\"]\n",
+            sidecar("first"),
+            sidecar("second")
+        ),
+    );
+    eventually("the job Succeeded", DEADLINE, || async {
+        let pod = node.pod("job").await?;
+        if pod["status"]["phase"] == "Succeeded" {
+            Ok(())
+        } else {
+            Err(pod["status"].to_string())
+        }
+    })
+    .await;
+    // Each sidecar got SIGTERM (its trap ran and it exited 0), the last one first.
+    let order = eventually("both sidecars stopped", DEADLINE, || async {
+        let order = std::fs::read_to_string(format!("{out}/order")).unwrap_or_default();
+        if order.lines().count() == 2 {
+            Ok(order)
+        } else {
+            Err(format!("order so far: {order:?}"))
+        }
+    })
+    .await;
+    assert_eq!(order, "second\nfirst\n");
+    let pod = eventually("the sidecars shown terminated", DEADLINE, || async {
+        let pod = node.pod("job").await?;
+        let done = ["first", "second"].iter().all(|n| {
+            container_status(&pod, n).is_some_and(|c| c["state"]["terminated"]["exitCode"] == 0)
+        });
+        if done {
+            Ok(pod)
+        } else {
+            Err(pod["status"].to_string())
+        }
+    })
+    .await;
+    assert_eq!(pod["status"]["phase"], "Succeeded", "{pod}");
+    let app = container_status(&pod, "app").unwrap();
+    assert_eq!(app["state"]["terminated"]["exitCode"], 0, "{app}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_containers_run_in_order_and_sidecars_run_alongside() {
     if !require_runtime("init containers") {
         return;

@@ -213,3 +213,43 @@ async fn readiness_gates_and_foreign_conditions_survive_the_nodes_patches() {
     assert_eq!(state["terminated"]["exitCode"], 3);
     node.stop().await;
 }
+
+/// `activeDeadlineSeconds` counts from the pod's `startTime`, as upstream: a pod that never
+/// got a sandbox (its config map is missing, so its volumes never mount) still fails with
+/// DeadlineExceeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_active_deadline_counts_from_the_start_time_even_without_a_sandbox() {
+    if !require_runtime("active deadline") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server("deadline", NodeOptions::default()).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let name = node.pod_name("stuck");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "activeDeadlineSeconds": 3,
+            "volumes": [{"name": "cfg", "configMap": {"name": "never-created"}}],
+            "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let p = eventually("Failed with DeadlineExceeded", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        if p["status"]["phase"] == "Failed" {
+            Ok(p)
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    assert_eq!(p["status"]["reason"], "DeadlineExceeded", "{}", p["status"]);
+    assert!(
+        node.sandboxes().await.is_empty(),
+        "no sandbox was ever made"
+    );
+    node.stop().await;
+}

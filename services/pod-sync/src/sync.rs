@@ -334,16 +334,28 @@ impl PodSync {
                 }
             }
         }
-        if next_retry.is_none()
-            && !fresh_sandbox
-            && self
-                .lock()
-                .runtime
-                .get(&uid)
-                .is_some_and(|rt| terminal(&spec, &policy, rt))
-        {
-            // Every container is done and none will restart: release the sandbox (its IP
-            // and network) as upstream does; the dead containers stay for their logs.
+        let finished = self
+            .lock()
+            .runtime
+            .get(&uid)
+            .filter(|rt| terminal(&spec, &policy, rt))
+            .cloned();
+        if let (None, false, Some(rt)) = (next_retry, fresh_sandbox, finished) {
+            // Every regular container is done and none will restart. Sidecars ran only to
+            // serve them: they are stopped in reverse order, each with its preStop hook and
+            // the pod's grace (upstream, KEP-753), then the sandbox goes (its IP and
+            // network), as upstream; the dead containers stay for their logs.
+            for c in spec.init_containers.iter().flatten().rev() {
+                let running = rt
+                    .containers
+                    .iter()
+                    .find(|r| r.name == c.name && r.state == RUNNING && r.sandbox_id == sandbox_id);
+                if let Some(r) = running {
+                    let reason = format!("Stopping container {}", c.name);
+                    self.kill_container(Some(pod), &c.name, &r.id, grace_seconds(pod), &reason)
+                        .await;
+                }
+            }
             tracing::info!(sandbox.id = %sandbox_id, "pod finished; stopping its sandbox");
             self.stop_sandbox(&sandbox_id).await;
             self.acted(&uid);
@@ -364,9 +376,20 @@ impl PodSync {
         let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
             return Ok(None);
         };
-        let failed = self.lock().pod_failed.contains_key(uid);
+        let (failed, start_time) = {
+            let st = self.lock();
+            let published = st.statuses.get(uid).and_then(|p| p.status.as_ref());
+            let start_time = published
+                .or(pod.status.as_ref())
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.as_nanosecond() as i64);
+            (st.pod_failed.contains_key(uid), start_time)
+        };
         if !failed {
-            let Some(started) = rt.sandboxes.iter().map(|s| s.created_at_unix_nanos).min() else {
+            // Upstream counts from the pod's status.startTime (set when the node first
+            // reports the pod, before its images are pulled), else from its first sandbox.
+            let first_sandbox = rt.sandboxes.iter().map(|s| s.created_at_unix_nanos).min();
+            let Some(started) = start_time.or(first_sandbox) else {
                 return Ok(None); // not started yet
             };
             let active =
