@@ -338,17 +338,11 @@ impl Node {
         let mut child = self.procs.remove(&service).expect("service running");
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         nix::sys::signal::kill(pid, signal).expect("kill");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} did not exit after {signal}",
-                service.name()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // Waits for the exit itself (waitpid on the blocking pool), 15 s at most.
+        let exited = tokio::task::spawn_blocking(move || child.wait());
+        match tokio::time::timeout(Duration::from_secs(15), exited).await {
+            Ok(status) => status.expect("join").expect("wait"),
+            Err(_) => panic!("{} did not exit after {signal}", service.name()),
         }
     }
 
