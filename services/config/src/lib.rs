@@ -338,6 +338,16 @@ fn endpoints(
     Ok(map)
 }
 
+impl Config {
+    /// A client of the API server named by `--kubeconfig`; None on a standalone node.
+    pub async fn api_client(&self) -> anyhow::Result<Option<kube::Client>> {
+        match &self.kubeconfig {
+            Some(path) => Ok(Some(kube_client(path).await?)),
+            None => Ok(None),
+        }
+    }
+}
+
 /// A kube client from a kubeconfig file.
 pub async fn kube_client(path: &Path) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)

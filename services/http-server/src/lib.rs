@@ -73,10 +73,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         .filter(|s| *s != Service::HttpServer)
         .map(|s| (s, nodeagent_transport::connect(config.endpoint(s))))
         .collect();
-    let api = match &config.kubeconfig {
-        Some(path) => Some(nodeagent_config::kube_client(path).await?),
-        None => None,
-    };
+    let api = config.api_client().await?;
     let cri = nodeagent_cri::Cri::connect(
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,

@@ -101,11 +101,10 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
                 (false, Some(sent)) => Some(sent.clone()),
                 _ => api_view,
             };
-            let to_json = |s: &Option<k8s_openapi::api::core::v1::PodStatus>| {
-                serde_json::to_value(s).unwrap_or_default()
-            };
-            let diff =
-                crate::status_patch::two_way(&to_json(&old), &to_json(&Some(status.clone())));
+            let diff = crate::status_patch::two_way(
+                &serde_json::to_value(&old).unwrap_or_default(),
+                &serde_json::to_value(&status).unwrap_or_default(),
+            );
             if diff.as_object().is_some_and(|d| d.is_empty()) {
                 // The API server has it already (upstream patches only a status that
                 // differs).

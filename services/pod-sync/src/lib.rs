@@ -83,10 +83,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
     );
-    let api = match &config.kubeconfig {
-        Some(path) => Some(nodeagent_config::kube_client(path).await?),
-        None => None,
-    };
+    let api = config.api_client().await?;
     let host_ip = host_ip();
     tracing::info!(%host_ip, "node address");
     let (status_tx, _) = broadcast::channel(4096);

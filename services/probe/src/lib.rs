@@ -22,10 +22,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
     );
-    let api = match &config.kubeconfig {
-        Some(path) => Some(nodeagent_config::kube_client(path).await?),
-        None => None,
-    };
+    let api = config.api_client().await?;
     let events = nodeagent_config::events::EventRecorder::new(api, &config.node_name);
     let manager = Arc::new(manager::ProbeManager::new(cri, events, shutdown.clone()));
     let follow = tokio::spawn(

@@ -24,13 +24,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         }
         Err(e) => tracing::warn!(error = %e, "cannot read existing pod volumes"),
     }
-    let api = match &config.kubeconfig {
-        Some(path) => {
-            tracing::info!(kubeconfig = %path.display(), "config maps, secrets and tokens come from the API server");
-            Some(nodeagent_config::kube_client(path).await?)
-        }
-        None => None,
-    };
+    if let Some(path) = &config.kubeconfig {
+        tracing::info!(kubeconfig = %path.display(), "config maps, secrets and tokens come from the API server");
+    }
+    let api = config.api_client().await?;
     let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
     let service = server::VolumeService::new(layout, fetcher);
     let server = Server::new(
