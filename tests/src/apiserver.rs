@@ -15,8 +15,9 @@
 //!   statuses, containers, pod IPs merged by their keys);
 //! - `fieldSelector=spec.nodeName=<name>` (and `metadata.name`, `metadata.namespace`);
 //! - deletion with a grace period: a pod with grace > 0 gets `deletionTimestamp` and
-//!   `deletionGracePeriodSeconds` (a MODIFIED event) and is removed by a later delete with
-//!   grace 0; other kinds are removed at once;
+//!   `deletionGracePeriodSeconds` (a MODIFIED event); a later delete may only shorten
+//!   the period, and one with grace 0 removes the pod (its DELETED event says period 0);
+//!   other kinds are removed at once;
 //! - `tokenreviews` and `subjectaccessreviews` (create only), answered from a policy the
 //!   test sets (`apiserver_auth`), as a kubelet's webhook authn/authz calls them, and
 //!   service-account tokens from the `serviceaccounts/token` subresource (TokenRequest),
@@ -811,8 +812,12 @@ fn delete(
             })
         })
         .unwrap_or(0);
-    let already = current["metadata"].get("deletionTimestamp").is_some();
-    if t.plural == "pods" && grace > 0 && !already {
+    let already = current["metadata"]["deletionGracePeriodSeconds"].as_i64();
+    if t.plural == "pods" && grace > 0 {
+        // kube-apiserver's BeforeDelete: a second deletion may only shorten the period.
+        if already.is_some_and(|g| g <= grace) {
+            return json_response(StatusCode::OK, &current);
+        }
         let mut next = current;
         next["metadata"]["deletionTimestamp"] = now().into();
         next["metadata"]["deletionGracePeriodSeconds"] = grace.into();
@@ -822,6 +827,14 @@ fn delete(
     s.objects.remove(&k);
     s.rv += 1;
     let mut gone = current;
+    if t.plural == "pods" {
+        // An immediate deletion (grace 0, or a force delete during a graceful one) is
+        // stored with period 0 before it goes, so the DELETED event says 0.
+        if gone["metadata"].get("deletionTimestamp").is_none() {
+            gone["metadata"]["deletionTimestamp"] = now().into();
+        }
+        gone["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+    }
     gone["metadata"]["resourceVersion"] = s.rv.to_string().into();
     state.record(&mut s, &t.plural, t.kind, "DELETED", &gone);
     if let Some(ns) = &t.namespace {

@@ -102,7 +102,15 @@ impl ApiSource {
                     self.publish(&pods).await;
                 }
                 Ok(WatchEvent::Delete(p)) => {
-                    pods.remove(k8s::pod_uid(&p));
+                    let uid = k8s::pod_uid(&p).to_string();
+                    // A force delete of a pod (its last copy says period 0, maybe during a
+                    // graceful deletion): pod-sync hears of the shorter period before the
+                    // pod goes, as upstream's kubelet takes it from that copy.
+                    if shortens_deletion(pods.get(&uid), &p) {
+                        pods.insert(uid.clone(), p);
+                        self.publish(&pods).await;
+                    }
+                    pods.remove(&uid);
                     self.publish(&pods).await;
                 }
                 Err(e) => {
@@ -262,6 +270,18 @@ fn write_checkpoint(path: &Path, pods: &[Pod]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Whether the deleted copy of a pod asks for a shorter deletion than the copy we hold.
+fn shortens_deletion(held: Option<&Pod>, deleted: &Pod) -> bool {
+    let Some(new) = deleted.metadata.deletion_grace_period_seconds else {
+        return false;
+    };
+    held.is_some_and(|old| {
+        old.metadata
+            .deletion_grace_period_seconds
+            .is_none_or(|g| new < g)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,5 +301,20 @@ mod tests {
         assert_eq!(back.get("u1"), Some(&pod));
         std::fs::write(&path, b"{not json").unwrap();
         assert!(read_checkpoint(&path).is_err());
+    }
+
+    fn pod(grace: Option<i64>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.deletion_grace_period_seconds = grace;
+        p
+    }
+
+    #[test]
+    fn only_a_shorter_deletion_is_passed_on_before_the_pod_goes() {
+        assert!(shortens_deletion(Some(&pod(Some(300))), &pod(Some(0))));
+        assert!(shortens_deletion(Some(&pod(None)), &pod(Some(0))));
+        assert!(!shortens_deletion(Some(&pod(Some(30))), &pod(Some(30))));
+        assert!(!shortens_deletion(Some(&pod(Some(30))), &pod(None)));
+        assert!(!shortens_deletion(None, &pod(Some(0))));
     }
 }

@@ -3,10 +3,12 @@
 //! of it (never less than 2 s).
 
 use crate::PodSync;
+use crate::kill_order::{GraceClock, TerminationOrder};
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use nodeagent_cri::actions;
+use nodeagent_proto::cri::StopContainerRequest;
 use nodeagent_proto::k8s;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Upstream `minimumGracePeriodInSeconds`.
 const MINIMUM_GRACE: i64 = 2;
@@ -57,16 +59,33 @@ impl PodSync {
     }
 
     /// Stops one container gracefully: preStop (if the spec has one), then StopContainer
-    /// with the rest of `grace_seconds`.
+    /// with the rest of `grace_seconds`. `message` is the Killing event's (upstream's
+    /// "Stopping container <name>" when None).
     pub(crate) async fn kill_container(
         &self,
         pod: Option<&Pod>,
         name: &str,
         container_id: &str,
         grace_seconds: i64,
-        reason: &str,
+        message: Option<&str>,
     ) {
-        let started = Instant::now();
+        let clock = GraceClock::fixed(grace_seconds);
+        self.kill_container_ordered(pod, name, container_id, &clock, message, None)
+            .await
+    }
+
+    /// [`Self::kill_container`] within a grace period that may shrink meanwhile (a second,
+    /// shorter deletion), and after the containers `order` says must stop first (upstream
+    /// `killContainer` with a `terminationOrdering`).
+    pub(crate) async fn kill_container_ordered(
+        &self,
+        pod: Option<&Pod>,
+        name: &str,
+        container_id: &str,
+        clock: &GraceClock,
+        message: Option<&str>,
+        order: Option<&TerminationOrder>,
+    ) {
         let spec = pod.and_then(|p| p.spec.as_ref());
         let container = spec.and_then(|s| {
             s.containers
@@ -75,16 +94,11 @@ impl PodSync {
                 .find(|c| c.name == name)
         });
         let pre_stop = container.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
-        tracing::info!(k8s.container.name = %name, container.id = %container_id, grace_seconds, %reason, "killing container");
+        let message = message
+            .map(String::from)
+            .unwrap_or_else(|| format!("Stopping container {name}"));
+        tracing::info!(k8s.container.name = %name, container.id = %container_id, grace_seconds = clock.grace_seconds(), %message, "killing container");
         if let Some(pod) = pod {
-            // Upstream's Killing message: the reason where it is one of upstream's own
-            // ("Container c failed liveness probe, will be restarted"), else "Stopping
-            // container c".
-            let message = if reason.starts_with("Container ") {
-                reason.to_string()
-            } else {
-                format!("Stopping container {name}")
-            };
             self.events.container(
                 pod,
                 name,
@@ -94,12 +108,17 @@ impl PodSync {
             );
         }
         if let (Some(pod), Some(c), Some(hook)) = (pod, container, pre_stop) {
-            let timeout = Duration::from_secs(grace_seconds.max(0) as u64);
-            match self.run_hook(pod, c, container_id, hook, timeout).await {
-                Ok(()) => {
-                    tracing::info!(k8s.container.name = %name, took = ?started.elapsed(), "preStop hook completed")
+            let timeout = Duration::from_secs(clock.grace_seconds() as u64);
+            let hook = self.run_hook(pod, c, container_id, hook, timeout);
+            let ran = tokio::select! {
+                r = hook => Some(r),
+                _ = clock.expired() => None,
+            };
+            match ran {
+                Some(Ok(())) => {
+                    tracing::info!(k8s.container.name = %name, "preStop hook completed")
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::warn!(k8s.container.name = %name, error = %e, "preStop hook failed");
                     self.events.container(
                         pod,
@@ -109,9 +128,49 @@ impl PodSync {
                         &format!("PreStopHook failed: {e}"),
                     );
                 }
+                None => {
+                    tracing::warn!(k8s.container.name = %name, "the grace period ended during the preStop hook")
+                }
             }
         }
-        let left = (grace_seconds - started.elapsed().as_secs() as i64).max(MINIMUM_GRACE);
-        self.stop_container(container_id, left).await;
+        if let Some(order) = order {
+            tokio::select! {
+                _ = order.wait_for_turn(name) => {}
+                _ = clock.expired() => {}
+            }
+        }
+        self.stop_within(container_id, clock).await;
+        if let Some(order) = order {
+            order.stopped(name);
+        }
+    }
+
+    /// StopContainer with what is left of the grace period; if the period shrinks while
+    /// the runtime waits, a second StopContainer with the shorter rest goes alongside
+    /// (containerd then kills at the earlier deadline).
+    async fn stop_within(&self, container_id: &str, clock: &GraceClock) {
+        let first = self.stop_container(container_id, clock.seconds_left(MINIMUM_GRACE));
+        tokio::pin!(first);
+        let mut watch = clock.clone();
+        let mut sooner = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = &mut first => return,
+                Some(_) = sooner.join_next(), if !sooner.is_empty() => return,
+                _ = watch.shortened() => {
+                    let left = watch.seconds_left(MINIMUM_GRACE);
+                    tracing::info!(container.id = %container_id, seconds_left = left, "the grace period was shortened");
+                    let mut runtime = self.cri.runtime.clone();
+                    let mut req = tonic::Request::new(StopContainerRequest {
+                        container_id: container_id.to_string(),
+                        timeout: left,
+                    });
+                    req.set_timeout(Duration::from_secs(left as u64 + 30));
+                    sooner.spawn(async move {
+                        let _ = runtime.stop_container(req).await;
+                    });
+                }
+            }
+        }
     }
 }

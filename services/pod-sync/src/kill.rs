@@ -3,6 +3,7 @@
 //! behind (the pod cgroup and the log directory).
 
 use crate::PodSync;
+use crate::kill_order::{GraceClock, TerminationOrder};
 use crate::workers::SyncOutcome;
 use k8s_openapi::api::core::v1::{Container, Lifecycle, Pod, PodSpec};
 use nodeagent_proto::api::{ReleasePodRequest, RuntimePodStatus};
@@ -33,22 +34,36 @@ impl PodSync {
                 "terminating pod"
             );
         }
+        // A shorter deletion that arrives meanwhile shortens the kills under way.
+        let clock = pod.as_ref().map(|p| {
+            let (clock, updates) = GraceClock::shrinkable(crate::sync::grace_seconds(p));
+            self.lock().grace_updates.insert(uid.to_string(), updates);
+            clock
+        });
+        // Regular containers first, then sidecars in reverse order (upstream).
+        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+        let order = pod
+            .as_ref()
+            .map(|p| Arc::new(TerminationOrder::new(p, &names)));
         let mut stops = tokio::task::JoinSet::new();
         for c in running {
             let this = self.clone();
             let (id, name, pod) = (c.id.clone(), c.name.clone(), pod.clone());
+            let (clock, order) = (clock.clone(), order.clone());
             let rt = rt.clone();
             stops.spawn(async move {
                 let pod = match pod {
                     Some(p) => p,
                     None => this.restore_pod(&rt, &id, &name).await,
                 };
-                let grace = crate::sync::grace_seconds(&pod);
-                this.kill_container(Some(&pod), &name, &id, grace, "the pod is being removed")
+                let clock =
+                    clock.unwrap_or_else(|| GraceClock::fixed(crate::sync::grace_seconds(&pod)));
+                this.kill_container_ordered(Some(&pod), &name, &id, &clock, None, order.as_deref())
                     .await
             });
         }
         while stops.join_next().await.is_some() {}
+        self.lock().grace_updates.remove(uid);
         for s in &rt.sandboxes {
             self.stop_sandbox(&s.id).await;
         }

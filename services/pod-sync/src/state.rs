@@ -39,6 +39,9 @@ pub struct State {
     /// uid -> pod that a source removed or deleted, kept until it is terminated (for its
     /// name and grace period).
     pub terminating: HashMap<String, Pod>,
+    /// uid -> where a newer, shorter deletion grace period of a pod being terminated goes
+    /// (the kills in progress follow it).
+    pub grace_updates: HashMap<String, crate::kill_order::GraceUpdates>,
     /// A config-source snapshot has been received.
     pub config_synced: bool,
     /// Every configured source has delivered its first list: a runtime pod that no

@@ -233,7 +233,14 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         .init_containers
         .iter()
         .flatten()
-        .map(|c| container_status(c, inputs, "PodInitializing"))
+        .map(|c| {
+            let mut s = container_status(c, inputs, "PodInitializing");
+            if !crate::init_plan::is_sidecar(c) {
+                // Upstream: a regular init container is ready once it succeeded.
+                s.ready = is_terminated(&s) == Some(0);
+            }
+            s
+        })
         .collect();
     let initialized = init
         .iter()
@@ -257,7 +264,36 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         init.iter()
             .any(|s| is_terminated(s).is_some_and(|c| c != 0)),
     );
-    let containers_ready = !app.is_empty() && app.iter().all(|s| s.ready);
+    // Upstream GenerateContainersReadyCondition: sidecars count, regular init containers
+    // do not; a finished pod's containers are not ready, with the phase as the reason.
+    let sidecars = init.iter().filter(|s| {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == s.name && crate::init_plan::is_sidecar(c))
+    });
+    let unready: Vec<&str> = sidecars
+        .chain(app.iter())
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let containers_ready = !app.is_empty() && unready.is_empty();
+    let terminal_phase = match inputs.pod_failed.map(|_| "Failed").unwrap_or(phase) {
+        "Succeeded" => Some("PodCompleted"),
+        "Failed" => Some("PodFailed"),
+        _ => None,
+    };
+    let mut containers_ready_condition = condition(
+        "ContainersReady",
+        containers_ready && terminal_phase.is_none(),
+        Some(terminal_phase.unwrap_or("ContainersNotReady")),
+    );
+    if terminal_phase.is_none() && !unready.is_empty() {
+        containers_ready_condition.message = Some(format!(
+            "containers with unready status: [{}]",
+            unready.join(" ")
+        ));
+    }
     // Conditions others set on the pod (readiness gates, DisruptionTarget from an API
     // eviction), as the API server has them.
     let api_conditions: &[PodCondition] = pod
@@ -267,9 +303,10 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         .unwrap_or_default();
     let mut ready = condition(
         "Ready",
-        containers_ready && phase == "Running",
-        Some("ContainersNotReady"),
+        containers_ready && phase == "Running" && terminal_phase.is_none(),
+        containers_ready_condition.reason.as_deref(),
     );
+    ready.message = containers_ready_condition.message.clone();
     let gates = readiness_gates_not_ready(&spec, api_conditions);
     if ready.status == "True" && !gates.is_empty() {
         ready.status = "False".into();
@@ -286,11 +323,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             Some("ContainersNotInitialized"),
         ),
         ready,
-        condition(
-            "ContainersReady",
-            containers_ready,
-            Some("ContainersNotReady"),
-        ),
+        containers_ready_condition,
         condition("PodScheduled", true, None),
     ];
     if let Some(prev) = previous.and_then(|p| p.conditions.as_ref()) {

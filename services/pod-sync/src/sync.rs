@@ -5,10 +5,13 @@
 
 use crate::PodSync;
 use crate::credentials;
+use crate::init_plan::{self, InitView};
+use crate::kill_order::{GraceClock, TerminationOrder};
 use crate::runtime_spec::{self, ContainerInputs};
 use crate::state::Backoff;
 use crate::status::{Waiting, instances};
 use crate::workers::SyncOutcome;
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use kube::api::Api;
 use nodeagent_config::events::EventType;
@@ -206,54 +209,93 @@ impl PodSync {
             merge_retry(left);
         }
 
-        // Init containers, in order: each must succeed before the next starts.
-        for c in spec.init_containers.iter().flatten() {
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let latest = in_sandbox(&c.name).first().copied();
-            match latest {
-                Some(l) if l.state == EXITED && l.exit_code == 0 && !sidecar => continue,
-                Some(l) if l.state == RUNNING => {
-                    if sidecar {
-                        continue; // sidecars keep running alongside what follows
+        // Init containers and sidecars (upstream's computeInitContainerActions): decided
+        // by init_plan, carried out here.
+        let init = spec.init_containers.clone().unwrap_or_default();
+        let app_exists = spec
+            .containers
+            .iter()
+            .any(|c| !in_sandbox(&c.name).is_empty());
+        let mut views: Vec<InitView> = init
+            .iter()
+            .map(|c| self.init_view(c, in_sandbox(&c.name).first().copied()))
+            .collect();
+        // What we start here counts at once: a sidecar without a startup probe lets the
+        // next init container start in this same sync, not after the next relist.
+        let mut killed: Vec<usize> = Vec::new();
+        // Each round that starts something turns a view into Running, which no plan starts
+        // again: the rounds end.
+        let initialized = loop {
+            let plan = init_plan::compute(&init, &views, app_exists, policy != "Never");
+            if plan.kill_pod {
+                // The pod failed: release its sandbox, as for a finished pod.
+                self.stop_sandbox(&sandbox_id).await;
+                self.acted(&uid);
+                return Ok(SyncOutcome::Terminated);
+            }
+            for k in &plan.to_kill {
+                let c = &init[k.index];
+                let grace = match k.probe {
+                    Some("startup") => probe_kill_grace(pod, c.startup_probe.as_ref()),
+                    Some(_) => probe_kill_grace(pod, c.liveness_probe.as_ref()),
+                    None => grace_seconds(pod),
+                };
+                self.lock().liveness_failed.remove(&k.id);
+                self.kill_container(Some(pod), &c.name, &k.id, grace, Some(&k.message))
+                    .await;
+                self.acted(&uid);
+                // Restarted by the next sync, from the runtime's view of its exit.
+                views[k.index] = InitView::Exited { exit_code: -1 };
+                merge_retry(Duration::ZERO);
+                killed.push(k.index);
+            }
+            let mut progressed = false;
+            for &i in plan.to_start.iter().filter(|i| !killed.contains(i)) {
+                let c = &init[i];
+                let latest = in_sandbox(&c.name).first().copied();
+                let started = match latest {
+                    Some(l) if l.state == EXITED => {
+                        self.restart_after_backoff(pod, c, l, &sandbox_id, &pod_ip, &volumes)
+                            .await?
                     }
-                    return Ok(SyncOutcome::Idle); // pleg tells us when it exits
-                }
-                Some(l) if l.state == EXITED => {
-                    let init_policy = if sidecar {
-                        "Always"
-                    } else if policy == "Never" {
-                        "Never"
-                    } else {
-                        "OnFailure"
-                    };
-                    if !should_restart(init_policy, l.exit_code) {
-                        // The pod failed: release its sandbox, as for a finished pod.
-                        self.stop_sandbox(&sandbox_id).await;
-                        self.acted(&uid);
-                        return Ok(SyncOutcome::Terminated);
+                    Some(l) if l.state == CREATED => {
+                        if self.start_created(pod, c, &l.id).await {
+                            self.post_start(pod, c, &l.id).await;
+                            None
+                        } else {
+                            Some(Duration::from_secs(10))
+                        }
                     }
-                    match self
-                        .restart_after_backoff(pod, c, l, &sandbox_id, &pod_ip, &volumes)
-                        .await?
-                    {
-                        Some(wait) => return Ok(SyncOutcome::RetryAfter(wait)),
-                        None if sidecar => continue,
-                        None => return Ok(SyncOutcome::Idle),
+                    _ => {
+                        let attempt = next_attempt(rt, &c.name);
+                        self.start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
+                            .await?
                     }
-                }
-                _ => {
-                    let attempt = next_attempt(rt, &c.name);
-                    if let Some(wait) = self
-                        .start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
-                        .await?
-                    {
-                        return Ok(SyncOutcome::RetryAfter(wait));
+                };
+                match started {
+                    None => {
+                        progressed = true;
+                        views[i] = InitView::Running {
+                            id: String::new(),
+                            started: c.startup_probe.is_none(),
+                            unhealthy: false,
+                            changed: false,
+                        };
                     }
-                    if !sidecar {
-                        return Ok(SyncOutcome::Idle);
-                    }
+                    // A sidecar in back-off holds back neither the containers after it
+                    // nor, once the pod is initialized, the regular containers.
+                    Some(wait) if init_plan::is_sidecar(c) => merge_retry(wait),
+                    Some(wait) => return Ok(SyncOutcome::RetryAfter(wait)),
                 }
             }
+            if !progressed {
+                break plan.initialized;
+            }
+        };
+        if !initialized {
+            // pleg tells us when an init container exits, probe when a sidecar's startup
+            // probe passes.
+            return Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter));
         }
 
         // App containers.
@@ -278,7 +320,7 @@ impl PodSync {
                             c.name
                         );
                         let grace = probe_kill_grace(pod, probe);
-                        self.kill_container(Some(pod), &c.name, &l.id, grace, &reason)
+                        self.kill_container(Some(pod), &c.name, &l.id, grace, Some(&reason))
                             .await;
                         self.acted(&uid);
                         merge_retry(Duration::ZERO);
@@ -287,7 +329,8 @@ impl PodSync {
                     {
                         let reason =
                             format!("Container {} definition changed, will be restarted", c.name);
-                        self.kill_container(Some(pod), &c.name, &l.id, grace_seconds(pod), &reason)
+                        let grace = grace_seconds(pod);
+                        self.kill_container(Some(pod), &c.name, &l.id, grace, Some(&reason))
                             .await;
                         self.acted(&uid);
                         merge_retry(Duration::ZERO);
@@ -351,8 +394,7 @@ impl PodSync {
                     .iter()
                     .find(|r| r.name == c.name && r.state == RUNNING && r.sandbox_id == sandbox_id);
                 if let Some(r) = running {
-                    let reason = format!("Stopping container {}", c.name);
-                    self.kill_container(Some(pod), &c.name, &r.id, grace_seconds(pod), &reason)
+                    self.kill_container(Some(pod), &c.name, &r.id, grace_seconds(pod), None)
                         .await;
                 }
             }
@@ -415,7 +457,8 @@ impl PodSync {
         Err(SyncOutcome::Idle)
     }
 
-    /// Stops every running container (gracefully) and sandbox of a pod that failed.
+    /// Stops every running container (gracefully, regular containers first and then the
+    /// sidecars in reverse order, as upstream) and sandbox of a pod that failed.
     pub(crate) async fn stop_everything(
         &self,
         pod: &Pod,
@@ -424,12 +467,22 @@ impl PodSync {
         grace_override: Option<i64>,
     ) {
         let grace = grace_override.unwrap_or_else(|| grace_seconds(pod));
-        let mut acted = false;
-        for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
-            self.kill_container(Some(pod), &c.name, &c.id, grace, reason)
-                .await;
-            acted = true;
+        let running: Vec<&RuntimeContainer> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RUNNING)
+            .collect();
+        let mut acted = !running.is_empty();
+        if acted {
+            tracing::info!(%reason, containers = running.len(), "stopping the pod's containers");
         }
+        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+        let order = TerminationOrder::new(pod, &names);
+        let clock = GraceClock::fixed(grace);
+        let kills = running.iter().map(|c| {
+            self.kill_container_ordered(Some(pod), &c.name, &c.id, &clock, None, Some(&order))
+        });
+        join_all(kills).await;
         for s in rt.sandboxes.iter().filter(|s| s.state == READY) {
             self.stop_sandbox(&s.id).await;
             acted = true;
@@ -656,7 +709,9 @@ impl PodSync {
                 "FailedPostStartHook",
                 &message,
             );
-            self.kill_container(Some(pod), &c.name, id, grace_seconds(pod), &message)
+            // Upstream's Killing message for this kill is the reason itself.
+            let grace = grace_seconds(pod);
+            self.kill_container(Some(pod), &c.name, id, grace, Some("FailedPostStartHook"))
                 .await;
             self.acted(k8s::pod_uid(pod));
         }
@@ -957,6 +1012,32 @@ impl PodSync {
             })
             .await
             .map(|r| r.into_inner())
+    }
+
+    /// What init_plan needs to know of an init container's newest instance in the
+    /// current sandbox.
+    fn init_view(&self, c: &Container, latest: Option<&RuntimeContainer>) -> InitView {
+        let Some(l) = latest else {
+            return InitView::Absent;
+        };
+        match l.state {
+            RUNNING => {
+                let st = self.lock();
+                InitView::Running {
+                    id: l.id.clone(),
+                    started: c.startup_probe.is_none() || st.started.contains(&l.id),
+                    unhealthy: st.liveness_failed.contains(&l.id),
+                    changed: !l.spec_hash.is_empty()
+                        && l.spec_hash != runtime_spec::container_hash(c),
+                }
+            }
+            CREATED => InitView::Created,
+            EXITED => InitView::Exited {
+                exit_code: l.exit_code,
+            },
+            // Unknown: a new instance is made.
+            _ => InitView::Absent,
+        }
     }
 
     /// A pod the API server already knows as Failed for a pod-level reason (Evicted,

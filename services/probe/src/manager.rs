@@ -128,7 +128,13 @@ impl ProbeManager {
             let spec = pod.spec.clone().unwrap_or_default();
             let status = pod.status.clone().unwrap_or_default();
             let pod_ip = status.pod_ip.clone().unwrap_or_default();
-            for cs in status.container_statuses.iter().flatten() {
+            // Regular containers and sidecars (restartable init containers) are probed.
+            let statuses = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(status.init_container_statuses.iter().flatten());
+            for cs in statuses {
                 let running = cs.state.as_ref().is_some_and(|s| s.running.is_some());
                 let Some(id) = cs
                     .container_id
@@ -137,7 +143,17 @@ impl ProbeManager {
                 else {
                     continue;
                 };
-                let Some(c) = spec.containers.iter().find(|c| c.name == cs.name) else {
+                let sidecars = spec
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+                let Some(c) = spec
+                    .containers
+                    .iter()
+                    .chain(sidecars)
+                    .find(|c| c.name == cs.name)
+                else {
                     continue;
                 };
                 if !running {

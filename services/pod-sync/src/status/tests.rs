@@ -332,3 +332,81 @@ fn initialized_stays_true_once_a_regular_container_started() {
     let s = compute_for(&p, Some(&rt), &HashMap::new());
     assert_eq!(cond(&s, "Initialized"), "False");
 }
+
+#[test]
+fn a_sidecars_readiness_counts_for_the_pod_and_a_finished_init_container_is_ready() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {
+            "initContainers": [
+                {"name": "setup", "image": "i"},
+                {"name": "side", "image": "i", "restartPolicy": "Always",
+                 "readinessProbe": {"exec": {"command": ["true"]}}}
+            ],
+            "containers": [{"name": "c", "image": "i"}]
+        }
+    }))
+    .unwrap();
+    let mut rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    rt.containers.push(RuntimeContainer {
+        id: "i1".into(),
+        name: "setup".into(),
+        state: cri::ContainerState::ContainerExited as i32,
+        ..Default::default()
+    });
+    rt.containers.push(RuntimeContainer {
+        id: "s1".into(),
+        name: "side".into(),
+        state: cri::ContainerState::ContainerRunning as i32,
+        ..Default::default()
+    });
+    // Upstream GenerateContainersReadyCondition: the unready sidecar holds Ready back.
+    let s = compute_for(&p, Some(&rt), &HashMap::from([("s1".to_string(), false)]));
+    let init = s.init_container_statuses.as_ref().unwrap();
+    assert!(init[0].ready, "a succeeded init container is ready");
+    assert!(!init[1].ready);
+    assert_eq!(cond(&s, "ContainersReady"), "False");
+    assert_eq!(cond(&s, "Ready"), "False");
+    let ready = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("containers with unready status: [side]")
+    );
+    let s = compute_for(&p, Some(&rt), &HashMap::from([("s1".to_string(), true)]));
+    assert_eq!(cond(&s, "Ready"), "True", "{:?}", s.conditions);
+}
+
+#[test]
+fn a_finished_pods_readiness_says_completed_or_failed() {
+    let done = runtime(cri::ContainerState::ContainerExited, 0);
+    let s = compute_for(&pod("Never", false), Some(&done), &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    let ready = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "ContainersReady")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("PodCompleted"))
+    );
+    let failed = runtime(cri::ContainerState::ContainerExited, 3);
+    let s = compute_for(&pod("Never", false), Some(&failed), &HashMap::new());
+    let ready = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("PodFailed"))
+    );
+}
