@@ -79,8 +79,11 @@ pub fn pod_cgroup_parent(pod: &Pod, cgroups_per_qos: bool, cgroup_root: &str) ->
     Some(format!("{root}/kubepods{qos}/pod{uid}"))
 }
 
-/// Pod-level limits (upstream `ResourceConfigForPod`): CPU shares from the sum of
-/// requests, a CFS quota and a memory limit only when every container sets that limit.
+/// Pod-level limits (upstream `ResourceConfigForPod`): CPU shares from the pod's requests,
+/// a CFS quota and a memory limit from its limits, each only when every container sets
+/// that limit (Guaranteed pods always do; BestEffort pods get the minimum shares only).
+/// Init containers and sidecars count as upstream's `PodRequests`/`PodLimits` count them,
+/// and the pod's `overhead` is added.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodResources {
     pub cpu_shares: u64,
@@ -88,28 +91,46 @@ pub struct PodResources {
     pub memory_limit_bytes: Option<i64>,
 }
 
+/// Upstream `MinShares` and `MaxShares`.
+const MIN_SHARES: u64 = 2;
+const MAX_SHARES: i64 = 262_144;
+/// Upstream's CFS period (100 ms) and `MinQuotaPeriod` (1 ms), in microseconds.
+const CFS_PERIOD_US: i64 = 100_000;
+const MIN_QUOTA_US: i64 = 1000;
+
 pub fn pod_resources(pod: &Pod) -> PodResources {
-    let Some(spec) = &pod.spec else {
+    use crate::aggregate::{aggregate, overhead};
+    use quantity::ContainerResources as R;
+    let qos = qos_class(pod);
+    if qos == QosClass::BestEffort {
         return PodResources {
-            cpu_shares: 2,
+            cpu_shares: MIN_SHARES,
             ..Default::default()
         };
+    }
+    let cpu_request =
+        aggregate(pod, |c| R::of(c).cpu_request).total + overhead(pod, "cpu", quantity::cpu_millis);
+    // Overhead is added to a limit only where there is one (upstream: "non-zero limits").
+    let with_overhead = |total: i64, name: &str, parse: fn(&str) -> Option<i64>| {
+        if total == 0 {
+            0
+        } else {
+            total.saturating_add(overhead(pod, name, parse))
+        }
     };
-    let (mut req_milli, mut lim_milli, mut mem) = (0i64, Some(0i64), Some(0i64));
-    for c in &spec.containers {
-        let r = quantity::ContainerResources::of(c);
-        req_milli += r.cpu_request.unwrap_or(0);
-        lim_milli = lim_milli.zip(r.cpu_limit).map(|(a, b)| a + b);
-        mem = mem.zip(r.memory_limit).map(|(a, b)| a + b);
-    }
-    if spec.containers.is_empty() {
-        lim_milli = None;
-        mem = None;
-    }
+    let cpu = aggregate(pod, |c| R::of(c).cpu_limit);
+    let memory = aggregate(pod, |c| R::of(c).memory_limit);
+    let cpu_limit = with_overhead(cpu.total, "cpu", quantity::cpu_millis);
+    let memory_limit = with_overhead(memory.total, "memory", quantity::bytes);
+    let guaranteed = qos == QosClass::Guaranteed;
+    // A zero limit is no limit, as the runtime's cgroup managers read upstream's zero.
     PodResources {
-        cpu_shares: ((req_milli * 1024) / 1000).max(2) as u64,
-        cpu_quota_us: lim_milli.map(|m| (m * 100).max(1000)),
-        memory_limit_bytes: mem,
+        cpu_shares: (cpu_request.saturating_mul(1024) / 1000).clamp(MIN_SHARES as i64, MAX_SHARES)
+            as u64,
+        cpu_quota_us: (cpu_limit > 0 && (guaranteed || cpu.every_container))
+            .then(|| (cpu_limit.saturating_mul(CFS_PERIOD_US) / 1000).max(MIN_QUOTA_US)),
+        memory_limit_bytes: (memory_limit > 0 && (guaranteed || memory.every_container))
+            .then_some(memory_limit),
     }
 }
 
@@ -300,6 +321,82 @@ mod tests {
                 memory_limit_bytes: None
             }
         );
+    }
+
+    #[test]
+    fn pod_limits_count_init_containers_sidecars_and_overhead() {
+        let spec = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "uid": "u1"}, "spec": spec
+            }))
+            .unwrap()
+        };
+        let c = |name: &str, res: serde_json::Value| serde_json::json!({"name": name, "image": "i", "resources": res});
+        let mem = |m: &str| serde_json::json!({"limits": {"memory": m}});
+        let both = |cpu: &str, m: &str| serde_json::json!({"limits": {"cpu": cpu, "memory": m}});
+        let mut sidecar = c("side", both("100m", "8Mi"));
+        sidecar["restartPolicy"] = "Always".into();
+        const MI: i64 = 1 << 20;
+        let rows = [
+            (
+                "a big init container raises the pod memory limit",
+                spec(serde_json::json!({
+                    "initContainers": [c("init", mem("64Mi"))],
+                    "containers": [c("app", mem("16Mi"))]})),
+                PodResources {
+                    cpu_shares: 2,
+                    cpu_quota_us: None,
+                    memory_limit_bytes: Some(64 * MI),
+                },
+            ),
+            (
+                "an unlimited init container leaves the pod unlimited",
+                spec(serde_json::json!({
+                    "initContainers": [c("init", serde_json::json!({"requests": {"memory": "1Mi"}}))],
+                    "containers": [c("app", mem("16Mi"))]})),
+                PodResources {
+                    cpu_shares: 2,
+                    cpu_quota_us: None,
+                    memory_limit_bytes: None,
+                },
+            ),
+            (
+                "a sidecar adds to the regular containers, and to a later init container",
+                spec(serde_json::json!({
+                    "initContainers": [sidecar, c("init", both("1", "64Mi"))],
+                    "containers": [c("app", both("250m", "16Mi"))]})),
+                PodResources {
+                    cpu_shares: 1126, // (1000m + 100m) * 1024 / 1000
+                    cpu_quota_us: Some(110_000),
+                    memory_limit_bytes: Some(72 * MI),
+                },
+            ),
+            (
+                "overhead is added to requests and to the limits there are",
+                spec(serde_json::json!({
+                    "overhead": {"cpu": "50m", "memory": "4Mi"},
+                    "containers": [c("app", both("250m", "16Mi"))]})),
+                PodResources {
+                    cpu_shares: 307, // 300m
+                    cpu_quota_us: Some(30_000),
+                    memory_limit_bytes: Some(20 * MI),
+                },
+            ),
+            (
+                "BestEffort gets the minimum shares and nothing else",
+                spec(serde_json::json!({
+                    "overhead": {"cpu": "50m"},
+                    "containers": [c("app", serde_json::json!({}))]})),
+                PodResources {
+                    cpu_shares: 2,
+                    cpu_quota_us: None,
+                    memory_limit_bytes: None,
+                },
+            ),
+        ];
+        for (what, pod, want) in rows {
+            assert_eq!(pod_resources(&pod), want, "{what}");
+        }
     }
 
     #[test]

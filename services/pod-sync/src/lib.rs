@@ -3,6 +3,7 @@
 //! Inputs: config-source (desired pods), pleg (runtime events and status), probe
 //! (readiness), and the periodic resync and housekeeping ticks.
 
+mod aggregate;
 mod api_status;
 mod cgroups;
 mod credentials;
