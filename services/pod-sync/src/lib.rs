@@ -15,6 +15,7 @@ mod inputs;
 mod kill;
 mod kill_order;
 mod log_rotation;
+mod oom;
 mod probe_state;
 mod quantity;
 mod runonce;
@@ -112,6 +113,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             host_ip,
             root_dir: config.root_dir.clone(),
             pod_pids_limit: config.kubelet.pod_pids_limit,
+            memory_capacity: nodeagent_config::machine::memory_bytes(),
         },
         state: Mutex::new(State {
             readiness: saved.ready,

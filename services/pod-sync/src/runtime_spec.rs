@@ -34,6 +34,9 @@ pub struct NodeContext {
     pub root_dir: PathBuf,
     /// `podPidsLimit` (-1: unlimited).
     pub pod_pids_limit: i64,
+    /// The machine's memory (`MemTotal`), which Burstable containers' OOM scores are
+    /// relative to.
+    pub memory_capacity: u64,
 }
 
 #[cfg(test)]
@@ -52,6 +55,7 @@ impl NodeContext {
             host_ip: "10.0.0.1".into(),
             root_dir: std::env::temp_dir().join(root),
             pod_pids_limit: -1,
+            memory_capacity: 8 << 30,
         }
     }
 }
@@ -657,7 +661,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
-            resources: Some(linux_resources(c)),
+            resources: Some(linux_resources(i.pod, c, i.node.memory_capacity)),
             security_context: Some(security_context(i.pod, c, &i.node.root_dir)?),
         }),
         ..Default::default()
@@ -738,8 +742,8 @@ fn create_world_writable(file: &Path) -> std::io::Result<()> {
 }
 
 /// CPU shares from the request, CFS quota from the limit, memory limit (upstream
-/// `generateLinuxContainerResources` with the cgroupfs driver).
-pub fn linux_resources(c: &Container) -> LinuxContainerResources {
+/// `generateLinuxContainerResources` with the cgroupfs driver), and the OOM score by QoS.
+pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxContainerResources {
     let quantity::ContainerResources {
         cpu_request,
         cpu_limit,
@@ -754,7 +758,7 @@ pub fn linux_resources(c: &Container) -> LinuxContainerResources {
             .map(|m| (m * PERIOD / 1000).max(1000))
             .unwrap_or(0),
         memory_limit_in_bytes: memory_limit,
-        oom_score_adj: 0,
+        oom_score_adj: crate::oom::container_oom_score_adj(pod, c, memory_capacity),
         ..Default::default()
     }
 }

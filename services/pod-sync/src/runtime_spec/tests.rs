@@ -11,6 +11,7 @@ fn node() -> NodeContext {
         resolv_conf: "/nonexistent".into(),
         host_ip: "192.0.2.1".into(),
         pod_pids_limit: -1,
+        memory_capacity: 8 << 30,
         root_dir: std::env::temp_dir().join(format!("pod-sync-test-{}", std::process::id())),
     }
 }
