@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::core::v1::Probe;
 use nodeagent_cri::actions::ActionError;
+use nodeagent_cri::http_probe::{Probed, http_probe};
 use nodeagent_cri::{Cri, actions};
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub struct ProbeCheck {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Checked {
     Success,
+    /// A success with something worth telling (upstream `probe.Warning`: an HTTP probe
+    /// redirected to another host, which is not followed).
+    Warning(String),
     /// The probe ran and failed, with upstream's message.
     Failure(String),
     /// The probe could not be run (upstream's prober error: the runtime's exec call failed,
@@ -55,6 +59,21 @@ async fn run_once(cri: &Cri, check: &ProbeCheck) -> Checked {
         let service = g.service.as_deref().unwrap_or_default();
         return match crate::grpc::check(&check.pod_ip, port, service, timeout).await {
             Ok(()) => Checked::Success,
+            Err(message) => Checked::Failure(message),
+        };
+    }
+    // httpGet is run here rather than through the shared handler runner, which keeps
+    // only pass or fail (all a lifecycle hook needs): a probe reports its warning.
+    if p.exec.is_none()
+        && let Some(h) = &p.http_get
+    {
+        let port = match actions::resolve_port(&h.port, &check.named_ports) {
+            Ok(port) => port,
+            Err(message) => return Checked::Failure(message),
+        };
+        return match http_probe(h, &check.pod_ip, port, timeout).await {
+            Ok(Probed::Success) => Checked::Success,
+            Ok(Probed::Warning(warning)) => Checked::Warning(warning),
             Err(message) => Checked::Failure(message),
         };
     }
@@ -110,9 +129,12 @@ mod tests {
                 };
                 let mut buf = [0u8; 512];
                 let n = s.read(&mut buf).await.unwrap_or(0);
-                let ok = String::from_utf8_lossy(&buf[..n]).starts_with("GET /ok ");
-                let line = if ok {
+                let request = String::from_utf8_lossy(&buf[..n]).to_string();
+                let line = if request.starts_with("GET /ok ") {
                     "HTTP/1.0 200 OK\r\n\r\n"
+                } else if request.starts_with("GET /away ") {
+                    // Another host: not followed.
+                    "HTTP/1.0 302 Found\r\nLocation: http://192.0.2.1/\r\n\r\nmoved"
                 } else {
                     "HTTP/1.0 503 Unavailable\r\n\r\n"
                 };
@@ -136,6 +158,10 @@ mod tests {
             panic!("a 503 is a failure")
         };
         assert!(err.contains("statuscode: 503"), "{err}");
+        assert_eq!(
+            run_check(&cri, &check(get("/away"))).await,
+            Checked::Warning("Probe terminated redirects, Response body: moved".into())
+        );
         let tcp = Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::Int(port as i32),

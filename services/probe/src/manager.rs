@@ -41,7 +41,7 @@ struct Inner {
 
 pub struct ProbeManager {
     cri: Cri,
-    /// Unhealthy events, as upstream's prober records them.
+    /// Unhealthy and ProbeWarning events, as upstream's prober records them.
     events: EventRecorder,
     /// When this process began probing: workers started within one period of it spread
     /// their first run over that period (upstream's start-up jitter).
@@ -285,25 +285,15 @@ impl ProbeManager {
         loop {
             tick.tick().await;
             let probed = std::time::Instant::now();
-            let result = match run_check(&self.cri, &check).await {
-                Checked::Success => Ok(()),
-                Checked::Failure(reason) => Err(reason),
-                Checked::Error(reason) => {
-                    // Upstream throws a prober error away: no result, no metric, counters
-                    // unchanged; only the event says so.
-                    tracing::warn!(%reason, "probe errored");
-                    let message =
-                        format!("{kind} probe errored and resulted in unknown state: {reason}");
-                    self.events
-                        .container(&pod, &key.1, EventType::Warning, "Unhealthy", &message);
-                    continue;
-                }
-            };
-            if let Err(reason) = &result {
-                let message = format!("{kind} probe failed: {reason}");
+            let verdict = verdict(kind, run_check(&self.cri, &check).await);
+            if let Some((reason, message)) = &verdict.event {
                 self.events
-                    .container(&pod, &key.1, EventType::Warning, "Unhealthy", &message);
+                    .container(&pod, &key.1, EventType::Warning, reason, message);
             }
+            let Some(result) = verdict.result else {
+                tracing::warn!(message = ?verdict.event, "probe errored");
+                continue;
+            };
             metrics.observe(result.is_ok(), probed.elapsed().as_secs_f64());
             let outcome = match &result {
                 Ok(()) => {
@@ -360,6 +350,40 @@ impl ProbeManager {
             results: vec![result],
             snapshot_continues: false,
         });
+    }
+}
+
+/// What one run of a probe means (upstream `prober.probe`).
+#[derive(Debug, PartialEq, Eq)]
+struct Verdict {
+    /// What the counters see; `None` for a prober error, which upstream throws away (no
+    /// result, no metric, counters unchanged).
+    result: Option<Result<(), String>>,
+    /// A Warning event to record on the container: (reason, message).
+    event: Option<(&'static str, String)>,
+}
+
+fn verdict(kind: &str, checked: Checked) -> Verdict {
+    match checked {
+        Checked::Success => Verdict {
+            result: Some(Ok(())),
+            event: None,
+        },
+        Checked::Warning(output) => Verdict {
+            result: Some(Ok(())),
+            event: Some(("ProbeWarning", format!("{kind} probe warning: {output}"))),
+        },
+        Checked::Failure(reason) => Verdict {
+            event: Some(("Unhealthy", format!("{kind} probe failed: {reason}"))),
+            result: Some(Err(reason)),
+        },
+        Checked::Error(reason) => Verdict {
+            result: None,
+            event: Some((
+                "Unhealthy",
+                format!("{kind} probe errored and resulted in unknown state: {reason}"),
+            )),
+        },
     }
 }
 
@@ -439,6 +463,49 @@ impl Prober for ProberService {
 mod tests {
     use super::*;
     use std::time::SystemTime;
+
+    #[test]
+    fn verdicts_and_events_as_upstream() {
+        let ok = Some(Ok(()));
+        // (what the check found, result counted, event recorded)
+        let rows: Vec<(Checked, Option<Result<(), String>>, Option<(&str, &str)>)> = vec![
+            (Checked::Success, ok.clone(), None),
+            (
+                Checked::Warning("Probe terminated redirects, Response body: x".into()),
+                ok,
+                Some((
+                    "ProbeWarning",
+                    "Liveness probe warning: Probe terminated redirects, Response body: x",
+                )),
+            ),
+            (
+                Checked::Failure("HTTP probe failed with statuscode: 503".into()),
+                Some(Err("HTTP probe failed with statuscode: 503".into())),
+                Some((
+                    "Unhealthy",
+                    "Liveness probe failed: HTTP probe failed with statuscode: 503",
+                )),
+            ),
+            (
+                Checked::Error("exec failed: gone".into()),
+                None,
+                Some((
+                    "Unhealthy",
+                    "Liveness probe errored and resulted in unknown state: exec failed: gone",
+                )),
+            ),
+        ];
+        for (checked, result, event) in rows {
+            let what = format!("{checked:?}");
+            let v = verdict("Liveness", checked);
+            assert_eq!(v.result, result, "{what}");
+            assert_eq!(
+                v.event.as_ref().map(|(r, m)| (*r, m.as_str())),
+                event,
+                "{what}"
+            );
+        }
+    }
 
     #[test]
     fn start_jitter_stays_within_the_period_and_varies() {
