@@ -1,0 +1,329 @@
+//! Resources as the upstream kubelet sets them, against the real containerd: each
+//! container's `oom_score_adj` by QoS class (read from inside the container; Burstable by
+//! its memory request against this machine's MemTotal, a sidecar no higher than its
+//! regular container), the sandbox's pause process at containerd's -998, and a pod cgroup
+//! whose memory limit counts an init container bigger than the app. An HTTP readiness
+//! probe redirected to another host is a success with a ProbeWarning event.
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, PostParams};
+use nodeagent_tests::{
+    CONTAINERD_SOCKET, Node, NodeOptions, eventually, eventually_event, require_runtime,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const MI: i64 = 1 << 20;
+
+/// Upstream's Burstable score for a memory request on this machine (`GetContainerOOMScoreAdjust`).
+fn burstable_score(request: i64) -> i64 {
+    let capacity = nodeagent_config::machine::memory_bytes() as i64;
+    (1000 - (1000 * request) / capacity).clamp(3, 999)
+}
+
+/// The lowest oom_score_adj the runtime gives: containerd with `restrict_oom_score_adj`
+/// (set where the node cannot lower scores, as in an unprivileged container: no
+/// CAP_SYS_RESOURCE) raises any lower value to its own score.
+fn runtime_oom_floor() -> i64 {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.first().is_some_and(|a| a.ends_with("containerd")) {
+            continue;
+        }
+        let Some(config) = args
+            .iter()
+            .position(|a| a == "--config" || a == "-c")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .filter(|c| c.contains(CONTAINERD_SOCKET))
+        else {
+            continue;
+        };
+        if !config.contains("restrict_oom_score_adj = true") {
+            return -1000;
+        }
+        let own = std::fs::read_to_string(entry.path().join("oom_score_adj")).unwrap();
+        return own.trim().parse().unwrap();
+    }
+    panic!("no containerd serving {CONTAINERD_SOCKET} found in /proc")
+}
+
+/// A container that writes its own oom_score_adj to `/out/<pod>-<name>` (renamed into
+/// place, so the test never reads half a file), then sleeps until TERM.
+fn reporter(pod: &str, name: &str, resources: Value) -> Value {
+    let file = format!("/out/{pod}-{name}");
+    json!({
+        "name": name, "image": "busybox:1.36", "resources": resources,
+        "command": ["sh", "-c", format!(
+            "cat /proc/self/oom_score_adj > {file}.tmp && mv {file}.tmp {file}; \
+             trap 'exit 0' TERM; while true; do sleep 1; done")],
+        "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+    })
+}
+
+/// A static pod manifest (JSON is YAML) with the `out` hostPath volume.
+fn manifest(name: &str, out: &Path, init: Vec<Value>, containers: Vec<Value>) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": init,
+            "containers": containers,
+            "volumes": [{"name": "out", "hostPath": {"path": out, "type": "DirectoryOrCreate"}}],
+        }
+    })
+    .to_string()
+}
+
+/// The oom_score_adj container `name` of pod `pod` saw, once it has written it.
+async fn seen_score(out: &Path, pod: &str, name: &str) -> i64 {
+    let file = out.join(format!("{pod}-{name}"));
+    eventually(&format!("{} written", file.display()), DEADLINE, || async {
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        text.trim()
+            .parse::<i64>()
+            .map_err(|e| format!("{text:?}: {e}"))
+    })
+    .await
+}
+
+/// Where the pod's cgroup is, relative to a hierarchy root (the default cgroupRoot `/`,
+/// cgroupsPerQOS), from its UID as /pods shows it.
+async fn pod_cgroup(node: &Node, pod: &str, qos: &str) -> String {
+    let p = eventually(&format!("{pod} listed"), DEADLINE, || node.pod(pod)).await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    match qos {
+        "Guaranteed" => format!("kubepods/pod{uid}"),
+        qos => format!("kubepods/{}/pod{uid}", qos.to_lowercase()),
+    }
+}
+
+/// The pod cgroup's memory limit in bytes (cgroup v2 `memory.max`, v1
+/// `memory.limit_in_bytes`); `None` for unlimited.
+fn memory_limit(cgroup: &str) -> Result<Option<i64>, String> {
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let file: PathBuf = if v2 {
+        Path::new("/sys/fs/cgroup").join(cgroup).join("memory.max")
+    } else {
+        Path::new("/sys/fs/cgroup/memory")
+            .join(cgroup)
+            .join("memory.limit_in_bytes")
+    };
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    match text.trim() {
+        "max" => Ok(None),
+        // v1's "unlimited" is the largest page-aligned i64.
+        n => n
+            .parse::<i64>()
+            .map(|n| (n < i64::MAX / 2).then_some(n))
+            .map_err(|e| format!("{n:?}: {e}")),
+    }
+}
+
+/// The oom_score_adj of the pod's pause process, found among the processes of its cgroup.
+fn pause_score(cgroup: &str) -> Result<i64, String> {
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let root = if v2 {
+        Path::new("/sys/fs/cgroup").join(cgroup)
+    } else {
+        Path::new("/sys/fs/cgroup/memory").join(cgroup)
+    };
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "pause" {
+                let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+                    .map_err(|e| e.to_string())?;
+                return adj.trim().parse().map_err(|e| format!("{adj:?}: {e}"));
+            }
+        }
+        let children = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        dirs.extend(
+            children
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    Err(format!("no pause process under {cgroup}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_score_adj_by_qos_and_a_pod_cgroup_sized_for_its_init_container() {
+    if !require_runtime("resources") {
+        return;
+    }
+    let node = Node::start("resources", NodeOptions::default()).await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let guaranteed = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    node.write_manifest(
+        "guaranteed.yaml",
+        &manifest(
+            "guaranteed",
+            &out,
+            vec![],
+            vec![reporter("guaranteed", "app", guaranteed)],
+        ),
+    );
+    let mut sidecar = reporter(
+        "burstable",
+        "sidecar",
+        json!({"requests": {"memory": "16Mi"}}),
+    );
+    sidecar["restartPolicy"] = "Always".into();
+    node.write_manifest(
+        "burstable.yaml",
+        &manifest(
+            "burstable",
+            &out,
+            vec![sidecar],
+            vec![reporter(
+                "burstable",
+                "app",
+                json!({"requests": {"memory": "256Mi"}}),
+            )],
+        ),
+    );
+    node.write_manifest(
+        "besteffort.yaml",
+        &manifest(
+            "besteffort",
+            &out,
+            vec![],
+            vec![reporter("besteffort", "app", json!({}))],
+        ),
+    );
+    // The init container may use 64 MiB while the app is limited to 16 MiB: the pod
+    // cgroup must hold the larger.
+    let init = json!({"name": "init", "image": "busybox:1.36", "command": ["true"],
+                      "resources": {"limits": {"memory": "64Mi"}}});
+    node.write_manifest(
+        "big-init.yaml",
+        &manifest(
+            "big-init",
+            &out,
+            vec![init],
+            vec![reporter(
+                "big-init",
+                "app",
+                json!({"limits": {"memory": "16Mi"}}),
+            )],
+        ),
+    );
+
+    let app = burstable_score(256 * MI);
+    let scores = [
+        ("guaranteed", "app", -997),
+        ("burstable", "app", app),
+        // Its own 16Mi would score higher than the app's; a sidecar never goes first.
+        ("burstable", "sidecar", app.min(burstable_score(16 * MI))),
+        ("besteffort", "app", 1000),
+        ("big-init", "app", burstable_score(16 * MI)),
+    ];
+    let mut seen = Vec::new();
+    for (pod, container, _) in scores {
+        seen.push((pod, container, seen_score(&out, pod, container).await));
+    }
+    eprintln!(
+        "MemTotal {} bytes; oom_score_adj seen in the containers: {seen:?}",
+        nodeagent_config::machine::memory_bytes()
+    );
+    // What we ask for, as far as this runtime lets a score go down.
+    let floor = runtime_oom_floor();
+    let want: Vec<_> = scores
+        .iter()
+        .map(|(p, c, s)| (*p, *c, *s.max(&floor)))
+        .collect();
+    assert_eq!(seen, want, "the runtime's floor is {floor}");
+
+    // The sandbox's pause process: containerd's own -998, whatever the QoS class.
+    for (pod, qos) in [
+        ("guaranteed", "Guaranteed"),
+        ("burstable", "Burstable"),
+        ("besteffort", "BestEffort"),
+    ] {
+        let cgroup = pod_cgroup(&node, pod, qos).await;
+        let pause = eventually(&format!("{pod}'s pause process"), DEADLINE, || async {
+            pause_score(&cgroup)
+        })
+        .await;
+        eprintln!("{pod}: pause oom_score_adj {pause}");
+        assert_eq!(pause, (-998).max(floor), "{pod}");
+    }
+
+    let big_init = pod_cgroup(&node, "big-init", "Burstable").await;
+    let limit = memory_limit(&big_init).unwrap();
+    let guaranteed = pod_cgroup(&node, "guaranteed", "Guaranteed").await;
+    let guaranteed_limit = memory_limit(&guaranteed).unwrap();
+    eprintln!("pod cgroup memory limits: big-init {limit:?}, guaranteed {guaranteed_limit:?}");
+    assert_eq!(limit, Some(64 * MI), "{big_init}");
+    assert_eq!(guaranteed_limit, Some(32 * MI), "{guaranteed}");
+    node.stop().await;
+}
+
+/// busybox httpd answering /cgi-bin/away with a redirect to another host (a CGI script's
+/// output that starts with "HTTP" goes to the client as is).
+const REDIRECTING_HTTPD: &str = r#"mkdir -p /www/cgi-bin && printf '#!/bin/sh\nprintf "HTTP/1.0 302 Found\\r\\nLocation: http://192.0.2.1/\\r\\n\\r\\naway"\n' > /www/cgi-bin/away && chmod +x /www/cgi-bin/away && exec httpd -f -p 8080 -h /www"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_redirected_to_another_host_succeeds_with_a_probe_warning_event() {
+    if !require_runtime("probe warning") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server("probe-warning", NodeOptions::default()).await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let name = node.pod_name("redirected");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "web", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", REDIRECTING_HTTPD],
+            "readinessProbe": {"httpGet": {"path": "/cgi-bin/away", "port": 8080},
+                               "periodSeconds": 1}}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let event: Event =
+        eventually_event(&client, "default", "a ProbeWarning event", DEADLINE, |e| {
+            e.involved_object.name.as_deref() == Some(name.as_str())
+                && e.reason.as_deref() == Some("ProbeWarning")
+        })
+        .await;
+    eprintln!("ProbeWarning event: {:?}", event.message);
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some("Readiness probe warning: Probe terminated redirects, Response body: away")
+    );
+    assert_eq!(
+        event.involved_object.field_path.as_deref(),
+        Some("spec.containers{web}")
+    );
+    // A warning is a success: the pod becomes Ready.
+    eventually("the redirected pod Ready", DEADLINE, || async {
+        let p = node.pod("redirected").await?;
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        match ready {
+            true => Ok(()),
+            false => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    node.stop().await;
+}
