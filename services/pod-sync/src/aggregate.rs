@@ -75,9 +75,11 @@ mod tests {
     use super::*;
     use crate::quantity::bytes;
 
-    /// A pod from (name, memory limit, sidecar?) init containers and memory limits of the
-    /// regular containers; "" = no limit.
-    fn pod(init: &[(&str, &str, bool)], regular: &[&str]) -> Pod {
+    /// An init container: (name, memory limit, sidecar?); "" = no limit.
+    type Init<'a> = (&'a str, &'a str, bool);
+
+    /// A pod from its init containers and the memory limits of its regular containers.
+    fn pod(init: &[Init], regular: &[&str]) -> Pod {
         let container = |name: String, limit: &str, sidecar: bool| {
             let mut c = serde_json::json!({"name": name, "image": "i"});
             if !limit.is_empty() {
@@ -113,7 +115,8 @@ mod tests {
     fn init_containers_and_sidecars_as_upstream() {
         const MI: i64 = 1 << 20;
         // (what, init containers, regular containers, total, every container limited)
-        let rows: &[(&str, &[(&str, &str, bool)], &[&str], i64, bool)] = &[
+        type Row<'a> = (&'a str, &'a [Init<'a>], &'a [&'a str], i64, bool);
+        let rows: &[Row] = &[
             (
                 "regular containers add up",
                 &[],

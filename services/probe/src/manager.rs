@@ -468,7 +468,12 @@ mod tests {
     fn verdicts_and_events_as_upstream() {
         let ok = Some(Ok(()));
         // (what the check found, result counted, event recorded)
-        let rows: Vec<(Checked, Option<Result<(), String>>, Option<(&str, &str)>)> = vec![
+        type Row = (
+            Checked,
+            Option<Result<(), String>>,
+            Option<(&'static str, &'static str)>,
+        );
+        let rows: Vec<Row> = vec![
             (Checked::Success, ok.clone(), None),
             (
                 Checked::Warning("Probe terminated redirects, Response body: x".into()),
