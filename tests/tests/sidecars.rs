@@ -5,8 +5,9 @@
 //! pod's sidecars stop after its regular containers in reverse order, and a second,
 //! shorter deletion (a force delete) shortens a termination under way.
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
 use nodeagent_tests::{
     Node, NodeOptions, container_status, eventually, eventually_event, require_runtime,
 };
@@ -293,6 +294,30 @@ async fn a_deleted_pods_sidecars_stop_last_and_a_shorter_deletion_takes_effect()
 
     // Regular containers first, then the sidecars in reverse order, each once the one
     // before it has stopped (before, all got SIGTERM at once).
+    // Every phase the API server holds from now until the pod is gone.
+    let version = pods
+        .get(&ordered)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams::default().fields(&format!("metadata.name={ordered}"));
+    let mut watch = pods.watch(&params, &version).await.unwrap().boxed();
+    let phases = tokio::spawn(async move {
+        let mut phases = Vec::new();
+        while let Some(Ok(event)) = watch.next().await {
+            match event {
+                WatchEvent::Modified(p) => phases.push(p.status.and_then(|s| s.phase)),
+                WatchEvent::Deleted(p) => {
+                    phases.push(p.status.and_then(|s| s.phase));
+                    break;
+                }
+                _ => {}
+            }
+        }
+        phases
+    });
     pods.delete(&ordered, &DeleteParams::default())
         .await
         .unwrap();
@@ -324,6 +349,17 @@ async fn a_deleted_pods_sidecars_stop_last_and_a_shorter_deletion_takes_effect()
         }
     })
     .await;
+    // Its status said how it ended before it went: every container exited 0 on SIGTERM,
+    // so Succeeded (upstream; before, it went while still saying Running).
+    let phases = tokio::time::timeout(DEADLINE, phases)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        phases.last().cloned().flatten().as_deref(),
+        Some("Succeeded"),
+        "phases seen: {phases:?}"
+    );
 
     // A 300 s termination, then a force delete: the container is killed within seconds.
     pods.delete(&stubborn, &DeleteParams::default())
@@ -361,11 +397,11 @@ async fn a_deleted_pods_sidecars_stop_last_and_a_shorter_deletion_takes_effect()
         .await
         .unwrap();
     eventually("the container killed", Duration::from_secs(30), || async {
-        let status = node
-            .cri
-            .container_status(&id)
-            .await
-            .map_err(|e| e.to_string())?;
+        // Stopped, or already stopped and removed with its pod.
+        let status = match node.cri.container_status(&id).await {
+            Err(e) if nodeagent_cri::is_not_found(&e) => return Ok(()),
+            other => other.map_err(|e| e.to_string())?,
+        };
         let s = status.status.ok_or("no status")?;
         if s.finished_at > 0 {
             Ok(())

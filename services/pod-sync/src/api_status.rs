@@ -25,7 +25,7 @@ fn from_api(pod: &Pod) -> bool {
         .is_some_and(|s| s == "api")
 }
 
-fn is_static(pod: &Pod) -> bool {
+pub(crate) fn is_static(pod: &Pod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -253,6 +253,43 @@ impl PodSync {
             }
         }
         Ok(refs)
+    }
+}
+
+/// Sends a terminated pod's final status (its terminal phase and stopped containers)
+/// before the pod is deleted, as a two-way patch from the API server's copy.
+pub async fn patch_terminal_status(
+    client: &kube::Client,
+    pod: &Pod,
+    status: &k8s_openapi::api::core::v1::PodStatus,
+) {
+    if !from_api(pod) {
+        return;
+    }
+    let diff = crate::status_patch::two_way(
+        &serde_json::to_value(&pod.status).unwrap_or_default(),
+        &serde_json::to_value(status).unwrap_or_default(),
+    );
+    if diff.as_object().is_some_and(|d| d.is_empty()) {
+        return;
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
+    let patch = serde_json::json!({"metadata": {"uid": k8s::pod_uid(pod)}, "status": diff});
+    match api
+        .patch_status(
+            k8s::pod_name(pod),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(pod = %k8s::pod_full_name(pod), phase = ?status.phase, "terminal status sent")
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => {
+            tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "sending the terminal status failed")
+        }
     }
 }
 

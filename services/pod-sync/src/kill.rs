@@ -62,8 +62,18 @@ impl PodSync {
                     .await
             });
         }
+        self.publish_status(uid).await;
         while stops.join_next().await.is_some() {}
         self.lock().grace_updates.remove(uid);
+        // The final status, from the runtime's view of the stopped containers (before they
+        // are removed), goes to the API server before the pod is deleted there.
+        let terminal = match (&self.api, &pod) {
+            (Some(_), Some(_)) if !rt.containers.is_empty() => {
+                self.acted(uid);
+                self.terminal_status(uid).await
+            }
+            _ => None,
+        };
         for s in &rt.sandboxes {
             self.stop_sandbox(&s.id).await;
         }
@@ -116,6 +126,11 @@ impl PodSync {
         }
         self.remove_log_dir(uid, rt, pod.as_ref());
         if let (Some(client), Some(pod)) = (&self.api, &pod) {
+            // The API server learns the terminal phase before the pod goes (upstream's
+            // status manager deletes only a pod whose phase is terminal).
+            if let Some(status) = &terminal {
+                crate::api_status::patch_terminal_status(client, pod, status).await;
+            }
             crate::api_status::finish_deletion(client, pod).await;
         }
 
@@ -143,6 +158,20 @@ impl PodSync {
         }
         tracing::info!("pod terminated and cleaned up");
         Ok(SyncOutcome::Terminated)
+    }
+
+    /// The status of a pod whose containers have all stopped, from the runtime's view after
+    /// our last action (so it shows their exit codes).
+    async fn terminal_status(
+        self: &Arc<Self>,
+        uid: &str,
+    ) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+        let newer_than = self.lock().last_action.get(uid).copied().unwrap_or(0);
+        if let Err(e) = self.runtime_status(uid, newer_than).await {
+            tracing::warn!(error = %e, "no runtime status for the terminal pod status");
+        }
+        self.publish_status(uid).await;
+        self.lock().statuses.get(uid)?.status.clone()
     }
 
     /// What a container's annotations keep of its pod (upstream

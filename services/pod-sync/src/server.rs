@@ -21,9 +21,18 @@ impl PodSync {
     pub(crate) async fn publish_status(&self, uid: &str) {
         self.read_termination_messages(uid).await;
         let mut st = self.lock();
-        let Some(pod) = st.desired.get(uid).cloned() else {
-            return;
+        // A pod being terminated keeps its status current until it is gone (upstream).
+        let (pod, terminating) = match (st.desired.get(uid), st.terminating.get(uid)) {
+            (Some(p), _) => (p.clone(), false),
+            (None, Some(p)) => (p.clone(), true),
+            (None, None) => return,
         };
+        let terminated = terminating
+            && st.runtime.get(uid).is_none_or(|rt| {
+                rt.containers.iter().all(|c| {
+                    c.state != nodeagent_proto::cri::ContainerState::ContainerRunning as i32
+                })
+            });
         let empty = HashMap::new();
         let waiting = st.waiting.get(uid).unwrap_or(&empty);
         let previous = st.statuses.get(uid).and_then(|p| p.status.clone());
@@ -37,6 +46,7 @@ impl PodSync {
                 host_ip: &self.node.host_ip,
                 pod_failed: st.pod_failed.get(uid),
                 termination_messages: &st.termination_messages,
+                terminated,
             },
             previous.as_ref(),
         );

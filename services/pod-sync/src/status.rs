@@ -33,6 +33,9 @@ pub struct StatusInputs<'a> {
     pub pod_failed: Option<&'a Waiting>,
     /// container id -> termination message (from its file, or its log's tail).
     pub termination_messages: &'a HashMap<String, String>,
+    /// The pod is being terminated and none of its containers runs any more: its phase is
+    /// terminal (upstream `getPhase` with `podIsTerminal`; static pods keep theirs).
+    pub terminated: bool,
 }
 
 pub fn time(nanos: i64) -> Option<Time> {
@@ -257,13 +260,18 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         .collect();
 
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let phase = pod_phase(
+    let mut phase = pod_phase(
         &app,
         initialized,
         restart_policy,
         init.iter()
             .any(|s| is_terminated(s).is_some_and(|c| c != 0)),
     );
+    if inputs.terminated && !crate::api_status::is_static(pod) {
+        // Succeeded only if every regular container succeeded, as upstream.
+        let all_succeeded = app.iter().all(|s| is_terminated(s) == Some(0));
+        phase = if all_succeeded { "Succeeded" } else { "Failed" };
+    }
     // Upstream GenerateContainersReadyCondition: sidecars count, regular init containers
     // do not; a finished pod's containers are not ready, with the phase as the reason.
     let sidecars = init.iter().filter(|s| {

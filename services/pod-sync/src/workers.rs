@@ -250,7 +250,7 @@ impl PodSync {
     }
 
     /// The runtime's view of the pod, no older than our last action on it.
-    async fn runtime_status(
+    pub(crate) async fn runtime_status(
         &self,
         uid: &str,
         newer_than: i64,

@@ -65,6 +65,7 @@ fn compute_waiting(
             host_ip: "192.0.2.1",
             pod_failed: None,
             termination_messages: &HashMap::new(),
+            terminated: false,
         },
         None,
     )
@@ -245,6 +246,7 @@ fn a_failed_pod_and_termination_messages_show() {
             host_ip: "",
             pod_failed: Some(&failed),
             termination_messages: &messages,
+            terminated: false,
         },
         None,
     );
@@ -409,4 +411,39 @@ fn a_finished_pods_readiness_says_completed_or_failed() {
         (ready.status.as_str(), ready.reason.as_deref()),
         ("False", Some("PodFailed"))
     );
+}
+
+#[test]
+fn a_terminated_pod_from_the_api_ends_succeeded_or_failed_a_static_one_keeps_its_phase() {
+    let mut p = pod("Always", false);
+    let annotate = |p: &mut Pod, source: &str| {
+        p.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            nodeagent_proto::k8s::labels::CONFIG_SOURCE.to_string(),
+            source.to_string(),
+        )]));
+    };
+    annotate(&mut p, "api");
+    let terminated = |p: &Pod, exit: i32| {
+        let rt = runtime(cri::ContainerState::ContainerExited, exit);
+        compute(
+            &StatusInputs {
+                pod: p,
+                runtime: Some(&rt),
+                readiness: &HashMap::new(),
+                started: &Default::default(),
+                waiting: &HashMap::new(),
+                host_ip: "",
+                pod_failed: None,
+                termination_messages: &HashMap::new(),
+                terminated: true,
+            },
+            None,
+        )
+    };
+    // restartPolicy Always would say Running for a stopped container; a terminated pod's
+    // phase is terminal (upstream getPhase with podIsTerminal).
+    assert_eq!(terminated(&p, 0).phase.as_deref(), Some("Succeeded"));
+    assert_eq!(terminated(&p, 143).phase.as_deref(), Some("Failed"));
+    annotate(&mut p, "file");
+    assert_eq!(terminated(&p, 143).phase.as_deref(), Some("Running"));
 }
