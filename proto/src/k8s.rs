@@ -24,6 +24,10 @@ pub mod labels {
     pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
     /// Our own: the restart count at the last crash-loop back-off reset.
     pub const CONTAINER_BACKOFF_BASE: &str = "nodeagent.io/backoff-base";
+    /// The hash of what upstream's HashContainer covers (name and image): a running
+    /// container is replaced only when it changes (an agent upgrade or an in-place
+    /// resize changes nothing of it).
+    pub const CONTAINER_UPSTREAM_HASH: &str = "nodeagent.io/container-hash";
     /// The infra ("pause") container name upstream tools expect on a sandbox.
     pub const POD_INFRA_CONTAINER_NAME: &str = "POD";
     pub const KUBERNETES_MANAGED: &str = "io.kubernetes.managed-by";

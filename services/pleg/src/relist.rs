@@ -312,6 +312,11 @@ pub(crate) async fn inspect_pod(
                 .get(labels::CONTAINER_HASH)
                 .cloned()
                 .unwrap_or_default(),
+            upstream_hash: c
+                .annotations
+                .get(labels::CONTAINER_UPSTREAM_HASH)
+                .cloned()
+                .unwrap_or_default(),
             sandbox_id: c.pod_sandbox_id.clone(),
             backoff_base: c
                 .annotations

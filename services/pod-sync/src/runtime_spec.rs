@@ -105,10 +105,32 @@ pub fn check_pod_paths(pod: &Pod, node: &NodeContext) -> Result<(), String> {
     Ok(())
 }
 
-/// Hash of a container's spec; a running container whose hash differs is replaced.
+/// Hash of a container's whole spec, as builds before the upstream hash compared it (and
+/// as they still do, so a downgraded pod-sync restarts nothing either).
 pub fn container_hash(c: &Container) -> String {
-    let digest = Sha256::digest(serde_json::to_vec(c).unwrap_or_default());
+    short_sha(&serde_json::to_vec(c).unwrap_or_default())
+}
+
+/// Hash of what upstream's HashContainer covers, the name and the image: nothing else of a
+/// container can change without a new pod, so an agent upgrade (a new serialization of the
+/// spec) or an in-place resize restarts nothing.
+pub fn upstream_hash(c: &Container) -> String {
+    let fields = serde_json::json!({"name": c.name, "image": c.image});
+    short_sha(&serde_json::to_vec(&fields).unwrap_or_default())
+}
+
+fn short_sha(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether a running container no longer matches its spec (upstream `containerChanged`).
+/// A container made by an older build has no upstream hash: its whole-spec hash decides.
+pub fn container_changed(c: &Container, running: &nodeagent_proto::api::RuntimeContainer) -> bool {
+    if !running.upstream_hash.is_empty() {
+        return running.upstream_hash != upstream_hash(c);
+    }
+    !running.spec_hash.is_empty() && running.spec_hash != container_hash(c)
 }
 
 fn pod_labels(pod: &Pod) -> HashMap<String, String> {
@@ -611,6 +633,10 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
     let spec = i.pod.spec.clone().unwrap_or_default();
     let mut annotations = HashMap::from([
         (labels::CONTAINER_HASH.to_string(), container_hash(c)),
+        (
+            labels::CONTAINER_UPSTREAM_HASH.to_string(),
+            upstream_hash(c),
+        ),
         (
             labels::CONTAINER_RESTART_COUNT.to_string(),
             i.attempt.to_string(),

@@ -244,10 +244,33 @@ impl PodSync {
                 self.kill_container(Some(pod), &c.name, &k.id, grace, Some(&k.message))
                     .await;
                 self.acted(&uid);
-                // Restarted by the next sync, from the runtime's view of its exit.
-                views[k.index] = InitView::Exited { exit_code: -1 };
-                merge_retry(Duration::ZERO);
                 killed.push(k.index);
+                if k.probe.is_some() {
+                    // Restarted by the next sync, with the back-off of its earlier runs.
+                    views[k.index] = InitView::Exited { exit_code: -1 };
+                    merge_retry(Duration::ZERO);
+                    continue;
+                }
+                // A changed definition is replaced at once, as upstream (a new spec hash
+                // has no back-off).
+                let Some(l) = in_sandbox(&c.name).first().copied() else {
+                    continue;
+                };
+                let ctx = (sandbox_id.as_str(), pod_ip.as_str(), &volumes);
+                match self.replace_killed(pod, c, l, ctx).await? {
+                    None => {
+                        views[k.index] = InitView::Running {
+                            id: String::new(),
+                            started: c.startup_probe.is_none(),
+                            unhealthy: false,
+                            changed: false,
+                        }
+                    }
+                    Some(wait) => {
+                        views[k.index] = InitView::Exited { exit_code: -1 };
+                        merge_retry(wait);
+                    }
+                }
             }
             let mut progressed = false;
             for &i in plan.to_start.iter().filter(|i| !killed.contains(i)) {
@@ -315,25 +338,32 @@ impl PodSync {
                         } else {
                             ("liveness", c.liveness_probe.as_ref())
                         };
-                        let reason = format!(
-                            "Container {} failed {kind} probe, will be restarted",
-                            c.name
-                        );
+                        // Upstream computePodActions: restarted unless the policy is Never.
+                        let restart = policy != "Never";
+                        let mut reason = format!("Container {} failed {kind} probe", c.name);
+                        if restart {
+                            reason.push_str(", will be restarted");
+                        }
                         let grace = probe_kill_grace(pod, probe);
                         self.kill_container(Some(pod), &c.name, &l.id, grace, Some(&reason))
                             .await;
                         self.acted(&uid);
+                        // The next sync restarts it by the policy, with the crash-loop
+                        // back-off of its earlier restarts (upstream's doBackOff finds the
+                        // previous dead instance, so repeated kills back off too).
                         merge_retry(Duration::ZERO);
-                    } else if !l.spec_hash.is_empty()
-                        && l.spec_hash != runtime_spec::container_hash(c)
-                    {
+                    } else if runtime_spec::container_changed(c, l) {
+                        // Restarted whatever the policy: the spec asks for another container.
                         let reason =
                             format!("Container {} definition changed, will be restarted", c.name);
                         let grace = grace_seconds(pod);
                         self.kill_container(Some(pod), &c.name, &l.id, grace, Some(&reason))
                             .await;
                         self.acted(&uid);
-                        merge_retry(Duration::ZERO);
+                        let ctx = (sandbox_id.as_str(), pod_ip.as_str(), &volumes);
+                        if let Some(wait) = self.replace_killed(pod, c, l, ctx).await? {
+                            merge_retry(wait);
+                        }
                     } else {
                         self.clear_waiting(&uid, &c.name);
                     }
@@ -598,6 +628,30 @@ impl PodSync {
             .await?;
         // Keep only the newest dead instance (it is the lastState); older ones go.
         self.remove_dead_except(uid, &c.name, &exited.id).await;
+        Ok(started)
+    }
+
+    /// Starts the next instance of a container this sync has just killed for a changed
+    /// spec, at once and whatever the restart policy: upstream starts it in the same
+    /// SyncPod, and its back-off key (which includes the spec hash) is new. Older dead
+    /// instances go.
+    async fn replace_killed(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        killed: &RuntimeContainer,
+        (sandbox_id, pod_ip, volumes): (&str, &str, &HashMap<String, String>),
+    ) -> anyhow::Result<Option<Duration>> {
+        let ran_for = Duration::from_nanos(
+            (crate::workers::now_nanos() - killed.started_at_unix_nanos).max(0) as u64,
+        );
+        let base = next_backoff_base(killed.attempt, killed.backoff_base, ran_for);
+        let attempt = (killed.attempt + 1, base);
+        let started = self
+            .start_container(pod, c, attempt, sandbox_id, pod_ip, volumes)
+            .await?;
+        self.remove_dead_except(k8s::pod_uid(pod), &c.name, &killed.id)
+            .await;
         Ok(started)
     }
 
@@ -1027,8 +1081,7 @@ impl PodSync {
                     id: l.id.clone(),
                     started: c.startup_probe.is_none() || st.started.contains(&l.id),
                     unhealthy: st.liveness_failed.contains(&l.id),
-                    changed: !l.spec_hash.is_empty()
-                        && l.spec_hash != runtime_spec::container_hash(c),
+                    changed: runtime_spec::container_changed(c, l),
                 }
             }
             CREATED => InitView::Created,

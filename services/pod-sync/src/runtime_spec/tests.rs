@@ -296,3 +296,40 @@ fn pods_that_cannot_name_host_paths_are_refused() {
         Path::new("/var/log/pods/ns_web_u1")
     );
 }
+
+#[test]
+fn only_the_name_and_image_decide_whether_a_running_container_changed() {
+    let c: Container = serde_json::from_value(serde_json::json!({
+        "name": "app", "image": "busybox:1.36",
+        "resources": {"limits": {"memory": "64Mi"}}
+    }))
+    .unwrap();
+    let made = nodeagent_proto::api::RuntimeContainer {
+        spec_hash: container_hash(&c),
+        upstream_hash: upstream_hash(&c),
+        ..Default::default()
+    };
+    assert!(!container_changed(&c, &made));
+    // An in-place resize (or anything a newer build serializes differently) is no change.
+    let mut resized = c.clone();
+    resized.resources.as_mut().unwrap().limits = Some(
+        [(
+            "memory".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("128Mi".into()),
+        )]
+        .into(),
+    );
+    assert!(!container_changed(&resized, &made));
+    // A new image is.
+    let mut updated = c.clone();
+    updated.image = Some("busybox:1.37".into());
+    assert!(container_changed(&updated, &made));
+    // A container made by an older build (no upstream hash) keeps the old rule, so an
+    // upgrade changes nothing for it: same spec, no change; another spec, a change.
+    let older = nodeagent_proto::api::RuntimeContainer {
+        spec_hash: container_hash(&c),
+        ..Default::default()
+    };
+    assert!(!container_changed(&c, &older));
+    assert!(container_changed(&resized, &older));
+}
