@@ -105,3 +105,74 @@ async fn a_failed_liveness_probe_under_never_kills_without_a_restart() {
     assert_eq!(pod["status"]["phase"], "Succeeded", "{}", pod["status"]);
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loop_back_off_carries_over_into_a_new_sandbox() {
+    if !require_runtime("back-off in a new sandbox") {
+        return;
+    }
+    let node = Node::start("backoff-sandbox", NodeOptions::default()).await;
+    let manifest = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "crashy"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "sleep 1; exit 1"]}]
+        }
+    });
+    node.write_manifest("crashy.json", &manifest.to_string());
+    // Its third run crashed: the next one waits 20 s.
+    eventually("in a 20 s back-off", DEADLINE, || async {
+        let p = node.pod("crashy").await?;
+        let c = container_status(&p, "c").ok_or("no status")?;
+        if c["restartCount"] == 2 && c["state"]["waiting"]["reason"] == "CrashLoopBackOff" {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    let old = node.sandboxes().await;
+    assert_eq!(old.len(), 1);
+    let mut rt = node.cri.runtime.clone();
+    rt.stop_pod_sandbox(nodeagent_proto::cri::StopPodSandboxRequest {
+        pod_sandbox_id: old[0].id.clone(),
+    })
+    .await
+    .expect("StopPodSandbox");
+    // The fourth run, in a new sandbox, still waited out the back-off (containerd's own
+    // timestamps: it was created at least 15 s after the third one finished); before, a
+    // new sandbox started it at once.
+    let (previous_end, next_created) = eventually("the fourth run", DEADLINE, || async {
+        let containers = node.containers().await;
+        let by_attempt = |a: u32| {
+            containers
+                .iter()
+                .find(|c| c.metadata.as_ref().is_some_and(|m| m.attempt == a))
+                .cloned()
+        };
+        match (by_attempt(2), by_attempt(3)) {
+            (Some(third), Some(fourth)) => {
+                let finished = node
+                    .cri
+                    .container_status(&third.id)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .ok_or("no status")?
+                    .finished_at;
+                Ok((finished, fourth.created_at))
+            }
+            _ => Err(format!("{} containers", containers.len())),
+        }
+    })
+    .await;
+    let waited = Duration::from_nanos((next_created - previous_end).max(0) as u64);
+    assert!(
+        waited >= Duration::from_secs(15),
+        "restarted {waited:?} after the crash"
+    );
+    assert_eq!(node.sandboxes().await.len(), 2, "a new sandbox");
+    node.stop().await;
+}

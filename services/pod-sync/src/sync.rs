@@ -390,18 +390,28 @@ impl PodSync {
                     // A new sandbox: a container whose last run (in an earlier sandbox)
                     // ended for good under the policy is not run again, as upstream's
                     // computePodActions skips succeeded containers under OnFailure.
-                    let done = instances(Some(rt), &c.name).first().is_some_and(|i| {
-                        i.state == EXITED && !should_restart(&policy, i.exit_code)
-                    });
-                    if done {
+                    let previous = instances(Some(rt), &c.name)
+                        .first()
+                        .copied()
+                        .filter(|i| i.state == EXITED);
+                    if previous.is_some_and(|i| !should_restart(&policy, i.exit_code)) {
                         self.clear_waiting(&uid, &c.name);
                         continue;
                     }
-                    let attempt = next_attempt(rt, &c.name);
-                    if let Some(wait) = self
-                        .start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
-                        .await?
-                    {
+                    // One that ran in an earlier sandbox waits out its crash-loop back-off
+                    // here too (upstream's doBackOff looks at every sandbox's containers).
+                    let started = match previous {
+                        Some(p) => {
+                            self.restart_after_backoff(pod, c, p, &sandbox_id, &pod_ip, &volumes)
+                                .await?
+                        }
+                        None => {
+                            let attempt = next_attempt(rt, &c.name);
+                            self.start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
+                                .await?
+                        }
+                    };
+                    if let Some(wait) = started {
                         merge_retry(wait);
                     }
                 }
