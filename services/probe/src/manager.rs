@@ -225,7 +225,10 @@ impl ProbeManager {
             if inner.workers.contains_key(&key) {
                 continue;
             }
+            // A root span: a worker started by another one (a startup probe that passed
+            // starts the others) is not its child.
             let span = tracing::info_span!(
+                parent: None,
                 "probe_worker",
                 k8s.pod.uid = %key.0,
                 k8s.pod.name = %k8s::pod_name(&pod),
