@@ -13,6 +13,7 @@ use axum::response::Response;
 use base64::Engine;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// An image as the registry serves it: its manifest and the blobs it names.
 #[derive(Clone)]
@@ -221,6 +222,10 @@ struct Inner {
     username: String,
     password: String,
     log: Mutex<Vec<Logged>>,
+    /// How long each blob request waits before it is answered (a slow or hung registry).
+    blob_delay: Mutex<Duration>,
+    /// Blob requests received, answered or not.
+    blobs_asked: std::sync::atomic::AtomicUsize,
 }
 
 /// The registry, serving until dropped.
@@ -247,6 +252,8 @@ impl Registry {
             username: username.into(),
             password: password.into(),
             log: Mutex::new(Vec::new()),
+            blob_delay: Mutex::new(Duration::ZERO),
+            blobs_asked: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -276,6 +283,19 @@ impl Registry {
 
     pub fn image(&self) -> &Image {
         &self.inner.image
+    }
+
+    /// Makes every later blob request wait `delay` before its answer (a slow link; a very
+    /// long one is a registry that hangs).
+    pub fn delay_blobs(&self, delay: Duration) {
+        *self.inner.blob_delay.lock().unwrap() = delay;
+    }
+
+    /// How many blob requests have arrived, including those still waiting for an answer.
+    pub fn blobs_asked(&self) -> usize {
+        self.inner
+            .blobs_asked
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every request answered so far.
@@ -352,6 +372,12 @@ async fn handle(
         );
         r
     } else {
+        if uri.path().contains("/blobs/") {
+            reg.blobs_asked
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let delay = *reg.blob_delay.lock().unwrap();
+            tokio::time::sleep(delay).await;
+        }
         route(&reg, &method, uri.path())
     };
     reg.log.lock().unwrap().push(Logged {

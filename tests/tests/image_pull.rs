@@ -355,3 +355,99 @@ async fn the_node_credential_file_opens_a_private_registry() {
     assert!(!image_present(&cri, &image).await);
     server.stop().await;
 }
+
+/// A static pod running `image` (pulled anew: `Always`).
+fn static_pod(name: &str, image: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": image, "imagePullPolicy": "Always",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+            }]
+        }
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_pull_is_not_cut_short_by_the_runtime_request_timeout() {
+    if !require_runtime("a slow pull") {
+        return;
+    }
+    let options = NodeOptions {
+        extra_config: "runtimeRequestTimeout: 5s\n".into(),
+        ..Default::default()
+    };
+    let node = Node::start("slow-pull", options).await;
+    let registry = Registry::start("slow/busybox", "v1", Image::busybox(&nonce()), "", "").await;
+    remove_images(&node.cri, "slow/busybox").await;
+    // Each blob takes 8 s to come: longer than every other CRI call may take, not a pull
+    // (upstream gives PullImage no deadline). Before, every pull failed at 5 s.
+    registry.delay_blobs(Duration::from_secs(8));
+    node.write_manifest("slow.json", &static_pod("slow", &registry.image_ref()));
+    eventually("the slowly pulled image running", DEADLINE, || async {
+        let p = node.pod("slow").await?;
+        if nodeagent_tests::is_running(&p, "c") {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    })
+    .await;
+    node.remove_manifest("slow.json");
+    eventually("the pod gone", DEADLINE, || async {
+        match node.pod("slow").await {
+            Err(e) if e.contains("is not listed") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    remove_images(&node.cri, "slow/busybox").await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_pull_hangs_is_removed_at_once() {
+    if !require_runtime("a hung pull") {
+        return;
+    }
+    let node = Node::start("hung-pull", NodeOptions::default()).await;
+    let registry = Registry::start("hung/busybox", "v1", Image::busybox(&nonce()), "", "").await;
+    remove_images(&node.cri, "hung/busybox").await;
+    registry.delay_blobs(Duration::from_secs(3600));
+    node.write_manifest("hung.json", &static_pod("hung", &registry.image_ref()));
+    eventually("the pull under way, the pod listed", DEADLINE, || async {
+        let listed = node.pod("hung").await.is_ok();
+        if listed && registry.blobs_asked() > 0 {
+            Ok(())
+        } else {
+            Err("no blob asked for yet".to_string())
+        }
+    })
+    .await;
+    // The pod goes although its pull never ends: the pull is cancelled with it (before,
+    // its worker waited out runtimeRequestTimeout, 2 minutes).
+    node.remove_manifest("hung.json");
+    eventually("the pod gone", Duration::from_secs(30), || async {
+        match node.pod("hung").await {
+            Err(e) if e.contains("is not listed") => Ok(()),
+            Err(e) => Err(e),
+            Ok(p) => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    eventually("its sandbox removed", DEADLINE, || async {
+        let left = node.sandboxes().await.len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} sandboxes"))
+        }
+    })
+    .await;
+    remove_images(&node.cri, "hung/busybox").await;
+    node.stop().await;
+}

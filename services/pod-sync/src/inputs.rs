@@ -119,6 +119,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
             }
         }
     }
+    sync.lock().desired_changed.notify_waiters();
     for uid in touched {
         sync.trigger(&uid);
     }

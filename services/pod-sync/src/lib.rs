@@ -17,6 +17,7 @@ mod kill_order;
 mod log_rotation;
 mod oom;
 mod probe_state;
+mod pull;
 mod quantity;
 mod runonce;
 mod runtime_spec;

@@ -42,6 +42,9 @@ pub struct State {
     /// uid -> where a newer, shorter deletion grace period of a pod being terminated goes
     /// (the kills in progress follow it).
     pub grace_updates: HashMap<String, crate::kill_order::GraceUpdates>,
+    /// Woken whenever the desired pods change (an image pull waits on it to learn that its
+    /// pod went).
+    pub desired_changed: std::sync::Arc<tokio::sync::Notify>,
     /// A config-source snapshot has been received.
     pub config_synced: bool,
     /// Every configured source has delivered its first list: a runtime pod that no

@@ -19,9 +19,8 @@ use nodeagent_proto::api::{
     EnsurePodVolumesRequest, PrepareSubPathsRequest, RuntimeContainer, RuntimePodStatus,
 };
 use nodeagent_proto::cri::{
-    self, CreateContainerRequest, ImageSpec, ImageStatusRequest, PullImageRequest,
-    RemoveContainerRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
-    StopPodSandboxRequest,
+    self, CreateContainerRequest, ImageSpec, ImageStatusRequest, RemoveContainerRequest,
+    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
 };
 use nodeagent_proto::k8s;
 use std::collections::HashMap;
@@ -887,14 +886,14 @@ impl PodSync {
             Err(message) => Err(message),
             Ok(credentials) if credentials.is_empty() => {
                 tracing::info!(%image, "pulling image");
-                self.pull(&spec, None).await
+                self.pull(uid, &spec, None).await
             }
             Ok(credentials) => {
                 tracing::info!(%image, credentials = credentials.len(), "pulling image with credentials");
                 let mut errors = Vec::new();
                 let mut pulled = None;
                 for credential in &credentials {
-                    match self.pull(&spec, Some(credential.to_cri())).await {
+                    match self.pull(uid, &spec, Some(credential.to_cri())).await {
                         Ok(()) => {
                             pulled = Some(());
                             break;
@@ -975,24 +974,6 @@ impl PodSync {
             message,
         );
         self.failed(pod, c, message);
-    }
-
-    /// One CRI PullImage; the runtime's message on failure.
-    async fn pull(
-        &self,
-        spec: &ImageSpec,
-        auth: Option<nodeagent_proto::cri::AuthConfig>,
-    ) -> Result<(), String> {
-        let mut images = self.cri.image.clone();
-        images
-            .pull_image(self.cri.request(PullImageRequest {
-                image: Some(spec.clone()),
-                auth,
-                sandbox_config: None,
-            }))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.message().to_string())
     }
 
     /// The credentials to try for `image`, in upstream's order: those of the pod's pull
