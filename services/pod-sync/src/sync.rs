@@ -823,10 +823,12 @@ impl PodSync {
     ) -> Result<(), (&'static str, String, Duration)> {
         let uid = k8s::pod_uid(pod);
         let image = c.image.clone().unwrap_or_default();
+        // The API server defaults it; a pod that reaches us without one gets upstream's
+        // default too (Always for `latest` or no tag).
         let policy = c
             .image_pull_policy
             .clone()
-            .unwrap_or_else(|| "IfNotPresent".into());
+            .unwrap_or_else(|| config_source::manifest::default_pull_policy(&image).into());
         let spec = ImageSpec {
             image: image.clone(),
             ..Default::default()
