@@ -114,10 +114,11 @@ impl GraceClock {
         self.start + Duration::from_secs(self.grace_seconds() as u64)
     }
 
-    /// Whole seconds left, at least `minimum` (upstream truncates downwards).
+    /// Whole seconds left, at least `minimum`: as upstream, the time spent is truncated
+    /// to whole seconds before it is taken off, so 0.6 s spent of 4 leaves 4, not 3.
     pub fn seconds_left(&self, minimum: i64) -> i64 {
-        let left = self.deadline().saturating_duration_since(Instant::now());
-        (left.as_secs() as i64).max(minimum)
+        let spent = self.start.elapsed().as_secs() as i64;
+        (self.grace_seconds() - spent).max(minimum)
     }
 
     /// Resolves when the grace period shrinks; never, once it cannot any more.
@@ -227,5 +228,20 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(6));
         assert_eq!(clock.seconds_left(2), 2);
         assert_eq!(GraceClock::fixed(30).seconds_left(2), 30);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_spent_is_truncated_before_it_is_taken_off() {
+        let clock = GraceClock::fixed(4);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            clock.seconds_left(2),
+            4,
+            "0.6 s spent leaves 4 s, as upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert_eq!(clock.seconds_left(2), 3);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(clock.seconds_left(2), 2, "never less than the minimum");
     }
 }
