@@ -5,7 +5,7 @@
 
 use nodeagent_proto::api::{
     PlegSnapshot, PlegWatchResponse, PodConfigUpdate, PodStatusUpdate, ProbeResultUpdate,
-    pleg_watch_response::Kind, pod_config_update::Op,
+    ProberMembership, pleg_watch_response::Kind, pod_config_update::Op,
 };
 use prost::Message;
 
@@ -194,6 +194,22 @@ impl Chunked for ProbeResultUpdate {
         let mut results = std::mem::take(&mut self.results);
         results.append(&mut next.results);
         *self = Self { results, ..next };
+    }
+}
+
+/// A member list is small and always whole: every message stands alone, none is chunked.
+impl Chunked for ProberMembership {
+    fn is_snapshot(&self) -> bool {
+        false
+    }
+    fn continues(&self) -> bool {
+        false
+    }
+    fn into_chunks(self, _target: usize) -> Vec<Self> {
+        vec![self]
+    }
+    fn append(&mut self, next: Self) {
+        *self = next;
     }
 }
 
