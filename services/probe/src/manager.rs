@@ -2,13 +2,14 @@
 //! stream), the workers themselves, and the results stream.
 
 use crate::check::{Checked, ProbeCheck, run_check};
+use crate::shard::Ownership;
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use nodeagent_config::events::{EventRecorder, EventType};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
 use nodeagent_proto::api::prober_server::Prober;
 use nodeagent_proto::api::{
-    PodStatusUpdate, ProbeResult, ProbeResultUpdate, WatchPodStatusRequest,
+    PodStatusUpdate, ProbeResult, ProbeResultUpdate, RegisterProberRequest, WatchPodStatusRequest,
     WatchProbeResultsRequest, probe_result::Kind, probe_result::Outcome,
 };
 use nodeagent_proto::k8s;
@@ -31,8 +32,9 @@ struct Worker {
     handle: JoinHandle<()>,
 }
 
-#[derive(Default)]
 struct Inner {
+    /// Which of `pods` this instance probes.
+    ownership: Ownership,
     pods: BTreeMap<String, Pod>,
     workers: HashMap<WorkerKey, Worker>,
     results: BTreeMap<WorkerKey, ProbeResult>,
@@ -52,14 +54,20 @@ pub struct ProbeManager {
 }
 
 impl ProbeManager {
-    pub fn new(cri: Cri, events: EventRecorder, shutdown: Shutdown) -> Self {
+    pub fn new(cri: Cri, events: EventRecorder, shutdown: Shutdown, ownership: Ownership) -> Self {
         let (tx, _) = broadcast::channel(1024);
         Self {
             cri,
             events,
             started: std::time::Instant::now(),
             shutdown,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                ownership,
+                pods: BTreeMap::new(),
+                workers: HashMap::new(),
+                results: BTreeMap::new(),
+                revision: 0,
+            }),
             tx,
         }
     }
@@ -97,6 +105,49 @@ impl ProbeManager {
         }
     }
 
+    /// Registers this instance with pod-sync for as long as it lives and follows the member
+    /// list. While pod-sync is away (restarting) the last list stays: its pods keep their
+    /// workers rather than moving twice.
+    pub async fn register(
+        self: Arc<Self>,
+        channel: Channel,
+        instance_id: String,
+        endpoint: String,
+    ) {
+        let client = PodSyncClient::new(channel).with_limits();
+        let request = RegisterProberRequest {
+            instance_id,
+            endpoint,
+        };
+        let mut rx = watch_with_retry("pod-sync registration", self.shutdown.clone(), move || {
+            let mut c = client.clone();
+            let request = request.clone();
+            async move { Ok(c.register_prober(request).await?.into_inner()) }
+        });
+        while let Some(event) = rx.recv().await {
+            match event {
+                WatchEvent::Connected => tracing::info!("registered with pod-sync"),
+                WatchEvent::Disconnected(reason) => {
+                    tracing::info!(%reason, "registration with pod-sync broken; keeping the last member list")
+                }
+                WatchEvent::Message(m) => self.set_members(m.instance_ids),
+            }
+        }
+    }
+
+    fn set_members(self: &Arc<Self>, members: Vec<String>) {
+        {
+            let mut inner = self.lock();
+            let next = inner.ownership.with_members(members);
+            if next == inner.ownership {
+                return;
+            }
+            tracing::info!(ownership = ?next, "probe members changed");
+            inner.ownership = next;
+        }
+        self.reconcile_workers();
+    }
+
     fn apply(self: &Arc<Self>, update: PodStatusUpdate) {
         {
             let mut inner = self.lock();
@@ -125,6 +176,11 @@ impl ProbeManager {
         // (pod uid, container name, container id) of every running container.
         let mut live: HashSet<(String, String, String)> = HashSet::new();
         for (uid, pod) in &inner.pods {
+            // Another instance's pod: its workers stop and its results go (below), so a
+            // later snapshot of ours never carries an old value over the new owner's.
+            if !inner.ownership.owns(uid) {
+                continue;
+            }
             let spec = pod.spec.clone().unwrap_or_default();
             let status = pod.status.clone().unwrap_or_default();
             let pod_ip = status.pod_ip.clone().unwrap_or_default();
@@ -221,6 +277,12 @@ impl ProbeManager {
                 inner.results.remove(&k);
             }
         }
+        // A kept startup success has no worker left to stop: drop those of pods now owned
+        // by another instance too.
+        let Inner {
+            ownership, results, ..
+        } = &mut *inner;
+        results.retain(|k, _| ownership.owns(&k.0));
         for (key, (id, check, pod)) in wanted {
             if inner.workers.contains_key(&key) {
                 continue;
