@@ -189,11 +189,17 @@ pub async fn follow_pleg(sync: Arc<PodSync>) {
 /// How often probe values of containers the runtime no longer has are pruned.
 const PRUNE_PROBE_VALUES: Duration = Duration::from_secs(30);
 
-/// Follows probe's results (see `probe_state` for the rule) and owns their file: this
-/// task is the only writer of the ready/started values, so saves never race.
-pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel, store: Store) {
+/// Follows one probe instance's results at `channel` (the default probe socket, or a
+/// registered member's endpoint) and hands them to [`apply_probe_results`]. `instance` is
+/// empty for the default instance.
+pub async fn follow_probe(
+    shutdown: nodeagent_transport::Shutdown,
+    instance: String,
+    channel: Channel,
+    results: crate::probers::ResultsTx,
+) {
     let client = ProberClient::new(channel).with_limits();
-    let mut rx = watch_with_retry("probe", sync.shutdown.clone(), move || {
+    let mut rx = watch_with_retry("probe", shutdown, move || {
         let mut c = client.clone();
         // Chunks of a snapshot apply like any results (nothing is cleared), so chunking is safe.
         let request = WatchProbeResultsRequest {
@@ -201,14 +207,35 @@ pub async fn follow_probe(sync: Arc<PodSync>, channel: Channel, store: Store) {
         };
         async move { Ok(c.watch(request).await?.into_inner()) }
     });
+    while let Some(event) = rx.recv().await {
+        match event {
+            WatchEvent::Connected => tracing::info!(probe.instance = %instance, "following probe"),
+            WatchEvent::Disconnected(reason) => {
+                tracing::debug!(probe.instance = %instance, %reason, "probe stream broken")
+            }
+            WatchEvent::Message(update) => {
+                if results.send(update).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Applies the results of every probe instance (see `probe_state` for the rule) and owns
+/// their file: this task is the only writer of the ready/started values, so saves never
+/// race however many instances report.
+pub async fn apply_probe_results(
+    sync: Arc<PodSync>,
+    store: Store,
+    mut results: tokio::sync::mpsc::Receiver<ProbeResultUpdate>,
+) {
     let mut prune = tokio::time::interval(PRUNE_PROBE_VALUES);
     loop {
         tokio::select! {
-            event = rx.recv() => match event {
+            update = results.recv() => match update {
                 None => return,
-                Some(WatchEvent::Connected) => tracing::info!("following probe"),
-                Some(WatchEvent::Disconnected(reason)) => tracing::debug!(%reason, "probe stream broken"),
-                Some(WatchEvent::Message(update)) => apply_probe(&sync, &store, update).await,
+                Some(update) => apply_probe(&sync, &store, update).await,
             },
             _ = prune.tick() => prune_probe_values(&sync, &store).await,
         }
@@ -225,7 +252,9 @@ async fn apply_probe(sync: &Arc<PodSync>, store: &Store, update: ProbeResultUpda
     };
     {
         // The first snapshot after our start: every status is recomputed with it before
-        // statuses are served (see `State::statuses_servable`).
+        // statuses are served (see `State::statuses_servable`). With several instances
+        // the first one's snapshot counts: the others' pods keep the values saved on
+        // disk, which is what a default-only node shows for a probe that is down.
         let mut st = sync.lock();
         if update.snapshot && !st.probe_synced {
             st.probe_synced = true;

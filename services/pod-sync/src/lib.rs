@@ -17,6 +17,7 @@ mod kill_order;
 mod log_rotation;
 mod oom;
 mod probe_state;
+mod probers;
 mod pull;
 mod quantity;
 mod runonce;
@@ -51,6 +52,8 @@ use tokio::sync::{Semaphore, broadcast, mpsc};
 const PARALLEL_WORKERS: usize = 4;
 /// Upstream housekeeping period.
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
+/// Probe result updates queued from all instances' followers to the one applier.
+const PROBE_RESULTS_QUEUE: usize = 256;
 
 /// Everything a pod worker needs; shared by all of them.
 pub struct PodSync {
@@ -140,10 +143,32 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         nodeagent_transport::connect(config.endpoint(Service::ConfigSource)),
     ));
     tasks.spawn(inputs::follow_pleg(sync.clone()));
-    tasks.spawn(inputs::follow_probe(
+    // Every probe instance's results go to one applier; the default instance's socket is
+    // followed always (a node without `--probe-instance` works as before), registered
+    // instances from their registration on.
+    let (results_tx, results_rx) = mpsc::channel(PROBE_RESULTS_QUEUE);
+    tasks.spawn(inputs::apply_probe_results(
         sync.clone(),
-        nodeagent_transport::connect(config.endpoint(Service::Probe)),
         probe_store,
+        results_rx,
+    ));
+    tasks.spawn(inputs::follow_probe(
+        shutdown.clone(),
+        String::new(),
+        nodeagent_transport::connect(config.endpoint(Service::Probe)),
+        results_tx.clone(),
+    ));
+    let follower_shutdown = shutdown.clone();
+    let probers = Arc::new(probers::Probers::new(
+        Box::new(move |id, address| {
+            tokio::spawn(inputs::follow_probe(
+                follower_shutdown.clone(),
+                id,
+                nodeagent_transport::connect(&address),
+                results_tx.clone(),
+            ))
+        }),
+        shutdown.clone(),
     ));
     if let Some(client) = api {
         tasks.spawn(api_status::run(sync.clone(), client));
@@ -160,7 +185,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         HOUSEKEEPING,
     ));
 
-    let service = server::PodSyncService { sync: sync.clone() };
+    let service = server::PodSyncService {
+        sync: sync.clone(),
+        probers,
+    };
     let server = Server::new(
         config.endpoint(Service::PodSync).clone(),
         tonic::service::Routes::new(PodSyncServer::new(service).with_limits()),

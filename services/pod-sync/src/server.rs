@@ -3,8 +3,8 @@
 use crate::PodSync;
 use crate::status::{StatusInputs, compute};
 use nodeagent_proto::api::{
-    ListPodsRequest, ListPodsResponse, PodStatusUpdate, WatchPodStatusRequest,
-    pod_sync_server::PodSync as PodSyncApi,
+    ListPodsRequest, ListPodsResponse, PodStatusUpdate, ProberMembership, RegisterProberRequest,
+    WatchPodStatusRequest, pod_sync_server::PodSync as PodSyncApi,
 };
 use nodeagent_proto::k8s;
 use nodeagent_transport::{WatchStream, snapshot_then_deltas};
@@ -14,6 +14,8 @@ use tonic::{Request, Response, Status};
 
 pub struct PodSyncService {
     pub sync: Arc<PodSync>,
+    /// The registered probe instances.
+    pub probers: Arc<crate::probers::Probers>,
 }
 
 impl PodSync {
@@ -160,5 +162,17 @@ impl PodSyncApi for PodSyncService {
             self.sync.shutdown.clone(),
             request.get_ref().accept_chunked_snapshot,
         )))
+    }
+
+    type RegisterProberStream = WatchStream<ProberMembership>;
+
+    async fn register_prober(
+        &self,
+        request: Request<RegisterProberRequest>,
+    ) -> Result<Response<Self::RegisterProberStream>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(
+            self.probers.register(&r.instance_id, &r.endpoint)?,
+        ))
     }
 }
