@@ -59,12 +59,13 @@ pub async fn run(
         ),
         &[<ProberServer<manager::ProberService> as tonic::server::NamedService>::NAME],
     );
-    let served = server.serve(shutdown.clone()).await;
-    // Registered only once serving: pod-sync follows our results as soon as we join.
-    let register = instance.filter(|_| served.is_ok()).map(|id| {
+    // `serve` runs until shutdown, so registration starts first; pod-sync's follower of
+    // our endpoint retries (with back-off) until the socket below is bound.
+    let register = instance.map(|id| {
         tracing::info!(probe.instance = %id, %endpoint, "probe instance");
         tokio::spawn(manager.clone().register(pod_sync, id, endpoint.to_string()))
     });
+    let served = server.serve(shutdown.clone()).await;
     shutdown.wait().await;
     follow.abort();
     if let Some(register) = register {
