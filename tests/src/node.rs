@@ -89,6 +89,8 @@ pub struct NodeOptions {
     /// The `authentication` and `authorization` sections of the config (YAML), instead of
     /// the default: x509 against the node's test CA, no anonymous access, AlwaysAllow.
     pub auth_config: Option<String>,
+    /// Do not start the default probe instance (a test that runs `--probe-instance`s).
+    pub no_default_probe: bool,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -125,6 +127,8 @@ pub struct Node {
     pub api: KubeletClient,
     pub cri: Cri,
     procs: BTreeMap<Service, Child>,
+    /// Probe instances started with `--probe-instance <id>`, by id.
+    probe_instances: BTreeMap<String, Child>,
     env: Vec<(String, String)>,
     kubeconfig: bool,
     stopped: bool,
@@ -210,6 +214,7 @@ impl Node {
             api,
             cri,
             procs: BTreeMap::new(),
+            probe_instances: BTreeMap::new(),
             env: options.env.clone(),
             kubeconfig: options.kubeconfig.is_some(),
             stopped: false,
@@ -217,7 +222,9 @@ impl Node {
         };
         if !options.no_services {
             for s in Service::ALL {
-                node.spawn(s);
+                if !(options.no_default_probe && s == Service::Probe) {
+                    node.spawn(s);
+                }
             }
         }
         node
@@ -326,6 +333,47 @@ impl Node {
         if let Some(mut old) = self.procs.insert(service, child) {
             let _ = old.kill();
             let _ = old.wait();
+        }
+    }
+
+    /// Starts probe instance `id` (`--probe-instance id`), logging to `logs/probe-<id>.log`.
+    pub fn spawn_probe_instance(&mut self, id: &str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("logs/probe-{id}.log")))
+            .expect("open log");
+        let child = Command::new(binary(Service::Probe))
+            .args(self.args())
+            .args(["--probe-instance", id])
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn probe instance");
+        if let Some(mut old) = self.probe_instances.insert(id.to_string(), child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+    }
+
+    /// Where probe instance `id` serves `Prober.Watch`.
+    pub fn probe_instance_socket(&self, id: &str) -> Address {
+        Address::Unix(self.path(&format!("sockets/probe-{id}.sock")))
+    }
+
+    /// Sends `signal` to probe instance `id` and waits (15 s at most) for it to exit.
+    pub async fn signal_probe_instance(&mut self, id: &str, signal: nix::sys::signal::Signal) {
+        let mut child = self.probe_instances.remove(id).expect("instance running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("kill");
+        let exited = tokio::task::spawn_blocking(move || child.wait());
+        if tokio::time::timeout(Duration::from_secs(15), exited)
+            .await
+            .is_err()
+        {
+            panic!("probe instance {id} did not exit after {signal}");
         }
     }
 
@@ -458,6 +506,11 @@ impl Node {
         for s in services {
             let _ = self.signal(s, nix::sys::signal::Signal::SIGTERM).await;
         }
+        let instances: Vec<String> = self.probe_instances.keys().cloned().collect();
+        for id in instances {
+            self.signal_probe_instance(&id, nix::sys::signal::Signal::SIGTERM)
+                .await;
+        }
         self.force_cleanup().await;
         self.stopped = true;
     }
@@ -510,6 +563,21 @@ impl Drop for Node {
                     eprintln!("{l}");
                 }
             }
+        }
+        if std::thread::panicking() {
+            for id in self.probe_instances.keys() {
+                let log = std::fs::read_to_string(self.path(&format!("logs/probe-{id}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                eprintln!("----- probe-{id} log (last {} lines) -----", tail.len());
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        for (_, mut child) in std::mem::take(&mut self.probe_instances) {
+            let _ = child.kill();
+            let _ = child.wait();
         }
         for (_, mut child) in std::mem::take(&mut self.procs) {
             let _ = child.kill();
