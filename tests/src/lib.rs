@@ -26,7 +26,7 @@ pub mod websocket;
 
 pub use http::http_get;
 pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime, wait_serving};
-pub use status::{container_status, is_running};
+pub use status::{container_status, is_running, ready_results};
 
 use std::future::Future;
 use std::time::Duration;

@@ -465,6 +465,20 @@ impl Node {
             .map(|c| c.id)
     }
 
+    /// Stops the node's only sandbox behind the agent's back, as a crash of the pod's
+    /// infrastructure would; returns its id.
+    pub async fn stop_only_sandbox(&self) -> String {
+        let old = self.sandboxes().await;
+        assert_eq!(old.len(), 1, "one sandbox: {old:?}");
+        let mut rt = self.cri.runtime.clone();
+        rt.stop_pod_sandbox(nodeagent_proto::cri::StopPodSandboxRequest {
+            pod_sandbox_id: old[0].id.clone(),
+        })
+        .await
+        .expect("StopPodSandbox");
+        old[0].id.clone()
+    }
+
     /// Runs `cmd` in a container through CRI ExecSync; its stdout, or why it failed.
     pub async fn exec(&self, container_id: &str, cmd: &[&str]) -> Result<String, String> {
         let mut rt = self.cri.runtime.clone();

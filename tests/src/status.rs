@@ -57,3 +57,30 @@ impl Node {
         .await
     }
 }
+
+/// The successful readiness results in the snapshot of the probe instance serving at
+/// `socket` (what it has proved ready).
+pub async fn ready_results(
+    socket: &nodeagent_config::Address,
+) -> Result<Vec<nodeagent_proto::api::ProbeResult>, String> {
+    use nodeagent_proto::api::probe_result::{Kind, Outcome};
+    let mut client = nodeagent_proto::api::prober_client::ProberClient::new(
+        nodeagent_transport::connect(socket),
+    )
+    .max_decoding_message_size(usize::MAX);
+    let mut stream = client
+        .watch(nodeagent_proto::api::WatchProbeResultsRequest::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    let snapshot = stream
+        .message()
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no snapshot")?;
+    Ok(snapshot
+        .results
+        .into_iter()
+        .filter(|r| r.kind() == Kind::Readiness && r.outcome() == Outcome::Success)
+        .collect())
+}

@@ -133,14 +133,7 @@ async fn a_crash_loop_back_off_carries_over_into_a_new_sandbox() {
         }
     })
     .await;
-    let old = node.sandboxes().await;
-    assert_eq!(old.len(), 1);
-    let mut rt = node.cri.runtime.clone();
-    rt.stop_pod_sandbox(nodeagent_proto::cri::StopPodSandboxRequest {
-        pod_sandbox_id: old[0].id.clone(),
-    })
-    .await
-    .expect("StopPodSandbox");
+    node.stop_only_sandbox().await;
     // The fourth run, in a new sandbox, still waited out the back-off (containerd's own
     // timestamps: it was created at least 15 s after the third one finished); before, a
     // new sandbox started it at once.

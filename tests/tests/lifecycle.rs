@@ -266,14 +266,7 @@ async fn on_failure_with_a_new_sandbox_does_not_rerun_a_succeeded_container() {
     .await;
     // The sandbox dies (stopped behind the agent's back): long is killed, and pod-sync
     // makes a new sandbox for it.
-    let old = node.sandboxes().await;
-    assert_eq!(old.len(), 1);
-    let mut rt = node.cri.runtime.clone();
-    rt.stop_pod_sandbox(nodeagent_proto::cri::StopPodSandboxRequest {
-        pod_sandbox_id: old[0].id.clone(),
-    })
-    .await
-    .expect("StopPodSandbox");
+    let old = node.stop_only_sandbox().await;
     eventually("long running again in a new sandbox", DEADLINE, || async {
         let pod = node.pod("job").await?;
         let sandboxes = node.sandboxes().await;
@@ -292,7 +285,7 @@ async fn on_failure_with_a_new_sandbox_does_not_rerun_a_succeeded_container() {
         .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "done"))
         .collect();
     assert_eq!(done.len(), 1, "done was run again: {done:?}");
-    assert_eq!(done[0].pod_sandbox_id, old[0].id);
+    assert_eq!(done[0].pod_sandbox_id, old);
     let pod = node.pod("job").await.unwrap();
     let status = container_status(&pod, "done").unwrap();
     assert_eq!(status["state"]["terminated"]["exitCode"], 0, "{status}");

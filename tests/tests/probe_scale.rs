@@ -4,11 +4,8 @@
 
 use nix::sys::signal::Signal;
 use nodeagent_config::{Address, Service};
-use nodeagent_proto::api::WatchProbeResultsRequest;
-use nodeagent_proto::api::probe_result::{Kind, Outcome};
-use nodeagent_proto::api::prober_client::ProberClient;
 use nodeagent_tests::chaos::{self, SharedRecords};
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, ready_results, require_runtime};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -46,23 +43,10 @@ fn pod(name: &str) -> String {
 /// The pod UIDs that probe instance at `socket` holds a readiness result for: the pods it
 /// probes (an instance drops the results of pods it no longer owns).
 async fn probed_by(socket: &Address) -> Result<BTreeSet<String>, String> {
-    let mut client = ProberClient::new(nodeagent_transport::connect(socket))
-        .max_decoding_message_size(usize::MAX);
-    let mut stream = client
-        .watch(WatchProbeResultsRequest::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner();
-    let snapshot = stream
-        .message()
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or("no snapshot")?;
-    Ok(snapshot
-        .results
-        .iter()
-        .filter(|r| r.kind() == Kind::Readiness && r.outcome() == Outcome::Success)
-        .map(|r| r.pod_uid.clone())
+    Ok(ready_results(socket)
+        .await?
+        .into_iter()
+        .map(|r| r.pod_uid)
         .collect())
 }
 

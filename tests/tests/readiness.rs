@@ -5,12 +5,10 @@
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
+use nodeagent_proto::api::WatchPodStatusRequest;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
-use nodeagent_proto::api::probe_result::{Kind, Outcome};
-use nodeagent_proto::api::prober_client::ProberClient;
-use nodeagent_proto::api::{WatchPodStatusRequest, WatchProbeResultsRequest};
 use nodeagent_tests::chaos::PodView;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, ready_results, require_runtime};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -121,23 +119,7 @@ fn pod(i: usize) -> String {
 
 /// How many containers probe's own snapshot has a successful readiness result for.
 async fn probe_ready_results(node: &Node) -> Result<usize, String> {
-    let mut client = ProberClient::new(nodeagent_transport::connect(&node.socket(Service::Probe)))
-        .max_decoding_message_size(usize::MAX);
-    let mut stream = client
-        .watch(WatchProbeResultsRequest::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner();
-    let snapshot = stream
-        .message()
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or("no snapshot")?;
-    Ok(snapshot
-        .results
-        .iter()
-        .filter(|r| r.kind() == Kind::Readiness && r.outcome() == Outcome::Success)
-        .count())
+    Ok(ready_results(&node.socket(Service::Probe)).await?.len())
 }
 
 /// Waits until the restarted services are back, the status stream has a snapshot newer
