@@ -6,7 +6,6 @@ use crate::PodSync;
 use crate::kill_order::{GraceClock, TerminationOrder};
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use nodeagent_cri::actions;
-use nodeagent_proto::cri::StopContainerRequest;
 use nodeagent_proto::k8s;
 use std::time::Duration;
 
@@ -161,11 +160,7 @@ impl PodSync {
                     let left = watch.seconds_left(MINIMUM_GRACE);
                     tracing::info!(container.id = %container_id, seconds_left = left, "the grace period was shortened");
                     let mut runtime = self.cri.runtime.clone();
-                    let mut req = tonic::Request::new(StopContainerRequest {
-                        container_id: container_id.to_string(),
-                        timeout: left,
-                    });
-                    req.set_timeout(Duration::from_secs(left as u64 + 30));
+                    let req = crate::sync::stop_request(container_id, left);
                     sooner.spawn(async move {
                         let _ = runtime.stop_container(req).await;
                     });

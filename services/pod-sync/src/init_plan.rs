@@ -32,6 +32,19 @@ pub enum InitView {
     },
 }
 
+impl InitView {
+    /// One this sync has just started: running, and started unless a startup probe must
+    /// pass first (its id is not needed by any later decision of the same sync).
+    pub fn just_started(c: &Container) -> Self {
+        InitView::Running {
+            id: String::new(),
+            started: c.startup_probe.is_none(),
+            unhealthy: false,
+            changed: false,
+        }
+    }
+}
+
 /// Why a running init container is killed (upstream's Killing messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kill {

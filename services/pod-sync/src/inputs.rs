@@ -69,8 +69,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                     .map(|p| (k8s::pod_uid(&p).to_string(), p))
                     .collect();
                 for p in deleting {
-                    shorten_grace(&st, k8s::pod_uid(&p), &p);
-                    st.terminating.insert(k8s::pod_uid(&p).to_string(), p);
+                    terminate(&mut st, p);
                 }
                 st.config_synced = true;
                 tracing::info!(
@@ -87,8 +86,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                     let uid = k8s::pod_uid(&p).to_string();
                     if p.metadata.deletion_timestamp.is_some() {
                         st.desired.remove(&uid);
-                        shorten_grace(&st, &uid, &p);
-                        st.terminating.insert(uid.clone(), p);
+                        terminate(&mut st, p);
                         touched.push(uid);
                         continue;
                     }
@@ -105,8 +103,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                     let uid = k8s::pod_uid(&p).to_string();
                     tracing::info!(pod = %k8s::pod_full_name(&p), pod.uid = %uid, op = ?op, "pod no longer desired");
                     st.desired.remove(&uid);
-                    shorten_grace(&st, &uid, &p);
-                    st.terminating.insert(uid.clone(), p);
+                    terminate(&mut st, p);
                     touched.push(uid);
                 }
             }
@@ -125,15 +122,18 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
     }
 }
 
-/// A pod being terminated whose newer copy asks for a shorter grace period (a second
-/// deletion, a force delete): the kills under way follow it (a period only ever shrinks).
-fn shorten_grace(st: &crate::state::State, uid: &str, pod: &k8s_openapi::api::core::v1::Pod) {
-    if let Some(updates) = st.grace_updates.get(uid) {
-        let grace = crate::sync::grace_seconds(pod);
+/// Records a pod to terminate. If it is being terminated already and this newer copy asks
+/// for a shorter grace period (a second deletion, a force delete), the kills under way
+/// follow it (a period only ever shrinks).
+fn terminate(st: &mut crate::state::State, pod: k8s_openapi::api::core::v1::Pod) {
+    let uid = k8s::pod_uid(&pod).to_string();
+    if let Some(updates) = st.grace_updates.get(&uid) {
+        let grace = crate::sync::grace_seconds(&pod);
         if crate::kill_order::shorten(updates, grace) {
             tracing::info!(pod.uid = %uid, grace_seconds = grace, "grace period shortened");
         }
     }
+    st.terminating.insert(uid, pod);
 }
 
 pub async fn follow_pleg(sync: Arc<PodSync>) {

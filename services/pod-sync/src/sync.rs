@@ -257,14 +257,7 @@ impl PodSync {
                 };
                 let ctx = (sandbox_id.as_str(), pod_ip.as_str(), &volumes);
                 match self.replace_killed(pod, c, l, ctx).await? {
-                    None => {
-                        views[k.index] = InitView::Running {
-                            id: String::new(),
-                            started: c.startup_probe.is_none(),
-                            unhealthy: false,
-                            changed: false,
-                        }
-                    }
+                    None => views[k.index] = InitView::just_started(c),
                     Some(wait) => {
                         views[k.index] = InitView::Exited { exit_code: -1 };
                         merge_retry(wait);
@@ -297,12 +290,7 @@ impl PodSync {
                 match started {
                     None => {
                         progressed = true;
-                        views[i] = InitView::Running {
-                            id: String::new(),
-                            started: c.startup_probe.is_none(),
-                            unhealthy: false,
-                            changed: false,
-                        };
+                        views[i] = InitView::just_started(c);
                     }
                     // A sidecar in back-off holds back neither the containers after it
                     // nor, once the pod is initialized, the regular containers.
@@ -1190,12 +1178,9 @@ impl PodSync {
 
     pub(crate) async fn stop_container(&self, id: &str, grace_seconds: i64) {
         let mut runtime = self.cri.runtime.clone();
-        let mut req = tonic::Request::new(StopContainerRequest {
-            container_id: id.to_string(),
-            timeout: grace_seconds,
-        });
-        req.set_timeout(Duration::from_secs(grace_seconds.max(0) as u64 + 30));
-        if let Err(e) = runtime.stop_container(req).await
+        if let Err(e) = runtime
+            .stop_container(stop_request(id, grace_seconds))
+            .await
             && !nodeagent_cri::is_not_found(&e)
         {
             tracing::warn!(container.id = %id, error = %e.message(), "StopContainer failed");
@@ -1314,6 +1299,17 @@ fn next_attempt(rt: &RuntimePodStatus, name: &str) -> (u32, u32) {
         .first()
         .map(|c| (c.attempt + 1, c.backoff_base))
         .unwrap_or((0, 0))
+}
+
+/// A StopContainer with `grace_seconds` for the container to stop, and the call itself
+/// bounded a little beyond that.
+pub(crate) fn stop_request(id: &str, grace_seconds: i64) -> tonic::Request<StopContainerRequest> {
+    let mut req = tonic::Request::new(StopContainerRequest {
+        container_id: id.to_string(),
+        timeout: grace_seconds,
+    });
+    req.set_timeout(Duration::from_secs(grace_seconds.max(0) as u64 + 30));
+    req
 }
 
 /// The grace period to stop the pod's containers with: the deletion's own period when the
