@@ -25,7 +25,7 @@ mod status;
 pub mod websocket;
 
 pub use http::http_get;
-pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime, wait_serving};
+pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime, rss_kib, wait_serving};
 pub use status::{container_status, is_running, ready_results};
 
 use std::future::Future;

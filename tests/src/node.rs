@@ -465,6 +465,11 @@ impl Node {
             .map(|c| c.id)
     }
 
+    /// The pid of this node's `service`, while the harness runs it.
+    pub fn service_pid(&self, service: Service) -> Option<u32> {
+        self.procs.get(&service).map(Child::id)
+    }
+
     /// Stops the node's only sandbox behind the agent's back, as a crash of the pod's
     /// infrastructure would; returns its id.
     pub async fn stop_only_sandbox(&self) -> String {
@@ -616,4 +621,11 @@ impl Drop for Node {
         })
         .join();
     }
+}
+
+/// VmRSS of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -32,28 +32,6 @@ fn cpu_seconds(path: &str) -> f64 {
     (ticks(11) + ticks(12)) / TICKS
 }
 
-/// The pid of this node's `service`, found by its command line (which names the node dir).
-fn service_pid(node: &Node, service: Service) -> Option<u32> {
-    let dir = node.dir.path().to_string_lossy().to_string();
-    let name = format!("nodeagent-{}", service.name());
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            (cmdline.contains(&name) && cmdline.contains(&dir))
-                .then(|| entry.file_name().to_string_lossy().parse().ok())
-                .flatten()
-        })
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The same checks the probe service makes, from one thread with its own runtime: every
 /// second one HTTP GET and one TCP connect per pod. Returns that thread's CPU seconds.
 fn direct_checks(ips: Vec<String>, window: Duration) -> f64 {
@@ -126,13 +104,15 @@ async fn probe_cpu_at_100_pods_with_2_probes_each() {
     })
     .await;
     eprintln!("{PODS} pods ready after {:?}", started.elapsed());
-    let pid = service_pid(&node, Service::Probe).expect("the probe service's pid");
+    let pid = node
+        .service_pid(Service::Probe)
+        .expect("the probe service's pid");
     let stat = format!("/proc/{pid}/stat");
     let before = cpu_seconds(&stat);
     let measured = Instant::now();
     tokio::time::sleep(WINDOW).await;
     let probe_cpu = (cpu_seconds(&stat) - before) / measured.elapsed().as_secs_f64();
-    let rss = rss_kib(pid).unwrap_or(0);
+    let rss = nodeagent_tests::rss_kib(pid).unwrap_or(0);
     let direct = tokio::task::spawn_blocking(move || direct_checks(ips, WINDOW))
         .await
         .unwrap()

@@ -8,21 +8,9 @@ use std::time::{Duration, Instant};
 const PODS: usize = 100;
 const REQUESTS: usize = 200;
 
-/// VmRSS of the node's http-server, found by its command line (which names the node's dir).
+/// VmRSS of the node's http-server.
 fn http_server_rss_kib(node: &Node) -> Option<u64> {
-    let dir = node.dir.path().to_string_lossy().to_string();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains("nodeagent-http-server") && cmdline.contains(&dir) {
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-            return line.split_whitespace().nth(1)?.parse().ok();
-        }
-    }
-    None
+    nodeagent_tests::rss_kib(node.service_pid(nodeagent_config::Service::HttpServer)?)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
