@@ -8,16 +8,20 @@ use crate::store::PodStore;
 use k8s_openapi::api::core::v1::Pod;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nodeagent_transport::{Heartbeat, Shutdown};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
-/// Re-reads after a change wait this long so that an editor's burst of writes is one read.
+/// A change whose write is complete (the file closed after writing, renamed in, removed)
+/// is read at once. A write still open is waited for this long at most (a writer that
+/// keeps its file open never closes it), so that a burst of writes is one read.
 const SETTLE: Duration = Duration::from_millis(100);
 
 pub struct FileSource {
@@ -59,6 +63,8 @@ impl FileSource {
     /// after every scan.
     pub async fn run(mut self, shutdown: Shutdown, heartbeat: Heartbeat) {
         let mut watcher = None;
+        // Manifests being written: created or modified and not yet closed.
+        let mut writing = HashSet::new();
         loop {
             if watcher.is_none() {
                 watcher = watch(&self.path)
@@ -82,22 +88,29 @@ impl FileSource {
             heartbeat.beat();
             let changed = async {
                 match &watcher {
-                    Some(w) => wait_for_change(w).await,
+                    Some(w) => wait_for_change(w, &mut writing).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
+            let change = tokio::select! {
                 _ = shutdown.wait() => return,
-                _ = tokio::time::sleep(self.period) => {}
-                ok = changed => {
-                    if !ok {
-                        watcher = None; // the directory went away; watch again next round
-                    }
-                    tokio::time::sleep(SETTLE).await;
-                    if let Some(w) = &watcher {
-                        let _ = w.get_ref().0.read_events();
-                    }
+                _ = tokio::time::sleep(self.period) => None,
+                change = changed => Some(change),
+            };
+            let (Some(mut change), Some(w)) = (change, &watcher) else {
+                continue;
+            };
+            // A write still under way is waited for, not read half done.
+            let until = tokio::time::Instant::now() + SETTLE;
+            while change == Change::Writing {
+                match tokio::time::timeout_at(until, wait_for_change(w, &mut writing)).await {
+                    Ok(next) => change = next,
+                    Err(_) => break,
                 }
+            }
+            writing.clear();
+            if change == Change::Gone {
+                watcher = None; // the directory went away; watch again next round
             }
         }
     }
@@ -281,11 +294,59 @@ fn watch(path: &Path) -> std::io::Result<AsyncFd<InotifyFd>> {
     unsafe { AsyncFd::register(InotifyFd(inotify)) }.map_err(|e| e.into_parts().1)
 }
 
-/// Waits for an inotify event; false when the watched path itself went away.
-async fn wait_for_change(fd: &AsyncFd<InotifyFd>) -> bool {
+/// What a batch of inotify events means for the next scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Every write seen is complete: scan now.
+    Complete,
+    /// A manifest is being written (created or modified, not yet closed).
+    Writing,
+    /// The watched path itself went away.
+    Gone,
+}
+
+/// Folds one batch of events into `writing` (the manifests open for writing) and says
+/// what it means. Dot-files are never read, so their events (an editor's swap file, the
+/// temporary file of a write-then-rename) mean nothing.
+fn classify<'a>(
+    events: impl IntoIterator<Item = (AddWatchFlags, Option<&'a OsStr>)>,
+    writing: &mut HashSet<OsString>,
+) -> Change {
+    let mut gone = false;
+    for (mask, name) in events {
+        if mask.intersects(
+            AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_IGNORED,
+        ) {
+            gone = true;
+        }
+        let Some(name) = name.filter(|n| !n.as_bytes().starts_with(b".")) else {
+            continue;
+        };
+        if mask.intersects(
+            AddWatchFlags::IN_CLOSE_WRITE
+                | AddWatchFlags::IN_MOVED_TO
+                | AddWatchFlags::IN_MOVED_FROM
+                | AddWatchFlags::IN_DELETE,
+        ) {
+            writing.remove(name);
+        } else if mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MODIFY) {
+            writing.insert(name.to_os_string());
+        }
+    }
+    if gone {
+        Change::Gone
+    } else if writing.is_empty() {
+        Change::Complete
+    } else {
+        Change::Writing
+    }
+}
+
+/// Waits for a batch of inotify events and classifies it (see [`classify`]).
+async fn wait_for_change(fd: &AsyncFd<InotifyFd>, writing: &mut HashSet<OsString>) -> Change {
     loop {
         let Ok(mut guard) = fd.readable().await else {
-            return false;
+            return Change::Gone;
         };
         match guard.try_io(|inner| {
             inner
@@ -295,16 +356,9 @@ async fn wait_for_change(fd: &AsyncFd<InotifyFd>) -> bool {
                 .map_err(std::io::Error::from)
         }) {
             Ok(Ok(events)) => {
-                let gone = events.iter().any(|e| {
-                    e.mask.intersects(
-                        AddWatchFlags::IN_DELETE_SELF
-                            | AddWatchFlags::IN_MOVE_SELF
-                            | AddWatchFlags::IN_IGNORED,
-                    )
-                });
-                return !gone;
+                return classify(events.iter().map(|e| (e.mask, e.name.as_deref())), writing);
             }
-            Ok(Err(_)) => return false,
+            Ok(Err(_)) => return Change::Gone,
             Err(_would_block) => continue,
         }
     }
@@ -313,6 +367,97 @@ async fn wait_for_change(fd: &AsyncFd<InotifyFd>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each row: a batch of events (mask, file name), what it means, and the manifests
+    /// still open for writing after it. Batches of one test follow each other.
+    #[test]
+    fn a_completed_write_is_read_at_once_and_an_open_one_waited_for() {
+        use AddWatchFlags as F;
+        type Row<'a> = (&'a [(AddWatchFlags, &'a str)], Change, &'a [&'a str]);
+        let cases: &[&[Row]] = &[
+            // `cp`/an editor writing in place: created, written, closed.
+            &[
+                (
+                    &[(F::IN_CREATE, "web.yaml"), (F::IN_MODIFY, "web.yaml")],
+                    Change::Writing,
+                    &["web.yaml"],
+                ),
+                (
+                    &[(F::IN_MODIFY, "web.yaml")],
+                    Change::Writing,
+                    &["web.yaml"],
+                ),
+                (&[(F::IN_CLOSE_WRITE, "web.yaml")], Change::Complete, &[]),
+            ],
+            // The whole write in one batch.
+            &[(
+                &[
+                    (F::IN_CREATE, "a.yaml"),
+                    (F::IN_MODIFY, "a.yaml"),
+                    (F::IN_CLOSE_WRITE, "a.yaml"),
+                ],
+                Change::Complete,
+                &[],
+            )],
+            // Write a dot-file, rename it in: only the rename counts, and at once.
+            &[
+                (
+                    &[(F::IN_CREATE, ".a.tmp"), (F::IN_MODIFY, ".a.tmp")],
+                    Change::Complete,
+                    &[],
+                ),
+                (
+                    &[
+                        (F::IN_CLOSE_WRITE, ".a.tmp"),
+                        (F::IN_MOVED_FROM, ".a.tmp"),
+                        (F::IN_MOVED_TO, "a.yaml"),
+                    ],
+                    Change::Complete,
+                    &[],
+                ),
+            ],
+            // A removal or a rename away is complete; one file still open holds the batch.
+            &[
+                (&[(F::IN_DELETE, "a.yaml")], Change::Complete, &[]),
+                (
+                    &[(F::IN_MODIFY, "b.yaml"), (F::IN_MOVED_FROM, "c.yaml")],
+                    Change::Writing,
+                    &["b.yaml"],
+                ),
+                (&[(F::IN_ATTRIB, "c.yaml")], Change::Writing, &["b.yaml"]),
+                (&[(F::IN_DELETE, "b.yaml")], Change::Complete, &[]),
+            ],
+            // The directory itself went away.
+            &[
+                (&[(F::IN_MODIFY, "a.yaml")], Change::Writing, &["a.yaml"]),
+                (&[(F::IN_DELETE_SELF, "")], Change::Gone, &["a.yaml"]),
+            ],
+        ];
+        for (n, batches) in cases.iter().enumerate() {
+            let mut writing = HashSet::new();
+            for (events, want, open) in batches.iter() {
+                let got = classify(
+                    events
+                        .iter()
+                        .map(|(m, name)| (*m, (!name.is_empty()).then(|| OsStr::new(*name)))),
+                    &mut writing,
+                );
+                let mut still: Vec<_> = writing
+                    .iter()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .collect();
+                still.sort();
+                assert_eq!(
+                    (got, still),
+                    (
+                        *want,
+                        open.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+                    ),
+                    "case {n}, batch {events:?}"
+                );
+            }
+        }
+    }
 
     /// A valid manifest of pod `web`.
     const GOOD_MANIFEST: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
