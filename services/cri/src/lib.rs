@@ -30,7 +30,21 @@ impl Cri {
     /// A lazily connecting client for `endpoint`. `timeout` bounds every call made
     /// through [`Cri::request`].
     pub fn connect(endpoint: &Address, timeout: Duration) -> Self {
-        let channel = nodeagent_transport::connect(endpoint);
+        Self::on(nodeagent_transport::connect(endpoint), timeout)
+    }
+
+    /// [`Cri::connect`], with at most `concurrent` of the runtime's expensive calls
+    /// ([`is_expensive`]) under way at once; the rest (stops that wait out a grace period,
+    /// exec, pulls, lists and statuses) are not held back.
+    pub fn connect_limited(endpoint: &Address, timeout: Duration, concurrent: usize) -> Self {
+        let limit = nodeagent_transport::CallLimit::new(concurrent, is_expensive);
+        Self::on(
+            nodeagent_transport::connect(endpoint).with_call_limit(limit),
+            timeout,
+        )
+    }
+
+    fn on(channel: Channel, timeout: Duration) -> Self {
         Self {
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(16 << 20),
             image: ImageServiceClient::new(channel).max_decoding_message_size(16 << 20),
@@ -128,6 +142,23 @@ fn uid_selector(uid: &str) -> HashMap<String, String> {
 }
 
 /// True when a CRI error means the object is already gone (so a removal succeeded).
+/// The runtime calls that cost the node real work (namespaces, the network set-up, the OCI
+/// runtime's fork and exec, mounts) and finish in bounded time: the ones worth bounding
+/// when many pods change at once. StopContainer is not one: it waits out a grace period.
+pub fn is_expensive(path: &str) -> bool {
+    matches!(
+        path.strip_prefix("/runtime.v1.RuntimeService/"),
+        Some(
+            "RunPodSandbox"
+                | "StopPodSandbox"
+                | "RemovePodSandbox"
+                | "CreateContainer"
+                | "StartContainer"
+                | "RemoveContainer"
+        )
+    )
+}
+
 pub fn is_not_found(status: &Status) -> bool {
     status.code() == Code::NotFound || status.message().contains("not found")
 }

@@ -45,11 +45,12 @@ use runtime_spec::NodeContext;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc};
 
-/// How many pod workers may talk to the runtime at once (the runtime dominates; ≈4 on
-/// two cores measured best).
-const PARALLEL_WORKERS: usize = 4;
+/// How many of the runtime's expensive calls (sandbox and container creation, start and
+/// removal; `nodeagent_cri::is_expensive`) pod-sync makes at once. Pod workers themselves
+/// are not bounded: each waits (grace periods, hooks, pulls, back-offs) on its own.
+const EXPENSIVE_CRI_CALLS: usize = 4;
 /// Upstream housekeeping period.
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
 /// Probe result updates queued from all instances' followers to the one applier.
@@ -63,7 +64,6 @@ pub struct PodSync {
     node: NodeContext,
     state: Mutex<State>,
     workers: Mutex<HashMap<String, mpsc::Sender<()>>>,
-    permits: Semaphore,
     status_tx: broadcast::Sender<PodStatusUpdate>,
     /// Pending delayed wake-ups of pod workers, one per pod at most.
     delayed: Arc<workers::DelayedTriggers>,
@@ -87,9 +87,10 @@ impl PodSync {
 
 /// Runs pod-sync until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let cri = Cri::connect(
+    let cri = Cri::connect_limited(
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
+        EXPENSIVE_CRI_CALLS,
     );
     let api = config.api_client().await?;
     let host_ip = host_ip();
@@ -125,7 +126,6 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             ..State::default()
         }),
         workers: Mutex::new(HashMap::new()),
-        permits: Semaphore::new(PARALLEL_WORKERS),
         status_tx,
         delayed: Default::default(),
         cgroup_fs: "/sys/fs/cgroup".into(),

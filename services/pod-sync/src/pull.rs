@@ -1,8 +1,7 @@
 //! One image pull, as upstream makes it: with no deadline (a large image on a slow link
 //! takes what it takes), ended early only when the pod that wants it is no longer wanted
-//! (upstream cancels the pod worker's context) or pod-sync shuts down. While it waits, the
-//! pull lends its pod-worker permit to other pods, so a slow or hung registry stalls only
-//! the pods whose image it serves.
+//! (upstream cancels the pod worker's context) or pod-sync shuts down. Pod workers are not
+//! bounded, so a slow or hung registry stalls only the pods whose image it serves.
 
 use crate::PodSync;
 use nodeagent_proto::cri::{AuthConfig, ImageSpec, PullImageRequest};
@@ -26,8 +25,6 @@ impl PodSync {
         }));
         tokio::pin!(pull);
         let changes = self.lock().desired_changed.clone();
-        // Lend the worker permit for the wait; taken back (waiting if need be) after.
-        self.permits.add_permits(1);
         let result = loop {
             let changed = changes.notified();
             tokio::pin!(changed);
@@ -42,9 +39,6 @@ impl PodSync {
                 _ = self.shutdown.wait() => break Err("image pull cancelled: shutting down".into()),
             }
         };
-        if let Ok(permit) = self.permits.acquire().await {
-            permit.forget();
-        }
         result
     }
 }

@@ -149,12 +149,7 @@ impl PodSync {
                 k8s.namespace.name = %namespace,
             );
             nodeagent_telemetry::set_parent_from(&span, trace.as_ref());
-            let outcome = {
-                let Ok(_permit) = self.permits.acquire().await else {
-                    return;
-                };
-                self.sync_once(&uid).instrument(span.clone()).await
-            };
+            let outcome = self.sync_once(&uid).instrument(span.clone()).await;
             if matches!(outcome, Ok(SyncOutcome::Idle | SyncOutcome::Terminated)) {
                 let mut st = self.lock();
                 if st.pending_trace.get(&uid) == trace.as_ref() {

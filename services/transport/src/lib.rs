@@ -27,7 +27,7 @@ pub use server::{ServeError, Server};
 pub use service_main::run_main;
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};
 pub use stream::{WatchStream, snapshot_then_deltas};
-pub use trace::{ClientTrace, ServerTrace, ServerTraceLayer};
+pub use trace::{CallLimit, ClientTrace, ServerTrace, ServerTraceLayer};
 pub use vsock_auth::{SECRET_HEADER, SecretCheck, SecretCheckLayer, install_vsock_auth};
 pub use watch::{WatchEvent, watch_with_retry};
 

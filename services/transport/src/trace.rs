@@ -70,6 +70,37 @@ where
 pub struct ClientTrace<S> {
     inner: S,
     secret: Option<http::HeaderValue>,
+    limit: Option<CallLimit>,
+}
+
+/// A bound on how many calls of some methods are under way at once over one channel,
+/// shared by its clones. A limited call waits for a permit before it is sent, holds it
+/// until its response arrives, and only then starts its span's clock; other methods pass
+/// untouched. pod-sync uses it to bound the runtime's expensive calls (sandbox and
+/// container creation and removal) instead of bounding whole pod syncs, which wait out
+/// grace periods, hooks and image pulls.
+#[derive(Clone)]
+pub struct CallLimit {
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Whether a call's path ("/runtime.v1.RuntimeService/RunPodSandbox") is limited.
+    covers: fn(&str) -> bool,
+}
+
+impl CallLimit {
+    pub fn new(concurrent: usize, covers: fn(&str) -> bool) -> Self {
+        Self {
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent.max(1))),
+            covers,
+        }
+    }
+}
+
+impl std::fmt::Debug for CallLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallLimit")
+            .field("available", &self.permits.available_permits())
+            .finish()
+    }
 }
 
 impl<S> ClientTrace<S> {
@@ -77,7 +108,14 @@ impl<S> ClientTrace<S> {
         Self {
             inner,
             secret: None,
+            limit: None,
         }
+    }
+
+    /// Bounds the calls `limit` covers (see [`CallLimit`]).
+    pub fn with_call_limit(mut self, limit: CallLimit) -> Self {
+        self.limit = Some(limit);
+        self
     }
 
     /// Sends `secret` in every call's metadata (see [`crate::SECRET_HEADER`]).
@@ -91,11 +129,14 @@ impl<S> ClientTrace<S> {
 
 impl<S, B, RB> Service<http::Request<B>> for ClientTrace<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S: Service<http::Request<B>, Response = http::Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Instrumented<RuntimeOperation<S::Future>>;
+    type Future =
+        Instrumented<std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -109,12 +150,31 @@ where
                 .insert(crate::SECRET_HEADER, secret.clone());
         }
         let operation = nodeagent_telemetry::metrics::kubelet::runtime_operation(req.uri().path());
-        let inner = span.in_scope(|| self.inner.call(req));
-        RuntimeOperation {
+        let timed = move |inner| RuntimeOperation {
             inner,
             operation: operation.map(|op| (op, std::time::Instant::now())),
-        }
-        .instrument(span)
+        };
+        let limit = self
+            .limit
+            .as_ref()
+            .filter(|l| (l.covers)(req.uri().path()))
+            .map(|l| l.permits.clone());
+        let future: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match limit {
+            None => Box::pin(timed(span.in_scope(|| self.inner.call(req)))),
+            Some(permits) => {
+                // The service that was made ready goes with the call (tower's rule: call
+                // what poll_ready readied); this handle keeps a fresh clone.
+                let fresh = self.inner.clone();
+                let mut ready = std::mem::replace(&mut self.inner, fresh);
+                let call_span = span.clone();
+                Box::pin(async move {
+                    // The semaphore is never closed; were it, the call would go unbounded.
+                    let _permit = permits.acquire_owned().await.ok();
+                    timed(call_span.in_scope(|| ready.call(req))).await
+                })
+            }
+        };
+        future.instrument(span)
     }
 }
 
@@ -159,7 +219,56 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::rpc_parts;
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    use tower::ServiceExt;
+
+    /// 12 calls of a limited method and 12 of another at once, over clones of one
+    /// channel whose calls each take 50 ms: at most 3 limited calls run together, while
+    /// the others all run together.
+    #[tokio::test]
+    async fn a_call_limit_bounds_only_the_methods_it_covers() {
+        #[derive(Default)]
+        struct Seen {
+            now: [AtomicUsize; 2],
+            most: [AtomicUsize; 2],
+        }
+        let seen = Arc::new(Seen::default());
+        let inner = {
+            let seen = seen.clone();
+            tower::service_fn(move |req: http::Request<()>| {
+                let seen = seen.clone();
+                async move {
+                    let i = usize::from(req.uri().path().ends_with("/Heavy"));
+                    let now = seen.now[i].fetch_add(1, Ordering::SeqCst) + 1;
+                    seen.most[i].fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    seen.now[i].fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(http::Response::new(()))
+                }
+            })
+        };
+        let channel = ClientTrace::new(inner)
+            .with_call_limit(CallLimit::new(3, |path| path.ends_with("/Heavy")));
+        let mut calls = tokio::task::JoinSet::new();
+        for n in 0..24 {
+            let channel = channel.clone();
+            let path = if n % 2 == 0 {
+                "/s.S/Heavy"
+            } else {
+                "/s.S/Light"
+            };
+            calls.spawn(async move {
+                let req = http::Request::builder().uri(path).body(()).unwrap();
+                channel.oneshot(req).await.unwrap();
+            });
+        }
+        while calls.join_next().await.is_some() {}
+        assert_eq!(seen.most[1].load(Ordering::SeqCst), 3, "limited calls");
+        assert_eq!(seen.most[0].load(Ordering::SeqCst), 12, "other calls");
+    }
 
     #[test]
     fn splits_grpc_paths() {
