@@ -91,6 +91,10 @@ pub struct NodeOptions {
     pub auth_config: Option<String>,
     /// Do not start the default probe instance (a test that runs `--probe-instance`s).
     pub no_default_probe: bool,
+    /// pleg's `--pleg-relist-period` (default 500ms).
+    pub pleg_relist_period: Option<String>,
+    /// `syncFrequency` (default 10s).
+    pub sync_frequency: Option<String>,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -131,6 +135,7 @@ pub struct Node {
     probe_instances: BTreeMap<String, Child>,
     env: Vec<(String, String)>,
     kubeconfig: bool,
+    pleg_relist_period: String,
     stopped: bool,
     _runtime_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -186,9 +191,10 @@ impl Node {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}\n\
              address: 127.0.0.1\nreadOnlyPort: {read_only_port}\nhealthzPort: {healthz_port}\n\
-             fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: 10s\nport: {port}\n\
+             fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: {sync}\nport: {port}\n\
              {auth_config}{extra}",
             d = dir.path().display(),
+            sync = options.sync_frequency.as_deref().unwrap_or("10s"),
             extra = options.extra_config,
         );
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
@@ -217,6 +223,10 @@ impl Node {
             probe_instances: BTreeMap::new(),
             env: options.env.clone(),
             kubeconfig: options.kubeconfig.is_some(),
+            pleg_relist_period: options
+                .pleg_relist_period
+                .clone()
+                .unwrap_or_else(|| "500ms".into()),
             stopped: false,
             _runtime_lock: runtime_lock,
         };
@@ -281,7 +291,7 @@ impl Node {
             "--hostname-override".into(),
             self.name.clone(),
             "--pleg-relist-period".into(),
-            "500ms".into(),
+            self.pleg_relist_period.clone(),
             "--cert-dir".into(),
             self.path("cert-dir").display().to_string(),
         ];

@@ -4,6 +4,9 @@
 
 pub mod actions;
 pub mod http_probe;
+mod inspect;
+
+pub use inspect::{inspect_pod, now_nanos};
 
 use nodeagent_proto::cri::image_service_client::ImageServiceClient;
 use nodeagent_proto::cri::runtime_service_client::RuntimeServiceClient;

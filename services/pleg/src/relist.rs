@@ -1,10 +1,10 @@
 //! The relist loop: list every sandbox and container (cheap), diff against the previous
 //! relist, and read full status only for the pods that changed (expensive).
 
-use nodeagent_cri::{Cri, Status, api};
+use nodeagent_cri::{Cri, Status, api, now_nanos};
 use nodeagent_proto::api::{
-    PlegWatchResponse, PodLifecycleEvent, RuntimeContainer, RuntimePodStatus, RuntimeSandbox,
-    pleg_watch_response::Kind, pod_lifecycle_event::Type,
+    PlegWatchResponse, PodLifecycleEvent, RuntimePodStatus, pleg_watch_response::Kind,
+    pod_lifecycle_event::Type,
 };
 use nodeagent_proto::k8s::labels;
 use nodeagent_transport::Shutdown;
@@ -185,7 +185,7 @@ impl Relister {
             if sbs.is_empty() && cs.is_empty() {
                 continue; // gone entirely
             }
-            match inspect_pod(&self.cri, uid, &sbs, &cs, listed_at).await {
+            match nodeagent_cri::inspect_pod(&self.cri, uid, &sbs, &cs, listed_at).await {
                 Ok(status) => {
                     fresh.insert(uid.clone(), status);
                 }
@@ -255,111 +255,6 @@ impl Relister {
         }
         Ok(())
     }
-}
-
-/// Reads the full status of one pod's sandboxes and containers.
-/// `listed_at` is when the lists were taken: the status is as old as they are.
-pub(crate) async fn inspect_pod(
-    cri: &Cri,
-    uid: &str,
-    sandboxes: &[api::PodSandbox],
-    containers: &[api::Container],
-    listed_at: i64,
-) -> Result<RuntimePodStatus, Status> {
-    let mut status = RuntimePodStatus {
-        uid: uid.to_string(),
-        timestamp_unix_nanos: listed_at,
-        ..Default::default()
-    };
-    for sb in sandboxes {
-        let meta = sb.metadata.clone().unwrap_or_default();
-        if status.name.is_empty() {
-            status.name = meta.name.clone();
-            status.namespace = meta.namespace.clone();
-        }
-        let mut out = RuntimeSandbox {
-            id: sb.id.clone(),
-            state: sb.state,
-            attempt: meta.attempt,
-            created_at_unix_nanos: sb.created_at,
-            ..Default::default()
-        };
-        if sb.state == api::PodSandboxState::SandboxReady as i32
-            && let Ok(s) = cri.sandbox_status(&sb.id).await
-            && let Some(net) = s.network
-        {
-            out.ip = net.ip;
-            out.additional_ips = net.additional_ips.into_iter().map(|i| i.ip).collect();
-        }
-        status.sandboxes.push(out);
-    }
-    for c in containers {
-        let meta = c.metadata.clone().unwrap_or_default();
-        let mut out = RuntimeContainer {
-            id: c.id.clone(),
-            name: meta.name,
-            state: c.state,
-            attempt: meta.attempt,
-            image: c
-                .image
-                .as_ref()
-                .map(|i| i.image.clone())
-                .unwrap_or_default(),
-            image_ref: c.image_ref.clone(),
-            created_at_unix_nanos: c.created_at,
-            spec_hash: c
-                .annotations
-                .get(labels::CONTAINER_HASH)
-                .cloned()
-                .unwrap_or_default(),
-            upstream_hash: c
-                .annotations
-                .get(labels::CONTAINER_UPSTREAM_HASH)
-                .cloned()
-                .unwrap_or_default(),
-            sandbox_id: c.pod_sandbox_id.clone(),
-            backoff_base: c
-                .annotations
-                .get(labels::CONTAINER_BACKOFF_BASE)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            ..Default::default()
-        };
-        if status.name.is_empty() {
-            status.name = c.labels.get(labels::POD_NAME).cloned().unwrap_or_default();
-            status.namespace = c
-                .labels
-                .get(labels::POD_NAMESPACE)
-                .cloned()
-                .unwrap_or_default();
-        }
-        match cri.container_status(&c.id).await {
-            Ok(resp) => {
-                if let Some(s) = resp.status {
-                    out.state = s.state;
-                    out.started_at_unix_nanos = s.started_at;
-                    out.finished_at_unix_nanos = s.finished_at;
-                    out.exit_code = s.exit_code;
-                    out.reason = s.reason;
-                    out.message = s.message;
-                    if !s.image_ref.is_empty() {
-                        out.image_ref = s.image_ref;
-                    }
-                }
-            }
-            Err(e) if nodeagent_cri::is_not_found(&e) => continue,
-            Err(e) => return Err(e),
-        }
-        status.containers.push(out);
-    }
-    Ok(status)
-}
-
-pub(crate) fn now_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

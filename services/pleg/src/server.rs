@@ -1,6 +1,6 @@
 //! pleg's gRPC API: Watch, GetPodStatus, Health.
 
-use crate::relist::{RelistCache, inspect_pod, now_nanos};
+use crate::relist::RelistCache;
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::{
     GetPodStatusRequest, PlegHealthRequest, PlegHealthResponse, PlegWatchResponse,
@@ -89,11 +89,8 @@ impl Pleg for PlegService {
         }
         // The cache is older than the caller's last action: read this pod now.
         let uid = req.pod_uid.as_str();
-        let listed_at = now_nanos();
-        let sandboxes = self.cri.list_sandboxes(Some(uid)).await?;
-        let containers = self.cri.list_containers(Some(uid)).await?;
-        let status = inspect_pod(&self.cri, uid, &sandboxes, &containers, listed_at).await?;
-        if !sandboxes.is_empty() || !containers.is_empty() {
+        let status = self.cri.pod_status(uid).await?;
+        if !status.sandboxes.is_empty() || !status.containers.is_empty() {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let newer = cache
                 .pods

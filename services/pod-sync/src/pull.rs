@@ -25,7 +25,7 @@ impl PodSync {
         }));
         tokio::pin!(pull);
         let changes = self.lock().desired_changed.clone();
-        let result = loop {
+        loop {
             let changed = changes.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
@@ -38,7 +38,6 @@ impl PodSync {
                 _ = &mut changed => {}
                 _ = self.shutdown.wait() => break Err("image pull cancelled: shutting down".into()),
             }
-        };
-        result
+        }
     }
 }

@@ -82,8 +82,13 @@ impl PodSync {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> anyhow::Result<SyncOutcome> {
+        let uid = k8s::pod_uid(pod);
+        let before = self.lock().last_action.get(uid).copied();
         let outcome = self.sync_pod_inner(pod, rt).await;
-        self.publish_status(k8s::pod_uid(pod)).await;
+        if self.lock().last_action.get(uid).copied() != before {
+            self.observe(uid).await;
+        }
+        self.publish_status(uid).await;
         outcome
     }
 

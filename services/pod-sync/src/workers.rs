@@ -263,18 +263,28 @@ impl PodSync {
         Ok(status)
     }
 
+    /// Reads the pod from the runtime after this sync changed it, so that the status
+    /// published now shows what the sync did (a container started: Running) instead of
+    /// waiting for pleg's next relist. The read is as new as its lists; pleg's later
+    /// statuses replace it as usual, older ones do not.
+    pub(crate) async fn observe(&self, uid: &str) {
+        match self.cri.pod_status(uid).await {
+            Ok(status) => {
+                self.lock().apply_runtime(uid, status);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.message(), "could not read the pod after changing it; pleg's next relist will show it");
+            }
+        }
+    }
+
     /// Marks that we just changed the pod in the runtime.
     pub(crate) fn acted(&self, uid: &str) {
         self.lock().last_action.insert(uid.to_string(), now_nanos());
     }
 }
 
-pub fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_default()
-}
+pub use nodeagent_cri::now_nanos;
 
 #[cfg(test)]
 mod tests {
