@@ -16,6 +16,14 @@ bash tests/upgrade/build-previous.sh
 echo "== cargo build (the binaries the cross-service tests start)"
 cargo build --workspace --bins
 echo "== cargo nextest"
+# A machine with Rust but without cargo-nextest gets the pinned version (built from
+# crates.io, a few minutes, once): it runs each test in its own process, so one test's
+# panic or leftover task never reaches another, and it reports every failure at the end.
+NEXTEST_VERSION=0.9.143
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "== installing cargo-nextest $NEXTEST_VERSION"
+  cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
+fi
 cargo nextest run --workspace --no-fail-fast
 echo "== fuzzing: every target for 20 s with a fixed seed"
 bash tests/fuzz/run.sh 20
