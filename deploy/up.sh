@@ -12,8 +12,8 @@ SOCKETS=/run/nodeagent
 SERVICES=(config-source pleg volume pod-sync probe node-status http-server)
 
 bash deploy/runtime/setup.sh
-echo "== building the node agent"
-cargo build --workspace --bins
+echo "== building the node agent (release; the first build takes several minutes)"
+cargo build --release --workspace --bins
 mkdir -p "$CONFIG_DIR" "$MANIFESTS" "$LOGS"
 install -m 0644 deploy/config/kubelet-config.yaml "$CONFIG_DIR/kubelet-config.yaml"
 install -m 0644 deploy/examples/web.yaml "$MANIFESTS/web.yaml"
@@ -21,7 +21,7 @@ bash deploy/lib/admin-pki.sh "$CONFIG_DIR/pki"
 
 bash deploy/down.sh --keep-pods >/dev/null 2>&1 || true
 for s in "${SERVICES[@]}"; do
-  setsid nohup "target/debug/nodeagent-$s" --config "$CONFIG_DIR/kubelet-config.yaml" \
+  setsid nohup "target/release/nodeagent-$s" --config "$CONFIG_DIR/kubelet-config.yaml" \
     --socket-dir "$SOCKETS" >>"$LOGS/$s.log" 2>&1 </dev/null &
   echo $! >"$LOGS/$s.pid"
 done
