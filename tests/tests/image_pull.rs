@@ -410,7 +410,7 @@ async fn a_slow_pull_is_not_cut_short_by_the_runtime_request_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_whose_pull_hangs_is_removed_at_once() {
+async fn a_hung_pull_holds_back_no_other_pod_and_its_pod_is_removed_at_once() {
     if !require_runtime("a hung pull") {
         return;
     }
@@ -428,6 +428,19 @@ async fn a_pod_whose_pull_hangs_is_removed_at_once() {
         }
     })
     .await;
+    // Another pod starts meanwhile: the hung pull holds back only its own pod.
+    node.write_manifest(
+        "beside.json",
+        &static_pod("beside", "busybox:1.36").replace("\"Always\"", "\"IfNotPresent\""),
+    );
+    eventually("a pod beside the hung pull running", DEADLINE, || async {
+        let p = node.pod("beside").await?;
+        nodeagent_tests::is_running(&p, "c")
+            .then_some(())
+            .ok_or_else(|| p["status"].to_string())
+    })
+    .await;
+    node.remove_manifest("beside.json");
     // The pod goes although its pull never ends: the pull is cancelled with it (before,
     // its worker waited out runtimeRequestTimeout, 2 minutes).
     node.remove_manifest("hung.json");
