@@ -75,6 +75,9 @@ pub struct PodSync {
     /// Upstream's container and pod events (Pulling, Created, Killing, BackOff, ...).
     events: nodeagent_config::events::EventRecorder,
     shutdown: Shutdown,
+    /// When this process started (unix nanos): a pod whose sandbox is older was started
+    /// by an earlier pod-sync, and its start is not counted again.
+    started_unix_nanos: i64,
 }
 
 use state::State;
@@ -100,6 +103,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let probe_store = probe_state::Store::new(&config.root_dir);
     let saved = probe_store.load().await;
     let sync = Arc::new(PodSync {
+        started_unix_nanos: nodeagent_cri::now_nanos(),
         cri,
         volume: VolumeClient::new(nodeagent_transport::connect(
             config.endpoint(Service::Volume),

@@ -78,24 +78,35 @@ impl PodSync {
             trace: nodeagent_telemetry::current_trace_context(),
             snapshot_continues: false,
         };
-        observe_pod_start(&with_status, previous.as_ref());
+        let sandbox_created = st
+            .runtime
+            .get(uid)
+            .and_then(|rt| rt.sandboxes.iter().map(|s| s.created_at_unix_nanos).max());
+        let started_here = sandbox_created.is_some_and(|t| t >= self.started_unix_nanos);
+        observe_pod_start(&with_status, previous.as_ref(), started_here);
         st.statuses.insert(uid.to_string(), with_status);
         let _ = self.status_tx.send(update);
     }
 }
 
 /// kubelet_pod_start_duration_seconds: from the pod's `kubernetes.io/config.seen` to
-/// the status that first shows it Running. Only a change this process saw counts, so a
-/// restarted pod-sync does not count its running pods again.
+/// the status that first shows it Running. A pod's first status counts only when this
+/// process made its sandbox (`started_here`): pod-sync publishes Running from its own
+/// sync, so a pod may be Running in its very first status, while a restarted pod-sync
+/// must not count the running pods it adopts again.
 fn observe_pod_start(
     pod: &k8s_openapi::api::core::v1::Pod,
     previous: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    started_here: bool,
 ) {
     let phase = |s: Option<&k8s_openapi::api::core::v1::PodStatus>| {
         s.and_then(|s| s.phase.clone()).unwrap_or_default()
     };
-    if previous.is_none() || phase(previous) == "Running" || phase(pod.status.as_ref()) != "Running"
-    {
+    let counted = match previous {
+        None => started_here,
+        Some(_) => phase(previous) != "Running",
+    };
+    if !counted || phase(pod.status.as_ref()) != "Running" {
         return;
     }
     let seen = pod
