@@ -13,6 +13,7 @@ pub mod apiserver_proxy;
 mod apiserver_relay;
 pub mod apiserver_serviceaccount;
 mod apiserver_table;
+pub mod cgroup;
 pub mod chaos;
 mod http;
 pub mod kubelet_client;

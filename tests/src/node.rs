@@ -561,18 +561,19 @@ async fn remove_sandboxes_of(cri: &Cri, name: &str) {
             .as_ref()
             .is_some_and(|m| m.name.ends_with(&suffix))
     }) {
-        {
-            let mut rt = cri.runtime.clone();
-            let _ = rt
-                .stop_pod_sandbox(StopPodSandboxRequest {
-                    pod_sandbox_id: s.id.clone(),
-                })
-                .await;
-            let _ = rt
-                .remove_pod_sandbox(RemovePodSandboxRequest {
-                    pod_sandbox_id: s.id.clone(),
-                })
-                .await;
+        let mut rt = cri.runtime.clone();
+        let _ = rt
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: s.id.clone(),
+            })
+            .await;
+        let _ = rt
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: s.id.clone(),
+            })
+            .await;
+        if let Some(m) = &s.metadata {
+            crate::cgroup::remove_pod(&m.uid);
         }
     }
 }

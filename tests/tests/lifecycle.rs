@@ -603,15 +603,13 @@ spec:
         expected,
         "$$ escapes, undefined references stay as written"
     );
-    // Pod-level cgroup limits (cgroup v1 here; v2 names differ).
-    let memory = std::path::Path::new("/sys/fs/cgroup/memory/kubepods")
-        .join(format!("pod{uid}/memory.limit_in_bytes"));
-    if memory.exists() {
-        assert_eq!(
-            std::fs::read_to_string(&memory).unwrap().trim(),
-            (64u64 << 20).to_string()
-        );
-    }
+    // The Guaranteed pod's cgroup limit (`memory.limit_in_bytes` on v1, `memory.max` on v2).
+    let cgroup = format!("kubepods/pod{uid}");
+    assert_eq!(
+        nodeagent_tests::cgroup::memory_limit(&cgroup),
+        Ok(Some(64 << 20)),
+        "{cgroup}"
+    );
 
     // activeDeadlineSeconds: 8 s after start the pod is Failed, its container stopped.
     let failed = eventually("DeadlineExceeded", DEADLINE, || async {

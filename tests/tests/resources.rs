@@ -8,10 +8,10 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, PostParams};
 use nodeagent_tests::{
-    CONTAINERD_SOCKET, Node, NodeOptions, eventually, eventually_event, require_runtime,
+    CONTAINERD_SOCKET, Node, NodeOptions, cgroup, eventually, eventually_event, require_runtime,
 };
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -105,38 +105,9 @@ async fn pod_cgroup(node: &Node, pod: &str, qos: &str) -> String {
     }
 }
 
-/// The pod cgroup's memory limit in bytes (cgroup v2 `memory.max`, v1
-/// `memory.limit_in_bytes`); `None` for unlimited.
-fn memory_limit(cgroup: &str) -> Result<Option<i64>, String> {
-    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    let file: PathBuf = if v2 {
-        Path::new("/sys/fs/cgroup").join(cgroup).join("memory.max")
-    } else {
-        Path::new("/sys/fs/cgroup/memory")
-            .join(cgroup)
-            .join("memory.limit_in_bytes")
-    };
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    match text.trim() {
-        "max" => Ok(None),
-        // v1's "unlimited" is the largest page-aligned i64.
-        n => n
-            .parse::<i64>()
-            .map(|n| (n < i64::MAX / 2).then_some(n))
-            .map_err(|e| format!("{n:?}: {e}")),
-    }
-}
-
 /// The oom_score_adj of the pod's pause process, found among the processes of its cgroup.
-fn pause_score(cgroup: &str) -> Result<i64, String> {
-    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    let root = if v2 {
-        Path::new("/sys/fs/cgroup").join(cgroup)
-    } else {
-        Path::new("/sys/fs/cgroup/memory").join(cgroup)
-    };
-    let mut dirs = vec![root];
-    while let Some(dir) = dirs.pop() {
+fn pause_score(cgroup_path: &str) -> Result<i64, String> {
+    for dir in cgroup::tree(cgroup_path) {
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
         for pid in procs.split_whitespace() {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -146,15 +117,8 @@ fn pause_score(cgroup: &str) -> Result<i64, String> {
                 return adj.trim().parse().map_err(|e| format!("{adj:?}: {e}"));
             }
         }
-        let children = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        dirs.extend(
-            children
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path()),
-        );
     }
-    Err(format!("no pause process under {cgroup}"))
+    Err(format!("no pause process under {cgroup_path}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,12 +226,66 @@ async fn oom_score_adj_by_qos_and_a_pod_cgroup_sized_for_its_init_container() {
     }
 
     let big_init = pod_cgroup(&node, "big-init", "Burstable").await;
-    let limit = memory_limit(&big_init).unwrap();
+    let limit = cgroup::memory_limit(&big_init).unwrap();
     let guaranteed = pod_cgroup(&node, "guaranteed", "Guaranteed").await;
-    let guaranteed_limit = memory_limit(&guaranteed).unwrap();
-    eprintln!("pod cgroup memory limits: big-init {limit:?}, guaranteed {guaranteed_limit:?}");
+    let guaranteed_limit = cgroup::memory_limit(&guaranteed).unwrap();
+    eprintln!(
+        "cgroup v2: {}; pod cgroup memory limits: big-init {limit:?}, guaranteed {guaranteed_limit:?}",
+        cgroup::is_v2()
+    );
     assert_eq!(limit, Some(64 * MI), "{big_init}");
     assert_eq!(guaranteed_limit, Some(32 * MI), "{guaranteed}");
+    // The Guaranteed pod's CPU (100m): a 10 ms quota per 100 ms period and 102 shares
+    // (v2: the weight upstream derives from them), on the pod cgroup.
+    assert_eq!(cgroup::cpu_quota(&guaranteed).unwrap(), Some(10_000));
+    assert!(cgroup::cpu_weight_matches_shares(&guaranteed, 102).unwrap());
+    // The BestEffort pod: no memory or CPU limit, the minimum 2 shares.
+    let besteffort = pod_cgroup(&node, "besteffort", "BestEffort").await;
+    assert_eq!(cgroup::memory_limit(&besteffort).unwrap(), None);
+    assert_eq!(cgroup::cpu_quota(&besteffort).unwrap(), None);
+    assert!(cgroup::cpu_weight_matches_shares(&besteffort, 2).unwrap());
+    // The container's own cgroup, made by the runtime below the pod's from the resources
+    // pod-sync passes over CRI, carries its limits too.
+    let app = node
+        .containers()
+        .await
+        .into_iter()
+        .find(|c| {
+            c.labels
+                .get("io.kubernetes.container.name")
+                .map(String::as_str)
+                == Some("app")
+                && c.labels
+                    .get("io.kubernetes.pod.name")
+                    .is_some_and(|p| p == &node.pod_name("guaranteed"))
+        })
+        .expect("the guaranteed pod's app container");
+    let container = cgroup::tree(&guaranteed)
+        .into_iter()
+        .find(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(&app.id))
+        })
+        .expect("the app container's cgroup below the pod's");
+    let relative = container
+        .strip_prefix(if cgroup::is_v2() {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/memory"
+        })
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(
+        cgroup::memory_limit(&relative).unwrap(),
+        Some(32 * MI),
+        "{relative}"
+    );
+    assert_eq!(
+        cgroup::cpu_quota(&relative).unwrap(),
+        Some(10_000),
+        "{relative}"
+    );
     node.stop().await;
 }
 
