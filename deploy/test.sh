@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this): prepares the real container
 # runtime, checks formatting and lints, builds the seven binaries (and the previous
-# release's, for the upgrade test), runs every test, then each fuzz target briefly.
+# release's, for the upgrade test), runs every test, the cgroup tests again on a cgroup v2
+# guest, then each fuzz target briefly.
 # Run as root on Debian 12 (the runtime tests need containerd, runc and CNI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,5 +26,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
 fi
 cargo nextest run --workspace --no-fail-fast
+echo "== the cgroup tests again on a cgroup v2 host (a qemu guest; this machine's hierarchy is $(stat -fc %T /sys/fs/cgroup))"
+bash tests/cgroup2/suite.sh
 echo "== fuzzing: every target for 20 s with a fixed seed"
 bash tests/fuzz/run.sh 20

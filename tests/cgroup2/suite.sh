@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # test binary -> the tests of it to run ("" for all of them).
 declare -A TESTS=(
   [resources]=""
-  [stats]="summary_"
+  [stats]=""
   [skeleton]="a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal"
   [lifecycle]="env_expansion_downward_api_and_active_deadline"
 )
