@@ -15,6 +15,7 @@ pub mod apiserver_serviceaccount;
 mod apiserver_table;
 pub mod cgroup;
 pub mod chaos;
+pub mod cri_fault;
 mod http;
 pub mod kubelet_client;
 mod node;

@@ -95,6 +95,9 @@ pub struct NodeOptions {
     pub pleg_relist_period: Option<String>,
     /// `syncFrequency` (default 10s).
     pub sync_frequency: Option<String>,
+    /// Flags for one service only, after the shared ones (a later flag wins), e.g. pleg's
+    /// `--container-runtime-endpoint` through a fault-injecting proxy.
+    pub service_args: Vec<(Service, Vec<String>)>,
 }
 
 /// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
@@ -136,6 +139,7 @@ pub struct Node {
     env: Vec<(String, String)>,
     kubeconfig: bool,
     pleg_relist_period: String,
+    service_args: BTreeMap<Service, Vec<String>>,
     stopped: bool,
     _runtime_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -227,6 +231,7 @@ impl Node {
                 .pleg_relist_period
                 .clone()
                 .unwrap_or_else(|| "500ms".into()),
+            service_args: options.service_args.iter().cloned().collect(),
             stopped: false,
             _runtime_lock: runtime_lock,
         };
@@ -325,13 +330,14 @@ impl Node {
             .output()
             .expect("run --help");
         let help = String::from_utf8_lossy(&help.stdout).into_owned();
-        let args: Vec<String> = self
+        let mut args: Vec<String> = self
             .args()
             .chunks(2)
             .filter(|pair| help.contains(&format!("{} <", pair[0])))
             .flatten()
             .cloned()
             .collect();
+        args.extend(self.service_args.get(&service).cloned().unwrap_or_default());
         let child = Command::new(binary)
             .args(args)
             .env("RUST_LOG", "info")

@@ -27,8 +27,8 @@ pub struct RelistCache {
     /// change made after it is never taken as seen).
     pub listed_at_unix_nanos: i64,
     /// Pods whose inspection failed: inspected again at the next relist even if nothing
-    /// changes (upstream's `podsToReinspect`).
-    reinspect: HashSet<String>,
+    /// changes (upstream's `podsToReinspect`); GetPodStatus reads them anew.
+    pub reinspect: HashSet<String>,
     pub last_relist: Option<SystemTime>,
     pub last_relist_duration: Duration,
     pub last_error: Option<String>,

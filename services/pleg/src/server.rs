@@ -78,8 +78,13 @@ impl Pleg for PlegService {
                 }
             } else if req.newer_than_unix_nanos > 0
                 && cache.listed_at_unix_nanos >= req.newer_than_unix_nanos
+                && !cache.reinspect.contains(&req.pod_uid)
             {
-                // A relist that listed after the caller's mark saw nothing of this pod.
+                // A relist that listed after the caller's mark saw nothing of this pod. (A
+                // pod it listed but could not read is not "nothing": it is read now, and a
+                // failure goes to the caller as an error, as upstream's cache keeps the
+                // inspection error, so pod-sync never takes it for gone and starts a
+                // second sandbox.)
                 return Ok(Response::new(RuntimePodStatus {
                     uid: req.pod_uid,
                     timestamp_unix_nanos: cache.listed_at_unix_nanos,
