@@ -20,7 +20,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         config.kubelet.runtime_request_timeout,
     );
     let cache = Arc::new(Mutex::new(RelistCache::default()));
-    let (events, _) = tokio::sync::broadcast::channel(4096);
+    // Its slots are allocated at once (136 B each); a watcher more than 1024 messages
+    // behind is cut off and resubscribes for a fresh snapshot.
+    let (events, _) = tokio::sync::broadcast::channel(1024);
     let relister = relist::Relister::new(cri.clone(), cache.clone(), events.clone());
     // The systemd watchdog and health follow the relist loop: a loop stuck for this long (a
     // relist normally takes milliseconds, and a first one that never returns counts too)

@@ -98,7 +98,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let api = config.api_client().await?;
     let host_ip = host_ip();
     tracing::info!(%host_ip, "node address");
-    let (status_tx, _) = broadcast::channel(4096);
+    // Its slots are allocated at once (136 B each); a watcher more than 1024 messages
+    // behind is cut off and resubscribes for a fresh snapshot.
+    let (status_tx, _) = broadcast::channel(1024);
     // What pod-sync published last of probe results, so a restart flips no readiness.
     let probe_store = probe_state::Store::new(&config.root_dir);
     let saved = probe_store.load().await;

@@ -149,7 +149,11 @@ impl PodSync {
                 k8s.namespace.name = %namespace,
             );
             nodeagent_telemetry::set_parent_from(&span, trace.as_ref());
-            let outcome = self.sync_once(&uid).instrument(span.clone()).await;
+            // Boxed: a sync's state (about 24 KiB) is held only while it runs, not by every
+            // idle worker (issue 13's memory budget).
+            let outcome = Box::pin(self.sync_once(&uid))
+                .instrument(span.clone())
+                .await;
             if matches!(outcome, Ok(SyncOutcome::Idle | SyncOutcome::Terminated)) {
                 let mut st = self.lock();
                 if st.pending_trace.get(&uid) == trace.as_ref() {

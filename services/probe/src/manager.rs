@@ -35,7 +35,8 @@ struct Worker {
 struct Inner {
     /// Which of `pods` this instance probes.
     ownership: Ownership,
-    pods: BTreeMap<String, Pod>,
+    /// Shared with the workers that probe it (one copy of each pod, not one per probe).
+    pods: BTreeMap<String, Arc<Pod>>,
     workers: HashMap<WorkerKey, Worker>,
     results: BTreeMap<WorkerKey, ProbeResult>,
     revision: u64,
@@ -157,7 +158,7 @@ impl ProbeManager {
             for bytes in &update.pods_json {
                 match k8s::decode_pod(bytes) {
                     Ok(p) => {
-                        inner.pods.insert(k8s::pod_uid(&p).to_string(), p);
+                        inner.pods.insert(k8s::pod_uid(&p).to_string(), Arc::new(p));
                     }
                     Err(e) => tracing::error!(error = %e, "undecodable pod from pod-sync"),
                 }
@@ -172,7 +173,7 @@ impl ProbeManager {
     /// Starts a worker for every probe of every running container, stops the rest.
     fn reconcile_workers(self: &Arc<Self>) {
         let mut inner = self.lock();
-        let mut wanted: HashMap<WorkerKey, (String, ProbeCheck, Pod)> = HashMap::new();
+        let mut wanted: HashMap<WorkerKey, (String, ProbeCheck, Arc<Pod>)> = HashMap::new();
         // (pod uid, container name, container id) of every running container.
         let mut live: HashSet<(String, String, String)> = HashSet::new();
         for (uid, pod) in &inner.pods {
@@ -324,7 +325,7 @@ impl ProbeManager {
         self: Arc<Self>,
         key: WorkerKey,
         check: ProbeCheck,
-        pod: Pod,
+        pod: Arc<Pod>,
         metrics: crate::metrics::ProbeMetrics,
     ) {
         let kind = probe_kind_name(key.2);
@@ -350,7 +351,9 @@ impl ProbeManager {
         loop {
             tick.tick().await;
             let probed = std::time::Instant::now();
-            let verdict = verdict(kind, run_check(&self.cri, &check).await);
+            // Boxed: a check's state (an HTTP or gRPC client call, about 11 KiB) is held
+            // only while it runs, not by every waiting worker.
+            let verdict = verdict(kind, Box::pin(run_check(&self.cri, &check)).await);
             if let Some((reason, message)) = &verdict.event {
                 self.events
                     .container(&pod, &key.1, EventType::Warning, reason, message);
