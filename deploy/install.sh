@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the node agent as systemd services and starts it:
-#   - the seven binaries to /usr/local/bin (atomically: a running binary is replaced by rename)
+#   - the multi-call binary `nodeagent` to /usr/local/bin (atomically: a running binary is
+#     replaced by rename) and the seven `nodeagent-<service>` links to it
 #   - the units (deploy/systemd/nodeagent-*.service, kubelet.target) to /etc/systemd/system
 #   - the default configuration to /etc/nodeagent/kubelet-config.yaml, only if absent
 #   - /etc/kubernetes/manifests (the static pod directory)
@@ -8,8 +9,8 @@
 # units whose binary or unit file changed are restarted one by one (pods keep running).
 #
 # Usage: deploy/install.sh [--runtime] [--no-start] [BIN_DIR]
-#   BIN_DIR     where the binaries are (default: target/release or target/debug, whichever
-#               holds all seven; the newer build if both do)
+#   BIN_DIR     where `nodeagent` is (default: target/release or target/debug, whichever
+#               holds it; the newer build if both do)
 #   --runtime   also install and enable nodeagent-containerd.service (the containerd that
 #               deploy/runtime/setup.sh configures) and hand a containerd that setup.sh
 #               started by itself over to systemd (its containers keep running)
@@ -60,12 +61,17 @@ install_file() {
   echo changed
 }
 
-log "binaries from $bin_dir to $BIN"
+log "nodeagent from $bin_dir to $BIN"
 mkdir -p "$BIN" "$UNITS"
+# One binary serves the seven: when it changed, each service restarts (one by one, below).
+binary_changed=$(install_file "$bin_dir/nodeagent" "$BIN/nodeagent" 0755)
 for s in "${NODEAGENT_SERVICES[@]}"; do
-  c1=$(install_file "$bin_dir/nodeagent-$s" "$BIN/nodeagent-$s" 0755)
+  [ "$(readlink "$BIN/nodeagent-$s" 2>/dev/null)" = nodeagent ] || binary_changed=changed
+done
+nodeagent_link_services "$BIN"
+for s in "${NODEAGENT_SERVICES[@]}"; do
   c2=$(install_file "deploy/systemd/nodeagent-$s.service" "$UNITS/nodeagent-$s.service" 0644)
-  if [ -n "$c1$c2" ]; then changed+=("nodeagent-$s.service"); fi
+  if [ -n "$binary_changed$c2" ]; then changed+=("nodeagent-$s.service"); fi
 done
 install_file deploy/systemd/kubelet.target "$UNITS/kubelet.target" 0644 >/dev/null
 if $runtime; then

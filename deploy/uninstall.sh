@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Undoes deploy/install.sh: stops and disables kubelet.target (which stops all seven
-# services), removes the units and the binaries. Keeps /etc/nodeagent/kubelet-config.yaml,
+# services), removes the units, the binary and its links. Keeps /etc/nodeagent/kubelet-config.yaml,
 # /etc/nodeagent/nodeagent.env and /etc/kubernetes/manifests unless --purge is given.
 # The pods' containers are not touched (as when upstream's kubelet stops).
 #
@@ -44,7 +44,7 @@ for s in "${SERVICES[@]}"; do
   rm -f "$UNITS/nodeagent-$s.service" "$BIN/nodeagent-$s"
   rm -rf "$UNITS/nodeagent-$s.service.d"
 done
-rm -f "$UNITS/kubelet.target"
+rm -f "$UNITS/kubelet.target" "$BIN/nodeagent"
 # The running value of net.ipv4.tcp_migrate_req stays until the next boot.
 rm -f /etc/sysctl.d/60-nodeagent.conf
 rm -rf "$UNITS/kubelet.target.d" /usr/local/share/doc/nodeagent

@@ -9,19 +9,25 @@ CONFIG_DIR=/etc/nodeagent
 MANIFESTS=/etc/kubernetes/manifests
 LOGS=/var/log/nodeagent
 SOCKETS=/run/nodeagent
-SERVICES=(config-source pleg volume pod-sync probe node-status http-server)
+# shellcheck source=deploy/lib/bin-dir.sh
+. deploy/lib/bin-dir.sh
 
 bash deploy/runtime/setup.sh
 echo "== building the node agent (release; the first build takes several minutes)"
-cargo build --release --workspace --bins
+cargo build --release -p nodeagent
+# The seven services run from links to the one multi-call binary (they share its code).
+BIN=target/release/services
+mkdir -p "$BIN"
+nodeagent_link_services "$BIN"
+ln -sfn ../nodeagent "$BIN/nodeagent"
 mkdir -p "$CONFIG_DIR" "$MANIFESTS" "$LOGS"
 install -m 0644 deploy/config/kubelet-config.yaml "$CONFIG_DIR/kubelet-config.yaml"
 install -m 0644 deploy/examples/web.yaml "$MANIFESTS/web.yaml"
 bash deploy/lib/admin-pki.sh "$CONFIG_DIR/pki"
 
 bash deploy/down.sh --keep-pods >/dev/null 2>&1 || true
-for s in "${SERVICES[@]}"; do
-  setsid nohup "target/release/nodeagent-$s" --config "$CONFIG_DIR/kubelet-config.yaml" \
+for s in "${NODEAGENT_SERVICES[@]}"; do
+  setsid nohup "$BIN/nodeagent-$s" --config "$CONFIG_DIR/kubelet-config.yaml" \
     --socket-dir "$SOCKETS" >>"$LOGS/$s.log" 2>&1 </dev/null &
   echo $! >"$LOGS/$s.pid"
 done

@@ -1,40 +1,50 @@
 # shellcheck shell=bash
-# Sourced by the deploy and compose scripts: where the seven binaries are.
+# Sourced by the deploy and compose scripts: where the node agent's binary is.
+#
+# What ships is one multi-call binary, `nodeagent`, and a link `nodeagent-<service>` to
+# it per service: seven processes of one file share one copy of the code in memory (see
+# the README's section on memory). Cargo also builds each service's own binary
+# (`nodeagent-<service>`, what the cross-service tests start); a binary directory here is
+# one that holds `nodeagent`.
+#
 # nodeagent_bin_dir [DIR]: DIR if given, else target/release or target/debug (relative to
-# the repository root, the current directory), whichever holds all seven, the newer build
-# if both do. Prints the absolute directory; fails with a message if a binary is missing.
+# the repository root, the current directory), whichever holds `nodeagent`, the newer
+# build if both do. Prints the absolute directory; fails with a message if it is missing.
 NODEAGENT_SERVICES=(config-source pleg volume pod-sync probe node-status http-server)
 
 nodeagent_bin_dir() {
-  local want=${1:-} d s best="" best_time=0 t
+  local want=${1:-} d best="" best_time=0 t
   if [ -z "$want" ]; then
     for d in target/release target/debug; do
-      t=0
-      for s in "${NODEAGENT_SERVICES[@]}"; do
-        [ -x "$d/nodeagent-$s" ] || { t=-1; break; }
-        local m
-        m=$(stat -c %Y "$d/nodeagent-$s")
-        [ "$m" -gt "$t" ] && t=$m
-      done
+      [ -x "$d/nodeagent" ] || continue
+      t=$(stat -c %Y "$d/nodeagent")
       if [ "$t" -gt "$best_time" ]; then best=$d; best_time=$t; fi
     done
-    [ -n "$best" ] || { echo "no complete set of nodeagent binaries in target/release or target/debug (build with cargo build --workspace --bins)" >&2; return 1; }
+    [ -n "$best" ] || { echo "no nodeagent binary in target/release or target/debug (build with cargo build --release -p nodeagent)" >&2; return 1; }
     want=$best
   fi
-  for s in "${NODEAGENT_SERVICES[@]}"; do
-    [ -x "$want/nodeagent-$s" ] || { echo "$want/nodeagent-$s is missing or not executable" >&2; return 1; }
-  done
+  [ -x "$want/nodeagent" ] || { echo "$want/nodeagent is missing or not executable" >&2; return 1; }
   (cd "$want" && pwd)
 }
 
-# nodeagent_snapshot_bins SRC DEST: copies the seven binaries (a consistent set, even while
-# cargo rewrites SRC). Copies to a temporary name and renames, so a half-written file never
-# appears under the final name.
-nodeagent_snapshot_bins() {
-  local src=$1 dest=$2 s
-  mkdir -p "$dest"
+# nodeagent_link_services DIR: the seven `nodeagent-<service>` links to DIR/nodeagent,
+# each replaced by a rename (a running service keeps its binary; a regular file of an
+# older installation is replaced by the link).
+nodeagent_link_services() {
+  local dir=$1 s
   for s in "${NODEAGENT_SERVICES[@]}"; do
-    cp "$src/nodeagent-$s" "$dest/.nodeagent-$s.tmp"
-    mv -f "$dest/.nodeagent-$s.tmp" "$dest/nodeagent-$s"
+    ln -sfn nodeagent "$dir/.nodeagent-$s.link"
+    mv -fT "$dir/.nodeagent-$s.link" "$dir/nodeagent-$s"
   done
+}
+
+# nodeagent_snapshot_bins SRC DEST: copies `nodeagent` (a consistent copy, even while
+# cargo rewrites SRC: copied to a temporary name and renamed, so a half-written file never
+# appears under the final name) and links the seven services to it.
+nodeagent_snapshot_bins() {
+  local src=$1 dest=$2
+  mkdir -p "$dest"
+  cp "$src/nodeagent" "$dest/.nodeagent.tmp"
+  mv -f "$dest/.nodeagent.tmp" "$dest/nodeagent"
+  nodeagent_link_services "$dest"
 }

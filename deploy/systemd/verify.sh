@@ -9,7 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-SERVICES=(config-source pleg volume pod-sync probe node-status http-server)
 security=false
 if [ "${1:-}" = --security ]; then security=true; shift; fi
 
@@ -27,7 +26,8 @@ mkdir -p "$root/usr/lib/systemd" "$root/etc/systemd/system" "$root/usr/local/bin
 sysunits=/usr/lib/systemd/system
 [ -d "$sysunits" ] || sysunits=/lib/systemd/system
 cp -a "$sysunits" "$root/usr/lib/systemd/system"
-for s in "${SERVICES[@]}"; do cp "$bin_dir/nodeagent-$s" "$root/usr/local/bin/"; done
+cp "$bin_dir/nodeagent" "$root/usr/local/bin/"
+nodeagent_link_services "$root/usr/local/bin"
 # The runtime unit names containerd and modprobe: the real ones if here, else stand-ins
 # (what is verified is our unit file).
 for b in /usr/bin/containerd /sbin/modprobe; do
@@ -49,7 +49,7 @@ fi
 echo "PASS: systemd-analyze verify: ${units[*]}"
 
 if $security; then
-  for s in "${SERVICES[@]}" containerd; do
+  for s in "${NODEAGENT_SERVICES[@]}" containerd; do
     line=$(systemd-analyze security --offline=true --root="$root" "nodeagent-$s.service" 2>/dev/null | tail -n 1)
     printf '  nodeagent-%-14s exposure %s\n' "$s" "${line##*: }"
   done

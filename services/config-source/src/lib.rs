@@ -1,6 +1,8 @@
 //! config-source: the desired set of pods on this node, merged from every pod source,
 //! served as a snapshot followed by ordered deltas.
 
+pub mod cli;
+
 pub mod api;
 mod file;
 mod http;

@@ -4,6 +4,8 @@
 //! authentication; port 10250 serves everything over TLS behind authentication and
 //! authorization (`auth.rs`).
 
+pub mod cli;
+
 pub mod auth;
 mod health;
 pub mod listener;

@@ -2,6 +2,8 @@
 //! (CRI Version and Status) and pleg's health. It is served locally; with an API server
 //! the Node is also registered there, its status kept current, and its Lease renewed.
 
+pub mod cli;
+
 mod api;
 mod machine;
 

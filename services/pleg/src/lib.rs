@@ -1,6 +1,8 @@
 //! pleg: relists the container runtime every period, turns the differences into pod
 //! lifecycle events, and keeps a timestamped status cache that pod-sync reads.
 
+pub mod cli;
+
 mod metrics;
 mod relist;
 mod server;

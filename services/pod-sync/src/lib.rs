@@ -3,6 +3,8 @@
 //! Inputs: config-source (desired pods), pleg (runtime events and status), probe
 //! (readiness), and the periodic resync and housekeeping ticks.
 
+pub mod cli;
+
 mod aggregate;
 mod api_status;
 mod cgroups;

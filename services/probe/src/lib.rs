@@ -4,6 +4,8 @@
 //! fresh counters, as upstream does after a kubelet restart. Several instances may run at
 //! once (`--probe-instance`), each probing its share of the pods (see `shard`).
 
+pub mod cli;
+
 mod check;
 mod grpc;
 mod manager;

@@ -2,6 +2,8 @@
 //! and tears them down. It keeps no state: what exists is read back from disk, so a
 //! restarted volume service knows every mount its predecessor made.
 
+pub mod cli;
+
 pub mod atomic_writer;
 mod fetch;
 mod layout;
