@@ -2,16 +2,23 @@
 # The node agent beside raw CRI on this machine: one pod at a time (start latency p50/p99
 # from containerd's timestamps), 100 pods at once (start and teardown ratios), 100 pods
 # whose PID 1 ignores SIGTERM, RSS/PSS and CPU per service, pleg's relist at 100 and 500
-# pods. Prints a table; asserts no timing. Needs root and the test containerd
-# (bash deploy/runtime/setup.sh). Takes about ten minutes; builds the release binaries
-# (PROFILE=dev measures the debug build).
+# pods; then where one pod start spends its time, span by span. Prints tables; asserts no
+# timing. Needs root and the test containerd (bash deploy/runtime/setup.sh). Takes about
+# ten minutes; measures what deploy/up.sh runs: the release multi-call binary, the seven
+# services started through their links (PROFILE=dev measures the debug build of each
+# service's own binary instead).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=deploy/lib/bin-dir.sh
+. deploy/lib/bin-dir.sh
 profile=${PROFILE:-release}
-cargo build --workspace --bins --profile "$profile"
 if [ "$profile" != dev ]; then
-    export NODEAGENT_TEST_BIN_DIR="$PWD/target/$profile"
-    echo "== binary sizes ($profile)"
-    ls -l "$NODEAGENT_TEST_BIN_DIR"/nodeagent-* | awk '$1 ~ /x/ {printf "%-28s %6.1f MB\n", $9, $5/1e6}' | sed "s|$NODEAGENT_TEST_BIN_DIR/||"
+  cargo build -p nodeagent --profile "$profile"
+  dir="$PWD/target/$profile"
+  export NODEAGENT_TEST_BIN_DIR="$dir/bench-bin"
+  nodeagent_snapshot_bins "$dir" "$NODEAGENT_TEST_BIN_DIR"
+  echo "== binary size ($profile)"
+  ls -l "$dir/nodeagent" | awk '{printf "nodeagent %.1f MB\n", $5/1e6}'
+  size -A "$dir/nodeagent" | awk '$1 ~ /^\.(text|rodata|eh_frame)$/ {printf "  %-10s %.1f MB\n", $1, $2/1e6}'
 fi
-cargo nextest run -p nodeagent-tests --test node_bench --run-ignored only --no-capture
+cargo nextest run -p nodeagent-tests --test node_bench --run-ignored only --no-capture --test-threads 1

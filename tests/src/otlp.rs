@@ -20,6 +20,8 @@ pub struct ReceivedSpan {
     pub span_id: String,
     pub parent_span_id: String,
     pub attributes: Vec<(String, String)>,
+    pub start_unix_nanos: u64,
+    pub end_unix_nanos: u64,
 }
 
 impl ReceivedSpan {
@@ -72,6 +74,8 @@ impl TraceService for Receiver {
                         trace_id: hex(&s.trace_id),
                         span_id: hex(&s.span_id),
                         parent_span_id: hex(&s.parent_span_id),
+                        start_unix_nanos: s.start_time_unix_nano,
+                        end_unix_nanos: s.end_time_unix_nano,
                         attributes: s
                             .attributes
                             .iter()

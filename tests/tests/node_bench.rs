@@ -43,10 +43,14 @@ fn percentile(values: &[f64], p: f64) -> f64 {
 }
 
 /// A static pod of one busybox container running `script`, with exec readiness and
-/// liveness probes when `probes`.
+/// liveness probes when `probes`. The probes begin 30 s after the container starts, so
+/// that a burst of starts compares the same work through the agent and over raw CRI
+/// (which probes nothing); the steady state after it has 200 probes running.
 fn manifest(name: &str, script: &str, probes: bool) -> String {
     let probe = |kind: &str| {
-        format!(",\"{kind}\": {{\"exec\": {{\"command\": [\"true\"]}}, \"periodSeconds\": 10}}")
+        format!(
+            ",\"{kind}\": {{\"exec\": {{\"command\": [\"true\"]}}, \"periodSeconds\": 10, \"initialDelaySeconds\": 30}}"
+        )
     };
     let probes = if probes {
         format!("{}{}", probe("readinessProbe"), probe("livenessProbe"))
@@ -480,8 +484,9 @@ async fn the_agent_beside_raw_cri() {
         format!("{:.2}×", agent_burst / raw_burst),
     );
 
-    // Steady state with 100 pods and 200 exec probes (every 10 s).
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Steady state with 100 pods and 200 exec probes (every 10 s, from 30 s after each
+    // container started).
+    tokio::time::sleep(Duration::from_secs(35)).await;
     let loaded = memory(&node);
     let pids: Vec<(Service, u32)> = Service::ALL
         .iter()
@@ -626,4 +631,151 @@ async fn the_agent_beside_raw_cri() {
     }
     node.stop().await;
     remove_raw_leftovers(&cri).await;
+}
+
+/// A span of a pod start's trace: (service, span name, its occurrence in the trace).
+type Hop = (String, String, usize);
+
+/// One hop's starts (ms after the rename) and durations (ms), one of each per pod.
+struct HopTimes {
+    hop: Hop,
+    starts: Vec<f64>,
+    took: Vec<f64>,
+}
+
+/// Where one pod start spends its time, hop by hop, from the OpenTelemetry spans the
+/// services export: each static pod is renamed in, waited for (Running in `/pods`), then
+/// removed; its trace (rooted at config-source) is cut at the end of the container's
+/// StartContainer, and each span's start (after the rename) and duration are printed as
+/// medians over the pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark of about a minute: tests/bench/node.sh runs it"]
+async fn where_a_pod_start_spends_its_time() {
+    if !require_runtime("span profile") {
+        return;
+    }
+    const PODS: usize = 15;
+    let receiver = nodeagent_tests::otlp::Receiver::default();
+    let endpoint = receiver.start().await;
+    let node = Node::start(
+        "spans",
+        NodeOptions {
+            pleg_relist_period: Some("1s".into()),
+            env: vec![("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint)],
+            ..Default::default()
+        },
+    )
+    .await;
+    for s in Service::ALL {
+        node.wait_serving(s).await;
+    }
+    let mut renamed = Vec::new();
+    for i in 0..PODS {
+        let name = format!("traced-{i}");
+        let t0 = rename_in(&node, &name, &manifest(&name, EXITS_ON_TERM, false));
+        let pod = eventually("the pod running", Duration::from_secs(60), || async {
+            let p = node.pod(&name).await?;
+            (p["status"]["phase"] == "Running")
+                .then_some(p.clone())
+                .ok_or_else(|| p["status"].to_string())
+        })
+        .await;
+        renamed.push((pod["metadata"]["uid"].as_str().unwrap().to_string(), t0));
+        node.remove_manifest(&format!("{name}.json"));
+        until_no_sandboxes(&node, Instant::now()).await;
+    }
+    // Each pod's trace, up to the end of its StartContainer (the batch exporters send
+    // every few seconds).
+    let traces = eventually(
+        "every pod's trace up to StartContainer",
+        Duration::from_secs(60),
+        || async {
+            let all = receiver.snapshot();
+            let mut traces = Vec::new();
+            for (uid, t0) in &renamed {
+                let root = all
+                    .iter()
+                    .find(|s| {
+                        s.service == "nodeagent-config-source"
+                            && s.attribute("k8s.pod.uid") == Some(uid.as_str())
+                    })
+                    .ok_or_else(|| format!("no root span for {uid}"))?;
+                let trace: Vec<_> = all
+                    .iter()
+                    .filter(|s| s.trace_id == root.trace_id)
+                    .cloned()
+                    .collect();
+                let started = trace
+                    .iter()
+                    .find(|s| s.name == "runtime.v1.RuntimeService/StartContainer")
+                    .ok_or_else(|| format!("no StartContainer in {uid}'s trace yet"))?
+                    .end_unix_nanos;
+                let mut hops: Vec<_> = trace
+                    .into_iter()
+                    .filter(|s| s.start_unix_nanos <= started)
+                    .collect();
+                hops.sort_by_key(|s| s.start_unix_nanos);
+                traces.push((*t0, started, hops));
+            }
+            Ok::<_, String>(traces)
+        },
+    )
+    .await;
+    node.stop().await;
+
+    let mut rows: Vec<HopTimes> = Vec::new();
+    let mut totals = Vec::new();
+    for (t0, started, hops) in &traces {
+        totals.push(ms(*started as i64 - t0));
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
+        for s in hops {
+            let nth = seen.entry((s.service.clone(), s.name.clone())).or_default();
+            let key = (s.service.clone(), s.name.clone(), *nth);
+            *nth += 1;
+            let start = ms(s.start_unix_nanos as i64 - t0);
+            let took = ms(s.end_unix_nanos.saturating_sub(s.start_unix_nanos) as i64);
+            match rows.iter_mut().find(|r| r.hop == key) {
+                Some(row) => {
+                    row.starts.push(start);
+                    row.took.push(took);
+                }
+                None => rows.push(HopTimes {
+                    hop: key,
+                    starts: vec![start],
+                    took: vec![took],
+                }),
+            }
+        }
+    }
+    // Only hops seen in most pods' traces; ordered by when they start.
+    rows.retain(|r| r.starts.len() * 2 > traces.len());
+    rows.sort_by(|a, b| percentile(&a.starts, 0.5).total_cmp(&percentile(&b.starts, 0.5)));
+    println!(
+        "\n{PODS} pods, one at a time; manifest renamed in → StartContainer returned: p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&totals, 0.5),
+        percentile(&totals, 0.99)
+    );
+    println!(
+        "\n| service | span | starts at, p50 (ms after the rename) | takes, p50 (ms) | in pods |"
+    );
+    println!("|---|---|---|---|---|");
+    for HopTimes {
+        hop: (service, name, nth),
+        starts,
+        took,
+    } in &rows
+    {
+        let name = if *nth > 0 {
+            format!("{name} (#{})", nth + 1)
+        } else {
+            name.clone()
+        };
+        println!(
+            "| {} | {name} | {:.1} | {:.1} | {} |",
+            service.trim_start_matches("nodeagent-"),
+            percentile(starts, 0.5),
+            percentile(took, 0.5),
+            starts.len()
+        );
+    }
 }
