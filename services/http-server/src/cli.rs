@@ -1,25 +1,16 @@
-//! The command line of nodeagent-http-server: its flags, parsed from the arguments given, then the
-//! service run until SIGTERM (`nodeagent-http-server` and the multi-call `nodeagent` binary both
-//! start here).
-
-use clap::Parser;
-
-#[derive(Parser)]
-#[command(
-    name = "nodeagent-http-server",
-    version,
-    about = "Kubelet HTTP API of the node agent"
-)]
-struct Cli {
-    #[command(flatten)]
-    flags: nodeagent_config::KubeletFlags,
-}
+//! The command line of nodeagent-http-server: the shared flags, parsed from the arguments given,
+//! then the service run until SIGTERM (`nodeagent-http-server` and the multi-call `nodeagent`
+//! binary both start here).
 
 pub fn main<I, T>(args: I) -> std::process::ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::parse_from(args);
-    nodeagent_transport::run_main("http-server", &cli.flags, crate::run)
+    nodeagent_transport::shared_flags_main(
+        "nodeagent-http-server",
+        "Kubelet HTTP API of the node agent",
+        args,
+        crate::run,
+    )
 }

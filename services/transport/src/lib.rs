@@ -24,7 +24,7 @@ pub use client::{Channel, check_health, connect, connect_with_secret};
 pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
 pub use metrics::MetricsService;
 pub use server::{ServeError, Server};
-pub use service_main::run_main;
+pub use service_main::{run_main, shared_flags_main};
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};
 pub use stream::{WatchStream, snapshot_then_deltas};
 pub use trace::{CallLimit, ClientTrace, ServerTrace, ServerTraceLayer};

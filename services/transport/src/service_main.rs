@@ -2,7 +2,9 @@
 //! the service until SIGTERM, drain, and exit with a readable message on failure.
 
 use crate::{Shutdown, shutdown_channel, termination_signal};
+use clap::{CommandFactory, FromArgMatches};
 use nodeagent_config::{Config, KubeletFlags};
+use std::ffi::OsString;
 use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -64,6 +66,35 @@ fn spawn_heap_trim() {
             let _ = tokio::task::spawn_blocking(trim).await;
         }
     });
+}
+
+/// The command line of a service whose flags are the shared ones only: `name`
+/// (`nodeagent-pleg`) and `about` are what `--help` and `--version` say; then [`run_main`].
+pub fn shared_flags_main<I, T, F, Fut>(
+    name: &'static str,
+    about: &'static str,
+    args: I,
+    run: F,
+) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+    F: FnOnce(Config, Shutdown) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: KubeletFlags,
+    }
+    let matches = Cli::command()
+        .name(name)
+        .bin_name(name)
+        .about(about)
+        .version(env!("CARGO_PKG_VERSION"))
+        .get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    run_main(name.trim_start_matches("nodeagent-"), &cli.flags, run)
 }
 
 pub fn run_main<F, Fut>(service: &'static str, flags: &KubeletFlags, run: F) -> ExitCode

@@ -1,25 +1,16 @@
-//! The command line of nodeagent-volume: its flags, parsed from the arguments given, then the
-//! service run until SIGTERM (`nodeagent-volume` and the multi-call `nodeagent` binary both
-//! start here).
-
-use clap::Parser;
-
-#[derive(Parser)]
-#[command(
-    name = "nodeagent-volume",
-    version,
-    about = "Volume manager of the node agent"
-)]
-struct Cli {
-    #[command(flatten)]
-    flags: nodeagent_config::KubeletFlags,
-}
+//! The command line of nodeagent-volume: the shared flags, parsed from the arguments given,
+//! then the service run until SIGTERM (`nodeagent-volume` and the multi-call `nodeagent`
+//! binary both start here).
 
 pub fn main<I, T>(args: I) -> std::process::ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::parse_from(args);
-    nodeagent_transport::run_main("volume", &cli.flags, crate::run)
+    nodeagent_transport::shared_flags_main(
+        "nodeagent-volume",
+        "Volume manager of the node agent",
+        args,
+        crate::run,
+    )
 }
