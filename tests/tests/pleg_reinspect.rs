@@ -15,9 +15,23 @@ use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A node whose pleg reads the runtime through `proxy`.
-async fn node_behind(proxy: &CriFaultProxy, test: &str) -> Node {
-    Node::start(
+/// A node whose pleg reads the real containerd through a fault proxy, and a directory
+/// (`out`) for the pod's hostPath volume.
+struct Setup {
+    proxy: CriFaultProxy,
+    node: Node,
+    out: std::path::PathBuf,
+    _sockets: tempfile::TempDir,
+}
+
+async fn node_behind_a_proxy(test: &str) -> Setup {
+    let sockets = tempfile::tempdir().unwrap();
+    let proxy = CriFaultProxy::start(
+        &sockets.path().join("cri.sock"),
+        Path::new(CONTAINERD_SOCKET),
+    )
+    .await;
+    let node = Node::start(
         test,
         NodeOptions {
             service_args: vec![(
@@ -29,7 +43,15 @@ async fn node_behind(proxy: &CriFaultProxy, test: &str) -> Node {
             ..Default::default()
         },
     )
-    .await
+    .await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    Setup {
+        proxy,
+        node,
+        out,
+        _sockets: sockets,
+    }
 }
 
 /// A static pod whose container exits 3 once `<out>/exit` exists.
@@ -95,15 +117,12 @@ async fn a_status_read_that_failed_is_retried_at_the_next_relist() {
     if !require_runtime("pleg reinspection") {
         return;
     }
-    let sockets = tempfile::tempdir().unwrap();
-    let proxy = CriFaultProxy::start(
-        &sockets.path().join("cri.sock"),
-        Path::new(CONTAINERD_SOCKET),
-    )
-    .await;
-    let node = node_behind(&proxy, "reinspect").await;
-    let out = node.path("out");
-    std::fs::create_dir_all(&out).unwrap();
+    let Setup {
+        proxy,
+        node,
+        out,
+        _sockets,
+    } = node_behind_a_proxy("reinspect").await;
     node.write_manifest("exits.json", &exiting_pod(&out));
     let id = node.running_container("exits", "c", DEADLINE).await;
     // pleg has read the running container (pod-sync reports its own starts at once).
@@ -156,15 +175,12 @@ async fn a_pod_pleg_cannot_read_is_not_taken_for_gone() {
     if !require_runtime("pleg reinspection") {
         return;
     }
-    let sockets = tempfile::tempdir().unwrap();
-    let proxy = CriFaultProxy::start(
-        &sockets.path().join("cri.sock"),
-        Path::new(CONTAINERD_SOCKET),
-    )
-    .await;
-    let node = node_behind(&proxy, "unread").await;
-    let out = node.path("out");
-    std::fs::create_dir_all(&out).unwrap();
+    let Setup {
+        proxy,
+        node,
+        out,
+        _sockets,
+    } = node_behind_a_proxy("unread").await;
     // pleg cannot read any container from before the pod's start.
     proxy.fail("RuntimeService/ContainerStatus");
     node.write_manifest("exits.json", &exiting_pod(&out));
