@@ -96,3 +96,39 @@ where
         tokio::time::sleep(period).await;
     }
 }
+
+/// An API-server pod `name` bound to `node`: one busybox container `c` that sleeps until
+/// SIGTERM, grace 1 s, with `extra` merged over it (a JSON merge patch).
+pub fn api_pod(name: &str, node: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    let mut v = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]}]
+        }
+    });
+    apiserver::merge_patch(&mut v, &extra);
+    serde_json::from_value(v).expect("a valid pod")
+}
+
+/// Waits until the API server's pod `name` is in `phase`; returns it.
+pub async fn api_pod_in_phase(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    phase: &str,
+    deadline: Duration,
+) -> k8s_openapi::api::core::v1::Pod {
+    eventually(&format!("{name} {phase}"), deadline, || async {
+        let p = pods.get(name).await.map_err(|e| e.to_string())?;
+        let now = p.status.as_ref().and_then(|s| s.phase.clone());
+        if now.as_deref() == Some(phase) {
+            Ok(p)
+        } else {
+            Err(format!("{:?}", p.status))
+        }
+    })
+    .await
+}

@@ -167,6 +167,36 @@ impl EventRecorder {
         self.send(event);
     }
 
+    /// An event about the Node itself (upstream: in namespace `default`, the node's name
+    /// as its uid).
+    pub fn node(&self, ty: EventType, reason: &str, message: &str) {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        self.send(Event {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!("{}.", self.node)),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(self.node.clone()),
+                uid: Some(self.node.clone()),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some(ty.as_str().into()),
+            source: Some(EventSource {
+                component: Some("kubelet".into()),
+                host: Some(self.node.clone()),
+            }),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            ..Default::default()
+        });
+    }
+
     fn send(&self, event: Event) {
         let object = &event.involved_object;
         tracing::info!(

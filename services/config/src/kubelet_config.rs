@@ -57,6 +57,9 @@ pub struct KubeletConfiguration {
     pub runtime_request_timeout: Duration,
     #[serde(with = "serde_go")]
     pub node_status_update_frequency: Duration,
+    /// An unchanged node status is written to the API server only this often.
+    #[serde(with = "serde_go")]
+    pub node_status_report_frequency: Duration,
     pub pod_pids_limit: i64,
     /// The node Lease's duration; it is renewed every quarter of it (upstream).
     pub node_lease_duration_seconds: i32,
@@ -87,6 +90,37 @@ pub struct KubeletConfiguration {
     /// no volume stats).
     #[serde(with = "serde_go")]
     pub volume_stats_agg_period: Duration,
+    /// Hard eviction thresholds (`memory.available: 100Mi`, `nodefs.available: 10%`).
+    /// Unset: upstream's defaults; set: only these (unless mergeDefaultEvictionSettings).
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// Soft eviction thresholds; each needs its evictionSoftGracePeriod.
+    pub eviction_soft: BTreeMap<String, String>,
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// How long a pressure condition stays True after its threshold was last met.
+    #[serde(with = "serde_go")]
+    pub eviction_pressure_transition_period: Duration,
+    /// The most grace a pod evicted on a soft threshold gets, in seconds.
+    pub eviction_max_pod_grace_period: i32,
+    /// Once a threshold is met it is held until this much more than the threshold is free.
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    /// Fill the signals evictionHard leaves out with upstream's defaults.
+    pub merge_default_eviction_settings: bool,
+    /// Resources (`cpu`, `memory`, `ephemeral-storage`, `pid`) set aside for the node
+    /// agent and the runtime, and for the system: taken out of the node's allocatable.
+    pub kube_reserved: BTreeMap<String, String>,
+    pub system_reserved: BTreeMap<String, String>,
+    /// Image GC runs when the image filesystem is this full (percent; 100 disables it)...
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: i32,
+    /// ...and frees images until it is this full.
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: i32,
+    /// An image younger than this (since first seen) is never collected.
+    #[serde(rename = "imageMinimumGCAge", with = "serde_go")]
+    pub image_minimum_gc_age: Duration,
+    /// An image unused this long is collected whatever the disk usage (0: never).
+    #[serde(rename = "imageMaximumGCAge", with = "serde_go")]
+    pub image_maximum_gc_age: Duration,
 }
 
 /// `authentication` (upstream's `KubeletAuthentication`, v1beta1 defaults).
@@ -199,6 +233,7 @@ impl Default for KubeletConfiguration {
             max_pods: 110,
             runtime_request_timeout: Duration::from_secs(120),
             node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
             pod_pids_limit: -1,
             node_lease_duration_seconds: 40,
             enable_server: true,
@@ -214,6 +249,19 @@ impl Default for KubeletConfiguration {
             container_log_max_files: 5,
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
             volume_stats_agg_period: Duration::from_secs(60),
+            eviction_hard: None,
+            eviction_soft: BTreeMap::new(),
+            eviction_soft_grace_period: BTreeMap::new(),
+            eviction_pressure_transition_period: Duration::from_secs(300),
+            eviction_max_pod_grace_period: 0,
+            eviction_minimum_reclaim: BTreeMap::new(),
+            merge_default_eviction_settings: false,
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: Duration::ZERO,
         }
     }
 }
@@ -250,6 +298,10 @@ impl KubeletConfiguration {
             (
                 "nodeStatusUpdateFrequency",
                 self.node_status_update_frequency,
+            ),
+            (
+                "nodeStatusReportFrequency",
+                self.node_status_report_frequency,
             ),
         ] {
             if d.is_zero() {
@@ -298,6 +350,58 @@ impl KubeletConfiguration {
             errs.push(format!(
                 "invalid configuration: containerLogMaxSize ({:?}): {e}",
                 self.container_log_max_size
+            ));
+        }
+        if let Err(e) = crate::eviction::Thresholds::from_config(self) {
+            errs.push(format!("invalid configuration: {e}"));
+        }
+        for (name, reserved) in [
+            ("kubeReserved", &self.kube_reserved),
+            ("systemReserved", &self.system_reserved),
+        ] {
+            for (resource, q) in reserved {
+                if !matches!(
+                    resource.as_str(),
+                    "cpu" | "memory" | "ephemeral-storage" | "pid"
+                ) {
+                    errs.push(format!(
+                        "invalid configuration: {name}: unsupported resource {resource:?} (cpu, memory, ephemeral-storage or pid)"
+                    ));
+                } else if crate::quantity::bytes(q).is_none() {
+                    errs.push(format!(
+                        "invalid configuration: {name}[{resource}]: {q:?} is not a quantity"
+                    ));
+                }
+            }
+        }
+        for (name, v) in [
+            (
+                "imageGCHighThresholdPercent (--image-gc-high-threshold)",
+                self.image_gc_high_threshold_percent,
+            ),
+            (
+                "imageGCLowThresholdPercent (--image-gc-low-threshold)",
+                self.image_gc_low_threshold_percent,
+            ),
+        ] {
+            if !(0..=100).contains(&v) {
+                errs.push(format!(
+                    "invalid configuration: {name} {v} must be between 0 and 100, inclusive"
+                ));
+            }
+        }
+        if self.image_gc_low_threshold_percent >= self.image_gc_high_threshold_percent {
+            errs.push(format!(
+                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {}",
+                self.image_gc_low_threshold_percent, self.image_gc_high_threshold_percent
+            ));
+        }
+        if !self.image_maximum_gc_age.is_zero()
+            && self.image_maximum_gc_age <= self.image_minimum_gc_age
+        {
+            errs.push(format!(
+                "invalid configuration: imageMaximumGCAge {:?} must be greater than imageMinimumGCAge {:?}",
+                self.image_maximum_gc_age, self.image_minimum_gc_age
             ));
         }
         if self.max_pods == 0 {

@@ -3,8 +3,10 @@
 //! a typed [`Config`] that is passed down by value.
 
 mod address;
+pub mod cgroupfs;
 pub mod duration;
 pub mod events;
+pub mod eviction;
 mod kubelet_config;
 pub mod machine;
 pub mod quantity;
@@ -138,6 +140,17 @@ pub struct KubeletFlags {
     /// OTLP/gRPC endpoint for traces; unset disables export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Dead containers kept per container of a pod by the container GC (upstream's
+    /// deprecated flag of the same name; < 0 keeps all).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub maximum_dead_containers_per_container: i32,
+    /// How long a dead container is kept before the container GC may remove it.
+    #[arg(long, default_value = "0", value_parser = duration::parse_go_duration)]
+    pub minimum_container_ttl_duration: Duration,
+    /// How often the image GC checks the image filesystem (node-agent specific; upstream
+    /// hard-codes 5m).
+    #[arg(long, default_value = "5m", value_parser = duration::parse_go_duration)]
+    pub image_gc_period: Duration,
 }
 
 /// A configuration that cannot be used; the message says which setting and why.
@@ -174,6 +187,10 @@ pub struct Config {
     pub logging_format: String,
     pub verbosity: u8,
     pub otlp_endpoint: Option<String>,
+    /// The container GC's keep count and minimum age (see [`KubeletFlags`]).
+    pub maximum_dead_containers_per_container: i32,
+    pub minimum_container_ttl_duration: Duration,
+    pub image_gc_period: Duration,
     /// Config-file fields this node agent accepts but does not act on.
     pub ignored_fields: Vec<String>,
 }
@@ -238,6 +255,11 @@ impl Config {
                 "--pleg-relist-period must be greater than zero".into(),
             ));
         }
+        if flags.image_gc_period.is_zero() {
+            return Err(ConfigError::Invalid(
+                "--image-gc-period must be greater than zero".into(),
+            ));
+        }
         let node_name = match &flags.hostname_override {
             Some(name) => name.trim().to_lowercase(),
             None => nix::unistd::gethostname()
@@ -264,6 +286,9 @@ impl Config {
             logging_format: flags.logging_format.clone(),
             verbosity: flags.v,
             otlp_endpoint: flags.otlp_endpoint.clone().filter(|e| !e.is_empty()),
+            maximum_dead_containers_per_container: flags.maximum_dead_containers_per_container,
+            minimum_container_ttl_duration: flags.minimum_container_ttl_duration,
+            image_gc_period: flags.image_gc_period,
             ignored_fields,
         })
     }

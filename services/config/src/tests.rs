@@ -37,7 +37,7 @@ fn file_then_flags_override() {
         &path,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          staticPodPath: /etc/kubernetes/manifests\nreadOnlyPort: 10255\n\
-         fileCheckFrequency: 5s\nevictionHard:\n  memory.available: 100Mi\n",
+         fileCheckFrequency: 5s\ntopologyManagerPolicy: none\n",
     )
     .unwrap();
     let p = path.to_str().unwrap();
@@ -45,7 +45,7 @@ fn file_then_flags_override() {
     assert_eq!(c.kubelet.static_pod_path.as_deref(), Some(Path::new("/m")));
     assert_eq!(c.kubelet.read_only_port, 10255);
     assert_eq!(c.kubelet.file_check_frequency, Duration::from_secs(5));
-    assert_eq!(c.ignored_fields, vec!["evictionHard".to_string()]);
+    assert_eq!(c.ignored_fields, vec!["topologyManagerPolicy".to_string()]);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! pods as the runtime sees them), as upstream's `pkg/kubelet/server/stats` and
 //! `handleRunningPods`.
 
-pub mod cgroup;
+pub use nodeagent_config::cgroupfs as cgroup;
 pub mod collect;
 pub mod host;
 pub mod process;

@@ -18,7 +18,21 @@ pub struct NodeReporter {
     pub service: Arc<NodeStatusService>,
     pub client: kube::Client,
     pub status_every: Duration,
+    /// An unchanged status is patched again only this often (`nodeStatusReportFrequency`).
+    pub report_every: Duration,
     pub lease_seconds: i32,
+}
+
+/// The status without its heartbeat times: what tells a changed status from a repeat
+/// (upstream's `nodeStatusHasChanged`).
+fn without_heartbeats(
+    status: &Option<k8s_openapi::api::core::v1::NodeStatus>,
+) -> serde_json::Value {
+    let mut s = status.clone().unwrap_or_default();
+    for c in s.conditions.iter_mut().flatten() {
+        c.last_heartbeat_time = None;
+    }
+    serde_json::to_value(s).unwrap_or_default()
 }
 
 fn now_micro() -> MicroTime {
@@ -38,11 +52,12 @@ impl NodeReporter {
         let renew = Duration::from_millis(self.lease_seconds.max(1) as u64 * 250);
         let mut lease_tick = tokio::time::interval(renew);
         let mut node_uid: Option<String> = None;
+        let mut last: Option<(serde_json::Value, std::time::Instant)> = None;
         loop {
             tokio::select! {
                 _ = shutdown.wait() => return,
                 _ = status_tick.tick() => {
-                    match self.report_status().await {
+                    match self.report_status(&mut last).await {
                         Ok(uid) => node_uid = Some(uid),
                         Err(e) => tracing::warn!(error = %e, "updating the Node failed; will retry"),
                     }
@@ -57,8 +72,12 @@ impl NodeReporter {
         }
     }
 
-    /// Registers the Node if it is missing, then writes its status; returns its uid.
-    async fn report_status(&self) -> Result<String, kube::Error> {
+    /// Registers the Node if it is missing, then writes its status when it changed or
+    /// `report_every` has passed since the last write; returns its uid.
+    async fn report_status(
+        &self,
+        last: &mut Option<(serde_json::Value, std::time::Instant)>,
+    ) -> Result<String, kube::Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let node = self.service.build().await;
         let name = self.service.node_name.clone();
@@ -72,11 +91,21 @@ impl NodeReporter {
                 created
             }
         };
+        let uid = existing.metadata.uid.clone().unwrap_or_default();
+        let now = without_heartbeats(&node.status);
+        let repeat = last
+            .as_ref()
+            .is_some_and(|(sent, at)| *sent == now && at.elapsed() < self.report_every);
+        // A Node that lost its status (re-created behind our back) gets it at once.
+        if repeat && existing.status.is_some() {
+            return Ok(uid);
+        }
         let patch = serde_json::json!({"status": node.status});
         nodes
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        Ok(existing.metadata.uid.unwrap_or_default())
+        *last = Some((now, std::time::Instant::now()));
+        Ok(uid)
     }
 
     async fn renew_lease(&self, node_uid: &str) -> Result<(), kube::Error> {

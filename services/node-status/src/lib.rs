@@ -6,15 +6,16 @@ pub mod cli;
 
 mod api;
 mod machine;
+pub mod pressure;
 
 pub use machine::{MachineInfo, read_machine_info};
 
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeStatus, NodeSystemInfo,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use nodeagent_config::eviction::Condition;
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::node_status_server::{NodeStatus as NodeStatusApi, NodeStatusServer};
@@ -32,28 +33,44 @@ pub struct NodeStatusService {
     port: u16,
     max_pods: u32,
     root_dir: std::path::PathBuf,
+    kubelet: nodeagent_config::KubeletConfiguration,
+    monitor: Arc<pressure::Monitor>,
+    /// Each condition's last status and when it took it (lastTransitionTime).
+    transitions: std::sync::Mutex<BTreeMap<String, (String, Time)>>,
 }
 
 /// Runs node-status until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let cri = Cri::connect(
+        &config.runtime_endpoint,
+        config.kubelet.runtime_request_timeout,
+    );
+    let client = match &config.kubeconfig {
+        Some(path) => Some(nodeagent_config::kube_client(path).await?),
+        None => None,
+    };
+    let events = nodeagent_config::events::EventRecorder::new(client.clone(), &config.node_name);
+    let monitor = Arc::new(pressure::Monitor::new(&config, cri.clone(), events)?);
+    let watching = tokio::spawn(monitor.clone().run(shutdown.clone()));
     let service = Arc::new(NodeStatusService {
-        cri: Cri::connect(
-            &config.runtime_endpoint,
-            config.kubelet.runtime_request_timeout,
-        ),
+        cri,
         pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg)))
             .with_limits(),
         node_name: config.node_name.clone(),
         port: config.kubelet.port,
         max_pods: config.kubelet.max_pods,
         root_dir: config.root_dir.clone(),
+        kubelet: config.kubelet.clone(),
+        monitor,
+        transitions: Default::default(),
     });
-    let reporter = match &config.kubeconfig {
-        Some(path) => {
+    let reporter = match client {
+        Some(client) => {
             let reporter = api::NodeReporter {
                 service: service.clone(),
-                client: nodeagent_config::kube_client(path).await?,
+                client,
                 status_every: config.kubelet.node_status_update_frequency,
+                report_every: config.kubelet.node_status_report_frequency,
                 lease_seconds: config.kubelet.node_lease_duration_seconds,
             };
             Some(tokio::spawn(reporter.run(shutdown.clone())))
@@ -69,21 +86,57 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     if let Some(r) = reporter {
         r.abort();
     }
+    watching.abort();
     served?;
     Ok(())
 }
 
-fn condition(kind: &str, ok: bool, reason: &str, message: &str) -> NodeCondition {
-    NodeCondition {
-        type_: kind.into(),
-        status: if ok { "True".into() } else { "False".into() },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        ..Default::default()
+/// upstream's `nodeStatusMaxImages` and `maxNamesPerImageInNodeStatus`.
+const MAX_IMAGES: usize = 50;
+const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// The node's addresses: its primary IPv4 address (InternalIP) and its name (Hostname).
+fn addresses(node_name: &str) -> Vec<NodeAddress> {
+    let ip = nodeagent_config::machine::host_ip();
+    let mut out = Vec::new();
+    if !ip.is_empty() {
+        out.push(NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip,
+        });
     }
+    out.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: node_name.to_string(),
+    });
+    out
 }
 
 impl NodeStatusService {
+    /// A condition stamped now (lastHeartbeatTime), with the time it last changed status.
+    fn condition(&self, kind: &str, ok: bool, reason: &str, message: &str) -> NodeCondition {
+        let status = if ok { "True" } else { "False" };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let since = {
+            let mut t = self.transitions.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = t
+                .entry(kind.to_string())
+                .or_insert_with(|| (status.to_string(), now.clone()));
+            if entry.0 != status {
+                *entry = (status.to_string(), now.clone());
+            }
+            entry.1.clone()
+        };
+        NodeCondition {
+            type_: kind.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            last_heartbeat_time: Some(now),
+            last_transition_time: Some(since),
+        }
+    }
+
     async fn build(&self) -> Node {
         let machine = read_machine_info(&self.root_dir);
         let version = self.cri.version().await;
@@ -103,27 +156,39 @@ impl NodeStatusService {
             _ => {}
         }
         let ready = if problems.is_empty() {
-            condition(
+            self.condition(
                 "Ready",
                 true,
                 "KubeletReady",
                 "kubelet is posting ready status",
             )
         } else {
-            condition("Ready", false, "KubeletNotReady", &problems.join("; "))
+            self.condition("Ready", false, "KubeletNotReady", &problems.join("; "))
         };
-        let capacity: BTreeMap<String, Quantity> = [
-            ("cpu", machine.cpus.to_string()),
-            ("memory", format!("{}Ki", machine.memory_bytes / 1024)),
-            ("pods", self.max_pods.to_string()),
-            (
-                "ephemeral-storage",
-                format!("{}Ki", machine.root_fs_bytes / 1024),
-            ),
+        let under_pressure = self.monitor.observe().await;
+        let mut conditions: Vec<NodeCondition> = Condition::ALL
+            .into_iter()
+            .map(|c| {
+                let on = under_pressure.contains(&c);
+                let text = c.text(on);
+                self.condition(c.name(), on, text.reason, text.message)
+            })
+            .collect();
+        conditions.push(ready);
+        let capacity: BTreeMap<String, u64> = [
+            ("cpu", machine.cpus as u64 * 1000),
+            ("memory", machine.memory_bytes),
+            ("pods", u64::from(self.max_pods)),
+            ("ephemeral-storage", machine.root_fs_bytes),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_string(), Quantity(v)))
+        .map(|(k, v)| (k.to_string(), v))
         .collect();
+        let allocatable = nodeagent_config::eviction::allocatable(
+            &capacity,
+            &self.kubelet,
+            &self.monitor.thresholds(),
+        );
         let runtime_version = version
             .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version))
             .unwrap_or_default();
@@ -142,33 +207,11 @@ impl NodeStatusService {
             },
             spec: None,
             status: Some(NodeStatus {
-                allocatable: Some(capacity.clone()),
-                capacity: Some(capacity),
-                conditions: Some(vec![
-                    condition(
-                        "MemoryPressure",
-                        false,
-                        "KubeletHasSufficientMemory",
-                        "kubelet has sufficient memory available",
-                    ),
-                    condition(
-                        "DiskPressure",
-                        false,
-                        "KubeletHasNoDiskPressure",
-                        "kubelet has no disk pressure",
-                    ),
-                    condition(
-                        "PIDPressure",
-                        false,
-                        "KubeletHasSufficientPID",
-                        "kubelet has sufficient PID available",
-                    ),
-                    ready,
-                ]),
-                addresses: Some(vec![NodeAddress {
-                    type_: "Hostname".into(),
-                    address: self.node_name.clone(),
-                }]),
+                allocatable: Some(pressure::quantities(&allocatable)),
+                capacity: Some(pressure::quantities(&capacity)),
+                conditions: Some(conditions),
+                addresses: Some(addresses(&self.node_name)),
+                images: Some(self.images().await),
                 daemon_endpoints: Some(NodeDaemonEndpoints {
                     kubelet_endpoint: Some(DaemonEndpoint {
                         port: self.port as i32,
@@ -191,6 +234,37 @@ impl NodeStatusService {
                 ..Default::default()
             }),
         }
+    }
+
+    /// The node's images as upstream lists them: the 50 largest, each with at most 5 names
+    /// (digests first, then tags).
+    async fn images(&self) -> Vec<ContainerImage> {
+        let mut image = self.cri.image.clone();
+        let Ok(list) = image
+            .list_images(
+                self.cri
+                    .request(nodeagent_proto::cri::ListImagesRequest::default()),
+            )
+            .await
+        else {
+            return Vec::new();
+        };
+        let mut images = list.into_inner().images;
+        images.sort_by_key(|i| std::cmp::Reverse(i.size));
+        images
+            .into_iter()
+            .take(MAX_IMAGES)
+            .map(|i| ContainerImage {
+                names: Some(
+                    i.repo_digests
+                        .into_iter()
+                        .chain(i.repo_tags)
+                        .take(MAX_NAMES_PER_IMAGE)
+                        .collect(),
+                ),
+                size_bytes: Some(i.size as i64),
+            })
+            .collect()
     }
 
     /// The runtime's own RuntimeReady and NetworkReady conditions.

@@ -7,12 +7,25 @@ use crate::kill_order::{GraceClock, TerminationOrder};
 use crate::workers::SyncOutcome;
 use k8s_openapi::api::core::v1::{Container, Lifecycle, Pod, PodSpec};
 use nodeagent_proto::api::{ReleasePodRequest, RuntimePodStatus};
-use nodeagent_proto::cri::{self, RemovePodSandboxRequest};
+use nodeagent_proto::cri;
 use nodeagent_proto::k8s::labels;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 impl PodSync {
+    /// Unmounts and removes the pod's volumes (idempotent).
+    pub(crate) async fn release_volumes(&self, uid: &str) -> anyhow::Result<()> {
+        let mut volume = self.volume.clone();
+        volume
+            .release_pod(ReleasePodRequest {
+                pod_uid: uid.to_string(),
+                trace: nodeagent_telemetry::current_trace_context(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("releasing volumes: {}", e.message()))?;
+        Ok(())
+    }
+
     pub(crate) async fn kill_pod(
         self: &Arc<Self>,
         uid: &str,
@@ -81,28 +94,15 @@ impl PodSync {
             self.remove_container(&c.id).await;
         }
         for s in &rt.sandboxes {
-            let mut runtime = self.cri.runtime.clone();
-            let req = self.cri.request(RemovePodSandboxRequest {
-                pod_sandbox_id: s.id.clone(),
-            });
-            if let Err(e) = runtime.remove_pod_sandbox(req).await
-                && !nodeagent_cri::is_not_found(&e)
-            {
-                anyhow::bail!("RemovePodSandbox {}: {}", s.id, e.message());
-            }
+            self.remove_sandbox(&s.id)
+                .await
+                .map_err(anyhow::Error::msg)?;
         }
         if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
             self.acted(uid);
         }
 
-        let mut volume = self.volume.clone();
-        volume
-            .release_pod(ReleasePodRequest {
-                pod_uid: uid.to_string(),
-                trace: nodeagent_telemetry::current_trace_context(),
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("releasing volumes: {}", e.message()))?;
+        self.release_volumes(uid).await?;
 
         if let Some(pod) = &pod {
             if let Some(parent) = crate::cgroups::pod_cgroup_parent(

@@ -10,8 +10,11 @@ mod api_status;
 mod cgroups;
 mod credentials;
 mod evict;
+mod eviction;
 mod expansion;
+mod gc;
 mod hooks;
+mod image_gc;
 mod init_plan;
 mod inputs;
 mod kill;
@@ -80,6 +83,10 @@ pub struct PodSync {
     /// When this process started (unix nanos): a pod whose sandbox is older was started
     /// by an earlier pod-sync, and its start is not counted again.
     started_unix_nanos: i64,
+    /// The container GC's keep count and minimum age.
+    gc: gc::Policy,
+    /// The image GC's policy and records (also used by the eviction manager's reclaim).
+    image_gc: tokio::sync::Mutex<image_gc::ImageGc>,
 }
 
 use state::State;
@@ -98,7 +105,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         EXPENSIVE_CRI_CALLS,
     );
     let api = config.api_client().await?;
-    let host_ip = host_ip();
+    let host_ip = nodeagent_config::machine::host_ip();
     tracing::info!(%host_ip, "node address");
     // Its slots are allocated at once (136 B each); a watcher more than 1024 messages
     // behind is cut off and resubscribes for a fresh snapshot.
@@ -143,6 +150,14 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         api: api.clone(),
         events: nodeagent_config::events::EventRecorder::new(api.clone(), &config.node_name),
         shutdown: shutdown.clone(),
+        gc: gc::Policy {
+            max_per_container: config.maximum_dead_containers_per_container,
+            min_age: config.minimum_container_ttl_duration,
+        },
+        image_gc: tokio::sync::Mutex::new(image_gc::ImageGc::new(
+            image_gc::Policy::from_config(&config),
+            &config.root_dir,
+        )),
     });
 
     let mut tasks = tokio::task::JoinSet::new();
@@ -187,6 +202,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         log_rotation::Policy::from_config(&config).map_err(anyhow::Error::msg)?,
         shutdown.clone(),
     ));
+    tasks.spawn(gc::run(sync.clone(), sync.gc));
+    tasks.spawn(image_gc::run(sync.clone()));
+    tasks.spawn(eviction::run(
+        sync.clone(),
+        eviction::Manager::new(&config)?,
+    ));
     tasks.spawn(inputs::ticks(
         sync.clone(),
         config.kubelet.sync_frequency,
@@ -224,28 +245,4 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     while tasks.join_next().await.is_some() {}
     served?;
     Ok(())
-}
-
-/// The node's primary address: the first global IPv4 address on an interface that is not
-/// loopback or a container bridge.
-fn host_ip() -> String {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return String::new();
-    };
-    for a in addrs {
-        let name = a.interface_name.as_str();
-        if name == "lo"
-            || name.starts_with("docker")
-            || name.starts_with("veth")
-            || name.starts_with("nodeagent")
-            || name.starts_with("cni")
-            || name.starts_with("br-")
-        {
-            continue;
-        }
-        if let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return ip.ip().to_string();
-        }
-    }
-    String::new()
 }

@@ -66,19 +66,25 @@ fn memory_request(c: &Container) -> i64 {
         .unwrap_or(0)
 }
 
-/// Upstream `IsNodeCriticalPod`: class system-node-critical, and critical (static, mirror,
-/// or a priority of at least system-critical's).
-fn is_node_critical(pod: &Pod) -> bool {
-    let Some(spec) = &pod.spec else {
-        return false;
-    };
+/// Upstream `IsCriticalPod`: static, mirror, or of a priority of at least
+/// system-critical's. Eviction never takes one.
+pub(crate) fn is_critical(pod: &Pod) -> bool {
     let annotations = pod.metadata.annotations.as_ref();
     let annotation = |key: &str| annotations.and_then(|a| a.get(key));
     let is_static = annotation(k8s::labels::CONFIG_SOURCE).is_some_and(|s| s != "api");
     let is_mirror = annotation(k8s::labels::CONFIG_MIRROR).is_some();
-    let critical =
-        is_static || is_mirror || spec.priority.is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
-    critical && spec.priority_class_name.as_deref() == Some("system-node-critical")
+    let priority = pod.spec.as_ref().and_then(|s| s.priority);
+    is_static || is_mirror || priority.is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
+}
+
+/// Upstream `IsNodeCriticalPod`: class system-node-critical, and critical.
+fn is_node_critical(pod: &Pod) -> bool {
+    is_critical(pod)
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+            == Some("system-node-critical")
 }
 
 #[cfg(test)]

@@ -74,6 +74,9 @@ pub struct State {
     pub pull_backoff: HashMap<(String, String), Backoff>,
     /// uid -> why the whole pod failed (e.g. activeDeadlineSeconds): nothing runs again.
     pub pod_failed: HashMap<String, Waiting>,
+    /// The node's pressure conditions whose thresholds the eviction manager found met at
+    /// its last pass (new pods are admitted against them).
+    pub pressure: std::collections::BTreeSet<nodeagent_config::eviction::Condition>,
     /// container id -> its termination message, read once after it exited.
     pub termination_messages: HashMap<String, String>,
     /// uid -> where its worker is (syncing, terminating, terminated).

@@ -528,7 +528,9 @@ impl PodSync {
     /// AppArmor; and what this node cannot enforce): a pod that would run weaker than its
     /// spec is Failed with upstream's reason and nothing of it runs. `None`: admitted.
     async fn refuse_unadmitted(&self, pod: &Pod, rt: &RuntimePodStatus) -> Option<SyncOutcome> {
-        let refusal = crate::security::admit(pod, &self.host_security).err()?;
+        let refusal = crate::security::admit(pod, &self.host_security)
+            .err()
+            .or_else(|| self.refuse_under_pressure(pod, rt))?;
         let first = {
             let mut st = self.lock();
             let failed = st.pod_failed.entry(k8s::pod_uid(pod).to_string());
@@ -544,6 +546,51 @@ impl PodSync {
         }
         self.stop_everything(pod, rt, refusal.reason, None).await;
         Some(SyncOutcome::Terminated)
+    }
+
+    /// upstream's eviction manager `Admit`: a pod that has not started yet is refused
+    /// (Failed, reason Evicted) under DiskPressure or PIDPressure, and under MemoryPressure
+    /// when it is BestEffort; critical pods are always admitted.
+    fn refuse_under_pressure(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<crate::security::Refusal> {
+        use nodeagent_config::eviction::Condition;
+        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() || crate::oom::is_critical(pod) {
+            return None;
+        }
+        let pressure = self.lock().pressure.clone();
+        // A BestEffort pod that tolerates the memory-pressure taint is let in as well.
+        let tolerates = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    let key = t.key.as_deref().unwrap_or_default();
+                    let effect = t.effect.as_deref().unwrap_or_default();
+                    (key == "node.kubernetes.io/memory-pressure"
+                        || (key.is_empty() && t.operator.as_deref() == Some("Exists")))
+                        && (effect.is_empty() || effect == "NoSchedule")
+                })
+            });
+        let best_effort =
+            crate::cgroups::qos_class(pod) == crate::cgroups::QosClass::BestEffort && !tolerates;
+        let refused: Vec<&str> = pressure
+            .iter()
+            .filter(|c| **c != Condition::MemoryPressure || best_effort)
+            .map(|c| c.name())
+            .collect();
+        if refused.is_empty() {
+            return None;
+        }
+        let names: Vec<&str> = pressure.iter().map(|c| c.name()).collect();
+        Some(crate::security::Refusal {
+            reason: crate::evict::EVICTED,
+            // Go's %v of a slice: "[MemoryPressure DiskPressure]".
+            message: format!("The node had condition: [{}]. ", names.join(" ")),
+        })
     }
 
     /// runAsNonRoot (upstream `verifyRunAsNonRoot`), from runAsUser or else the image's
@@ -1218,20 +1265,46 @@ impl PodSync {
         }
     }
 
-    /// Dead containers of one name, except `keep`, are removed (upstream keeps one).
+    /// Removes a sandbox (stopped or not); one already gone is fine.
+    pub(crate) async fn remove_sandbox(&self, id: &str) -> Result<(), String> {
+        let mut runtime = self.cri.runtime.clone();
+        let req = self.cri.request(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        });
+        match runtime.remove_pod_sandbox(req).await {
+            Err(e) if !nodeagent_cri::is_not_found(&e) => {
+                Err(format!("RemovePodSandbox {id}: {}", e.message()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Dead containers of one name beyond the GC's keep count are removed, `keep` (the one
+    /// just replaced, whose state the status reports) always kept, as the container GC
+    /// would at its next pass.
     async fn remove_dead_except(&self, uid: &str, name: &str, keep: &str) {
+        let max = self.gc.max_per_container;
+        if max < 0 {
+            return;
+        }
         let dead: Vec<String> = {
             let st = self.lock();
-            st.runtime
+            let mut others: Vec<_> = st
+                .runtime
                 .get(uid)
                 .map(|r| {
                     r.containers
                         .iter()
                         .filter(|c| c.name == name && c.state == EXITED && c.id != keep)
-                        .map(|c| c.id.clone())
                         .collect()
                 })
-                .unwrap_or_default()
+                .unwrap_or_default();
+            others.sort_by_key(|c| std::cmp::Reverse(c.created_at_unix_nanos));
+            others
+                .into_iter()
+                .skip((max as usize).saturating_sub(1))
+                .map(|c| c.id.clone())
+                .collect()
         };
         for id in dead {
             self.remove_container(&id).await;

@@ -2,8 +2,8 @@
 //! cAdvisor), network counters from a `net/dev` file, filesystems from statvfs, and the
 //! size of a directory of log files.
 
-use super::cgroup::{Cgroups, Memory, Swap, memory_from};
 use super::types::InterfaceStats;
+pub use nodeagent_config::machine::{Statvfs, meminfo, node_memory, node_swap, rlimit, statvfs};
 use std::path::Path;
 
 /// The interface upstream reports at the top of NetworkStats.
@@ -23,43 +23,6 @@ pub fn node_cpu_usage_ns(proc_stat: &str, ticks_per_second: u64) -> Option<u64> 
         .filter_map(|i| v.get(*i))
         .sum::<u64>();
     Some(busy.saturating_mul(1_000_000_000) / ticks_per_second.max(1))
-}
-
-/// A `/proc/meminfo` field in bytes.
-fn meminfo(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
-        let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
-        Some(kib * 1024)
-    })
-}
-
-/// Node memory: the root memory cgroup on v1 (as cAdvisor's root container), `info`
-/// (/proc/meminfo) on v2 (where the root has no memory.current). `total` is MemTotal.
-pub fn node_memory(cgroups: &Cgroups, info: &str) -> Option<(Memory, u64)> {
-    let total = meminfo(info, "MemTotal")?;
-    if let Some(m) = cgroups.memory("/").filter(|m| m.usage > 0) {
-        return Some((m, total));
-    }
-    let usage = total.saturating_sub(meminfo(info, "MemFree")?);
-    let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
-    let stat = format!(
-        "inactive_file {}\nanon {}\n{vmstat}",
-        meminfo(info, "Inactive(file)").unwrap_or(0),
-        meminfo(info, "AnonPages").unwrap_or(0)
-    );
-    Some((memory_from(usage, None, &stat, true), total))
-}
-
-/// The node's swap from `info` (/proc/meminfo): used is SwapTotal less SwapFree, under a
-/// limit of SwapTotal. None without swap.
-pub fn node_swap(info: &str) -> Option<Swap> {
-    let total = meminfo(info, "SwapTotal").filter(|t| *t > 0)?;
-    let free = meminfo(info, "SwapFree")?;
-    Some(Swap {
-        usage: total.saturating_sub(free),
-        limit: Some(total),
-    })
 }
 
 /// Parses a `net/dev` file; `lo` is left out.
@@ -95,29 +58,6 @@ pub fn interfaces_of(pid: Option<u32>) -> Vec<InterfaceStats> {
         .unwrap_or_default()
 }
 
-/// Capacity, free space and inodes of the filesystem holding `path`.
-pub struct Statvfs {
-    pub capacity: u64,
-    pub available: u64,
-    pub used: u64,
-    pub inodes: u64,
-    pub inodes_free: u64,
-}
-
-pub fn statvfs(path: &Path) -> Option<Statvfs> {
-    let s = nix::sys::statvfs::statvfs(path).ok()?;
-    let frsize = s.fragment_size() as u64;
-    let capacity = s.blocks() as u64 * frsize;
-    let free = s.blocks_free() as u64 * frsize;
-    Some(Statvfs {
-        capacity,
-        available: s.blocks_available() as u64 * frsize,
-        used: capacity.saturating_sub(free),
-        inodes: s.files() as u64,
-        inodes_free: s.files_free() as u64,
-    })
-}
-
 /// Bytes and files under `dir`, at most `depth` levels down (log directories are
 /// shallow; the bound keeps a planted deep tree cheap).
 pub fn dir_usage(dir: &Path, depth: usize) -> Option<(u64, u64)> {
@@ -137,19 +77,6 @@ pub fn dir_usage(dir: &Path, depth: usize) -> Option<(u64, u64)> {
         }
     }
     Some((bytes, files))
-}
-
-/// (pid_max, processes and threads now): the node's rlimit stats.
-pub fn rlimit() -> (Option<i64>, Option<i64>) {
-    let max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    // /proc/loadavg's fourth field is running/total scheduling entities.
-    let cur = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| {
-        let field = s.split_whitespace().nth(3)?;
-        field.split_once('/')?.1.parse().ok()
-    });
-    (max, cur)
 }
 
 /// Boot time in nanoseconds since the epoch (`btime` of /proc/stat).
@@ -173,22 +100,6 @@ mod tests {
         // user+nice+system+irq+softirq+steal = 180 ticks at 100/s = 1.8 s.
         assert_eq!(node_cpu_usage_ns(stat, 100), Some(1_800_000_000));
         assert_eq!(boot_time_ns(stat), Some(1_700_000_000_000_000_000));
-    }
-
-    #[test]
-    fn node_swap_is_reported_only_with_swap() {
-        let info = "MemTotal:  2048 kB\nMemFree:  1024 kB\nSwapCached:  0 kB\n\
-                    SwapTotal:  4096 kB\nSwapFree:  3072 kB\n";
-        assert_eq!(
-            node_swap(info),
-            Some(Swap {
-                usage: 1024 * 1024,
-                limit: Some(4096 * 1024),
-            })
-        );
-        let none = "MemTotal:  2048 kB\nSwapTotal:  0 kB\nSwapFree:  0 kB\n";
-        assert_eq!(node_swap(none), None);
-        assert_eq!(node_swap("MemTotal:  2048 kB\n"), None);
     }
 
     #[test]

@@ -1,0 +1,458 @@
+//! Node-pressure eviction, as upstream's eviction manager (`pkg/kubelet/eviction`): every
+//! 10 s the node's signals are read (the same reading node-status reports conditions from,
+//! in `nodeagent_config::eviction`) and checked against `evictionHard` and `evictionSoft`.
+//! When a hard threshold is met, or a soft one has been met for its grace period:
+//!
+//! - a disk signal first gets node-level reclaim (a container GC pass); if that frees
+//!   enough (the threshold plus its minimum reclaim), nobody is evicted;
+//! - otherwise the pods are ranked as upstream ranks them and the first that is not critical
+//!   (static, mirror, or priority ≥ 2000000000) is evicted: one pod per pass. Memory: pods
+//!   using more than they requested first, then lower priority, then usage over request.
+//!   Disk: the same on ephemeral storage (writable layers, logs, emptyDirs on disk). PIDs:
+//!   lower priority, then more processes.
+//! - The evicted pod ends Failed, reason `Evicted`, with upstream's message, a
+//!   `DisruptionTarget` condition and a Warning `Evicted` event; its containers get 1 s on a
+//!   hard threshold and `min(evictionMaxPodGracePeriod, its own)` on a soft one; its
+//!   volumes are released (an emptyDir's data is what the node is short of).
+
+use crate::PodSync;
+use crate::evict::EVICTED;
+use crate::status::Waiting;
+use k8s_openapi::api::core::v1::Pod;
+use nodeagent_config::cgroupfs::Cgroups;
+use nodeagent_config::eviction::{
+    self, Observations, Observed, Signal, Threshold, Thresholds, format_quantity,
+};
+use nodeagent_proto::cri;
+use nodeagent_proto::k8s;
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// upstream's eviction monitoring interval.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+/// upstream's `immediateEvictionGracePeriodSeconds` (hard thresholds).
+const HARD_GRACE: i64 = 1;
+
+/// One pod as the ranking sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub uid: String,
+    pub priority: i32,
+    /// What the pod uses of the starved resource (bytes, or processes).
+    pub usage: u64,
+    /// What its containers requested of it.
+    pub request: u64,
+    /// (container, usage, request) of each regular container measured.
+    pub containers: Vec<(String, u64, u64)>,
+    pub critical: bool,
+}
+
+/// Orders `pods` for eviction on `signal`, first to go first (upstream's `rankMemoryPressure`,
+/// `rankDiskPressureFunc`, `rankPIDPressure`).
+pub fn rank(signal: Signal, pods: &mut [Candidate]) {
+    if signal == Signal::PidAvailable {
+        pods.sort_by(|a, b| a.priority.cmp(&b.priority).then(b.usage.cmp(&a.usage)));
+        return;
+    }
+    pods.sort_by(|a, b| {
+        let exceeds = |c: &Candidate| c.usage > c.request;
+        exceeds(b)
+            .cmp(&exceeds(a))
+            .then(a.priority.cmp(&b.priority))
+            .then((b.usage as i128 - b.request as i128).cmp(&(a.usage as i128 - a.request as i128)))
+    });
+}
+
+/// upstream's `evictionMessage`: "The node was low on resource: memory. Threshold quantity:
+/// 100Mi, available: 50Mi. Container a was using 500Mi, request is 0, has larger consumption
+/// of memory. "
+pub fn message(threshold: &Threshold, observed: &Observed, pod: &Candidate) -> String {
+    let resource = threshold.signal.resource();
+    let q = |n: u64| {
+        if matches!(resource, "memory" | "ephemeral-storage") {
+            format_quantity(n)
+        } else {
+            n.to_string()
+        }
+    };
+    let mut m = format!(
+        "The node was low on resource: {resource}. Threshold quantity: {}, available: {}. ",
+        q(threshold.value.of(observed.capacity)),
+        q(observed.available)
+    );
+    if matches!(resource, "memory" | "ephemeral-storage") {
+        for (name, usage, request) in &pod.containers {
+            if usage > request {
+                m.push_str(&format!(
+                    "Container {name} was using {}, request is {}, has larger consumption of {resource}. ",
+                    q(*usage),
+                    q(*request)
+                ));
+            }
+        }
+    }
+    m
+}
+
+/// upstream's `byEvictionPriority`: memory first.
+fn first_to_reclaim<'a>(met: &[&'a Threshold]) -> Option<&'a Threshold> {
+    met.iter()
+        .find(|t| t.signal == Signal::MemoryAvailable)
+        .or_else(|| met.first())
+        .copied()
+}
+
+fn is_disk(signal: Signal) -> bool {
+    !matches!(signal, Signal::MemoryAvailable | Signal::PidAvailable)
+}
+
+/// The eviction manager's own state: which thresholds are met, since when.
+pub struct Manager {
+    pub thresholds: Thresholds,
+    pub max_pod_grace: i64,
+    root_dir: PathBuf,
+    pod_logs_dir: PathBuf,
+    cgroups: Cgroups,
+    met: BTreeSet<Signal>,
+    first_met: HashMap<Signal, Instant>,
+    /// The image filesystem is the node filesystem (same device), as last observed.
+    images_on_nodefs: bool,
+}
+
+impl Manager {
+    pub fn new(config: &nodeagent_config::Config) -> anyhow::Result<Self> {
+        Ok(Self {
+            thresholds: Thresholds::from_config(&config.kubelet).map_err(anyhow::Error::msg)?,
+            max_pod_grace: i64::from(config.kubelet.eviction_max_pod_grace_period),
+            root_dir: config.root_dir.clone(),
+            pod_logs_dir: config.kubelet.pod_logs_dir.clone(),
+            cgroups: Cgroups::detect(),
+            met: BTreeSet::new(),
+            first_met: HashMap::new(),
+            images_on_nodefs: true,
+        })
+    }
+
+    /// The thresholds met now (those met before held until their minimum reclaim is
+    /// free), and of those the ones whose grace period is over.
+    fn update(&mut self, obs: &Observations, now: Instant) -> Vec<Threshold> {
+        let all = &self.thresholds.0;
+        let mut met: Vec<&Threshold> = eviction::met(all, obs, false);
+        let held = all.iter().filter(|t| self.met.contains(&t.signal));
+        for t in eviction::met(held, obs, true) {
+            if !met.contains(&t) {
+                met.push(t);
+            }
+        }
+        self.met = met.iter().map(|t| t.signal).collect();
+        self.first_met.retain(|s, _| self.met.contains(s));
+        for s in &self.met {
+            self.first_met.entry(*s).or_insert(now);
+        }
+        met.into_iter()
+            .filter(|t| {
+                t.is_hard()
+                    || self
+                        .first_met
+                        .get(&t.signal)
+                        .is_some_and(|at| now.duration_since(*at) >= t.grace_period)
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+impl PodSync {
+    async fn observe_signals(&self, m: &mut Manager) -> Observations {
+        let mut image = self.cri.image.clone();
+        let image_fs = image
+            .image_fs_info(self.cri.request(cri::ImageFsInfoRequest {}))
+            .await
+            .ok()
+            .and_then(|r| {
+                r.into_inner()
+                    .image_filesystems
+                    .first()?
+                    .fs_id
+                    .as_ref()
+                    .map(|id| PathBuf::from(&id.mountpoint))
+            });
+        let (cgroups, root) = (m.cgroups.clone(), m.root_dir.clone());
+        let (obs, same) = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::MetadataExt;
+            let dev = |p: &std::path::Path| std::fs::metadata(p).map(|md| md.dev()).ok();
+            let same = image_fs.as_deref().is_none_or(|i| dev(i) == dev(&root));
+            (
+                eviction::observe(&cgroups, &root, image_fs.as_deref()),
+                same,
+            )
+        })
+        .await
+        .unwrap_or_default();
+        m.images_on_nodefs = same;
+        obs
+    }
+
+    /// One pass of the eviction manager; evicts at most one pod.
+    pub async fn eviction_pass(self: &Arc<Self>, m: &mut Manager) {
+        let obs = self.observe_signals(m).await;
+        let due = m.update(&obs, Instant::now());
+        self.lock().pressure = m.met.iter().map(|s| s.condition()).collect();
+        let refs: Vec<&Threshold> = due.iter().collect();
+        let Some(threshold) = first_to_reclaim(&refs).cloned() else {
+            return;
+        };
+        let Some(mut observed) = obs.get(&threshold.signal).copied() else {
+            return;
+        };
+        tracing::warn!(
+            signal = threshold.signal.name(),
+            available = observed.available,
+            threshold = %threshold.value,
+            "eviction threshold met; attempting to reclaim"
+        );
+        if is_disk(threshold.signal) {
+            // Node-level reclaim first: dead containers and sandboxes, then (for the image
+            // filesystem, or a node filesystem that holds the images too) unused images.
+            self.collect_garbage(self.gc).await;
+            let images_here = !matches!(
+                threshold.signal,
+                Signal::NodeFsAvailable | Signal::NodeFsInodesFree
+            ) || m.images_on_nodefs;
+            if images_here {
+                let mut gc = self.image_gc.lock().await;
+                self.image_gc_pass(&mut gc, true).await;
+            }
+            let again = self.observe_signals(m).await;
+            if eviction::met([&threshold], &again, true).is_empty() {
+                tracing::info!(
+                    signal = threshold.signal.name(),
+                    "node-level reclaim freed enough; no pod evicted"
+                );
+                return;
+            }
+            if let Some(o) = again.get(&threshold.signal) {
+                observed = *o;
+            }
+        }
+        let mut pods = self.candidates(threshold.signal, m).await;
+        rank(threshold.signal, &mut pods);
+        for c in pods {
+            if c.critical {
+                tracing::debug!(pod.uid = %c.uid, "a critical pod is not evicted");
+                continue;
+            }
+            let pod = self.lock().desired.get(&c.uid).cloned();
+            let Some(pod) = pod else { continue };
+            let grace = if threshold.is_hard() {
+                HARD_GRACE
+            } else {
+                let own = crate::sync::grace_seconds(&pod);
+                m.max_pod_grace.min(own)
+            };
+            let text = message(&threshold, &observed, &c);
+            self.evict(&pod, &text, grace).await;
+            return;
+        }
+        tracing::warn!(signal = threshold.signal.name(), "no pod could be evicted");
+    }
+
+    /// Evicts `pod`: Failed, reason Evicted, the message, a Warning event, and its
+    /// containers stopped with `grace`.
+    async fn evict(self: &Arc<Self>, pod: &Pod, message: &str, grace: i64) {
+        let uid = k8s::pod_uid(pod).to_string();
+        tracing::warn!(pod = %k8s::pod_full_name(pod), %message, grace, "evicting the pod");
+        self.lock().pod_failed.insert(
+            uid.clone(),
+            Waiting {
+                reason: EVICTED.into(),
+                message: message.to_string(),
+            },
+        );
+        self.events.pod(
+            pod,
+            nodeagent_config::events::EventType::Warning,
+            EVICTED,
+            message,
+        );
+        let rt = self.lock().runtime.get(&uid).cloned();
+        if let Some(rt) = rt {
+            self.stop_everything(pod, &rt, EVICTED, Some(grace)).await;
+        }
+        // What the pod wrote to its emptyDirs (on disk or in memory) is what the node is
+        // short of: it goes with the pod, as upstream tears down a terminated pod's volumes.
+        if let Err(e) = self.release_volumes(&uid).await {
+            tracing::warn!(error = %e, "releasing the evicted pod's volumes failed; its sync retries");
+        }
+        self.trigger(&uid);
+    }
+
+    /// The pods that run now, with what they use of `signal`'s resource.
+    async fn candidates(&self, signal: Signal, m: &Manager) -> Vec<Candidate> {
+        let pods: Vec<(Pod, String)> = {
+            let st = self.lock();
+            st.desired
+                .iter()
+                .filter(|(uid, _)| !st.pod_failed.contains_key(*uid))
+                .filter_map(|(uid, pod)| {
+                    let rt = st.runtime.get(uid)?;
+                    let sandbox = rt
+                        .sandboxes
+                        .iter()
+                        .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+                        .max_by_key(|s| s.created_at_unix_nanos)?;
+                    Some((pod.clone(), sandbox.id.clone()))
+                })
+                .collect()
+        };
+        let mut stats: HashMap<String, Vec<cri::ContainerStats>> = HashMap::new();
+        if signal != Signal::PidAvailable {
+            let mut runtime = self.cri.runtime.clone();
+            if let Ok(r) = runtime
+                .list_container_stats(self.cri.request(cri::ListContainerStatsRequest::default()))
+                .await
+            {
+                for s in r.into_inner().stats {
+                    let sandbox = s
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.labels.get("io.kubernetes.pod.uid"))
+                        .cloned()
+                        .unwrap_or_default();
+                    stats.entry(sandbox).or_default().push(s);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (pod, _sandbox) in pods {
+            let uid = k8s::pod_uid(&pod).to_string();
+            let spec = pod.spec.clone().unwrap_or_default();
+            let request_of = |name: &str, resource: &str| -> u64 {
+                spec.containers
+                    .iter()
+                    .find(|c| c.name == name)
+                    .and_then(|c| {
+                        c.resources
+                            .as_ref()?
+                            .requests
+                            .as_ref()?
+                            .get(resource)
+                            .cloned()
+                    })
+                    .and_then(|q| nodeagent_config::quantity::bytes(&q.0))
+                    .unwrap_or(0)
+                    .max(0) as u64
+            };
+            let mut containers = Vec::new();
+            let (usage, request) = match signal {
+                Signal::PidAvailable => {
+                    let pids = crate::cgroups::pod_cgroup_parent(
+                        &pod,
+                        self.node.cgroups_per_qos,
+                        &self.node.cgroup_root,
+                    )
+                    .and_then(|rel| m.cgroups.pids(&rel))
+                    .unwrap_or(0);
+                    (pids, 0)
+                }
+                Signal::MemoryAvailable => {
+                    for s in stats.get(&uid).into_iter().flatten() {
+                        let Some(name) = s
+                            .attributes
+                            .as_ref()
+                            .and_then(|a| a.metadata.as_ref())
+                            .map(|md| md.name.clone())
+                        else {
+                            continue;
+                        };
+                        let ws = s
+                            .memory
+                            .as_ref()
+                            .and_then(|mem| mem.working_set_bytes.as_ref())
+                            .map(|v| v.value)
+                            .unwrap_or(0);
+                        let req = request_of(&name, "memory");
+                        containers.push((name, ws, req));
+                    }
+                    let total: u64 = containers.iter().map(|c| c.1).sum();
+                    let req: u64 = spec
+                        .containers
+                        .iter()
+                        .map(|c| request_of(&c.name, "memory"))
+                        .sum();
+                    (total, req)
+                }
+                _ => {
+                    let logs = crate::runtime_spec::pod_log_dir(&m.pod_logs_dir, &pod).ok();
+                    let empty_dirs = m
+                        .root_dir
+                        .join("pods")
+                        .join(&uid)
+                        .join("volumes/kubernetes.io~empty-dir");
+                    for s in stats.get(&uid).into_iter().flatten() {
+                        let Some(name) = s
+                            .attributes
+                            .as_ref()
+                            .and_then(|a| a.metadata.as_ref())
+                            .map(|md| md.name.clone())
+                        else {
+                            continue;
+                        };
+                        let layer = s
+                            .writable_layer
+                            .as_ref()
+                            .and_then(|w| w.used_bytes.as_ref())
+                            .map(|v| v.value)
+                            .unwrap_or(0);
+                        let req = request_of(&name, "ephemeral-storage");
+                        containers.push((name, layer, req));
+                    }
+                    let (logs_b, dirs_b) = tokio::task::spawn_blocking(move || {
+                        (
+                            logs.and_then(|l| nodeagent_du::measure(&l).ok())
+                                .map_or(0, |u| u.bytes),
+                            nodeagent_du::measure(&empty_dirs).map_or(0, |u| u.bytes),
+                        )
+                    })
+                    .await
+                    .unwrap_or((0, 0));
+                    let total = containers.iter().map(|c| c.1).sum::<u64>() + logs_b + dirs_b;
+                    let req: u64 = spec
+                        .containers
+                        .iter()
+                        .map(|c| request_of(&c.name, "ephemeral-storage"))
+                        .sum();
+                    (total, req)
+                }
+            };
+            out.push(Candidate {
+                uid,
+                priority: spec.priority.unwrap_or(0),
+                usage,
+                request,
+                containers,
+                critical: crate::oom::is_critical(&pod),
+            });
+        }
+        out
+    }
+}
+
+/// Runs a pass every [`INTERVAL`] until shutdown.
+pub async fn run(sync: Arc<PodSync>, mut manager: Manager) {
+    if manager.thresholds.0.is_empty() {
+        return;
+    }
+    let mut tick = tokio::time::interval(INTERVAL);
+    loop {
+        tokio::select! {
+            _ = sync.shutdown.wait() => return,
+            _ = tick.tick() => sync.eviction_pass(&mut manager).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
