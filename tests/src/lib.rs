@@ -99,7 +99,11 @@ where
 
 /// An API-server pod `name` bound to `node`: one busybox container `c` that sleeps until
 /// SIGTERM, grace 1 s, with `extra` merged over it (a JSON merge patch).
-pub fn api_pod(name: &str, node: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+pub fn api_pod(
+    name: &str,
+    node: &str,
+    extra: serde_json::Value,
+) -> k8s_openapi::api::core::v1::Pod {
     let mut v = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
@@ -131,4 +135,32 @@ pub async fn api_pod_in_phase(
         }
     })
     .await
+}
+
+/// Mounts at or under `dir` in this (the host's) mount namespace, as (mount point,
+/// filesystem type), in mount order.
+pub fn mounts_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            let point = std::path::PathBuf::from(fields.get(4)?);
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let fs = fields.get(sep + 1)?.to_string();
+            point.starts_with(dir).then_some((point, fs))
+        })
+        .collect()
+}
+
+/// The mount points of [`mounts_under`].
+pub fn mount_points_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    mounts_under(dir).into_iter().map(|(p, _)| p).collect()
+}
+
+/// Detaches every mount under `dir`, the latest first (what a test's node left mounted,
+/// e.g. the token volumes of API pods it never deleted).
+pub fn unmount_all_under(dir: &std::path::Path) {
+    for point in mount_points_under(dir).into_iter().rev() {
+        let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
+    }
 }

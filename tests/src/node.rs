@@ -552,6 +552,7 @@ impl Node {
 
     async fn force_cleanup(&self) {
         remove_sandboxes_of(&self.cri, &self.name).await;
+        crate::unmount_all_under(self.dir.path());
     }
 }
 
@@ -637,6 +638,7 @@ impl Drop for Node {
             });
         })
         .join();
+        crate::unmount_all_under(self.dir.path());
     }
 }
 

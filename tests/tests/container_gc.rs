@@ -52,7 +52,10 @@ async fn seen(node: &Node) -> Result<(String, bool, i64, bool), String> {
     let pod = node.pod("churn").await?;
     let cs = &pod["status"]["containerStatuses"][0];
     Ok((
-        pod["status"]["phase"].as_str().unwrap_or_default().to_string(),
+        pod["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         cs["ready"].as_bool().unwrap_or(false),
         cs["restartCount"].as_i64().unwrap_or(-1),
         cs["lastState"]["terminated"].is_object(),
@@ -75,17 +78,25 @@ async fn the_gc_keeps_the_configured_dead_containers_and_their_sandboxes() {
     node.write_manifest("churn.yaml", POD);
     // The sandbox dies three times; each time the pod comes back in a new one.
     for round in 1..=3 {
-        let ready = eventually(&format!("round {round}: the pod running"), DEADLINE, || async {
-            let (running, _, sandboxes) = runtime(&node).await;
-            let ready: Vec<_> = sandboxes
-                .iter()
-                .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
-                .collect();
-            match (running.len(), ready.as_slice()) {
-                (1, [s]) => Ok(s.id.clone()),
-                _ => Err(format!("{} running, {} ready sandboxes", running.len(), ready.len())),
-            }
-        })
+        let ready = eventually(
+            &format!("round {round}: the pod running"),
+            DEADLINE,
+            || async {
+                let (running, _, sandboxes) = runtime(&node).await;
+                let ready: Vec<_> = sandboxes
+                    .iter()
+                    .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+                    .collect();
+                match (running.len(), ready.as_slice()) {
+                    (1, [s]) => Ok(s.id.clone()),
+                    _ => Err(format!(
+                        "{} running, {} ready sandboxes",
+                        running.len(),
+                        ready.len()
+                    )),
+                }
+            },
+        )
         .await;
         let mut rt = node.cri.runtime.clone();
         rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
@@ -94,28 +105,37 @@ async fn the_gc_keeps_the_configured_dead_containers_and_their_sandboxes() {
         .await
         .expect("StopPodSandbox");
     }
-    let before = eventually("the pod back, Running and Ready, restarted", DEADLINE, || async {
-        let s = seen(&node).await?;
-        let (running, _, _) = runtime(&node).await;
-        if s.0 == "Running" && s.1 && s.2 >= 1 && s.3 && running.len() == 1 {
-            Ok(s)
-        } else {
-            Err(format!("{s:?}, {} running", running.len()))
-        }
-    })
+    let before = eventually(
+        "the pod back, Running and Ready, restarted",
+        DEADLINE,
+        || async {
+            let s = seen(&node).await?;
+            let (running, _, _) = runtime(&node).await;
+            if s.0 == "Running" && s.1 && s.2 >= 1 && s.3 && running.len() == 1 {
+                Ok(s)
+            } else {
+                Err(format!("{s:?}, {} running", running.len()))
+            }
+        },
+    )
     .await;
 
     // Within a GC pass: exactly two dead containers, and only the sandboxes that hold them
     // or run the pod.
-    let (running, exited, sandboxes) = eventually("the GC to leave 2 dead containers", DEADLINE, || async {
-        let (running, exited, sandboxes) = runtime(&node).await;
-        if exited.len() == 2 && sandboxes.len() == 3 {
-            Ok((running, exited, sandboxes))
-        } else {
-            Err(format!("{} dead containers, {} sandboxes", exited.len(), sandboxes.len()))
-        }
-    })
-    .await;
+    let (running, exited, sandboxes) =
+        eventually("the GC to leave 2 dead containers", DEADLINE, || async {
+            let (running, exited, sandboxes) = runtime(&node).await;
+            if exited.len() == 2 && sandboxes.len() == 3 {
+                Ok((running, exited, sandboxes))
+            } else {
+                Err(format!(
+                    "{} dead containers, {} sandboxes",
+                    exited.len(),
+                    sandboxes.len()
+                ))
+            }
+        })
+        .await;
     assert_eq!(running.len(), 1);
     let holders: Vec<String> = node
         .containers()
@@ -125,7 +145,10 @@ async fn the_gc_keeps_the_configured_dead_containers_and_their_sandboxes() {
         .map(|c| c.pod_sandbox_id)
         .collect();
     for s in &sandboxes {
-        assert!(holders.contains(&s.id), "an empty old sandbox was kept: {s:?}");
+        assert!(
+            holders.contains(&s.id),
+            "an empty old sandbox was kept: {s:?}"
+        );
     }
     // The user sees the same pod: nothing restarted, the count kept.
     assert_eq!(seen(&node).await.unwrap(), before);
@@ -136,7 +159,10 @@ async fn the_gc_keeps_the_configured_dead_containers_and_their_sandboxes() {
         if running.len() + exited.len() + sandboxes.len() == 0 {
             Ok(())
         } else {
-            Err(format!("{running:?} {exited:?} {} sandboxes", sandboxes.len()))
+            Err(format!(
+                "{running:?} {exited:?} {} sandboxes",
+                sandboxes.len()
+            ))
         }
     })
     .await;

@@ -6,7 +6,10 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use nodeagent_config::Service;
-use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
+use nodeagent_tests::{
+    Node, NodeOptions, eventually, eventually_event, mount_points_under as mounts_under,
+    require_runtime,
+};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,17 +21,6 @@ fn sleeper(name: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n"
     )
-}
-
-/// Mount points at or under `dir` in our (the host's) mount namespace.
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(PathBuf::from)
-        .filter(|m| m.starts_with(dir))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -152,7 +152,10 @@ async fn unused_images_are_collected_and_used_ones_never() {
     })
     .await;
     assert_runtime_images_kept(&node).await;
-    assert!(present(&node, &used.image_ref()).await, "an image in use was collected");
+    assert!(
+        present(&node, &used.image_ref()).await,
+        "an image in use was collected"
+    );
 
     // Not everything could be freed (the thresholds ask for the whole disk).
     let name = node.name.clone();
@@ -193,7 +196,10 @@ async fn unused_images_are_collected_and_used_ones_never() {
         if log.len() > log_before && first_detected(&node, &busybox_id) == Some(seen) {
             Ok(())
         } else {
-            Err(format!("first_detected {:?}", first_detected(&node, &busybox_id)))
+            Err(format!(
+                "first_detected {:?}",
+                first_detected(&node, &busybox_id)
+            ))
         }
     })
     .await;

@@ -29,12 +29,21 @@ impl LoopFs {
         drop(f);
         let ok = |c: &mut Command| {
             let out = c.output().expect("run");
-            assert!(out.status.success(), "{c:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{c:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
         // -m 0: no blocks reserved for root, so what statvfs calls available is all free.
-        ok(Command::new("mkfs.ext4").args(["-q", "-F", "-m", "0"]).arg(image));
+        ok(Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0"])
+            .arg(image));
         std::fs::create_dir_all(at).expect("mkdir");
-        ok(Command::new("mount").args(["-o", "loop"]).arg(image).arg(at));
+        ok(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(image)
+            .arg(at));
         LoopFs {
             image: image.to_path_buf(),
             at: at.to_path_buf(),
@@ -127,7 +136,10 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
 
     let calm = wait_condition(&node, "DiskPressure", "False").await;
     assert_eq!(calm.reason.as_deref(), Some("KubeletHasNoDiskPressure"));
-    assert_eq!(status_of(&conditions(&node).await.unwrap(), "Ready"), "True (KubeletReady)");
+    assert_eq!(
+        status_of(&conditions(&node).await.unwrap(), "Ready"),
+        "True (KubeletReady)"
+    );
 
     // Fill the node's filesystem to about 70 %: less than half of it is available.
     let fill = fs.at.join("fill");
@@ -139,25 +151,38 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
     assert!(status.success());
     let pressed = wait_condition(&node, "DiskPressure", "True").await;
     assert_eq!(pressed.reason.as_deref(), Some("KubeletHasDiskPressure"));
-    assert_eq!(pressed.message.as_deref(), Some("kubelet has disk pressure"));
+    assert_eq!(
+        pressed.message.as_deref(),
+        Some("kubelet has disk pressure")
+    );
     assert!(pressed.last_transition_time.is_some());
 
     // The user's view: the Node in the API server and the node event.
     let client = server.client();
     let nodes: Api<KubeNode> = Api::all(client.clone());
-    eventually("the Node's DiskPressure True in the API server", DEADLINE, || async {
-        let n = nodes.get(&node.name).await.map_err(|e| e.to_string())?;
-        let cs = n.status.and_then(|s| s.conditions).unwrap_or_default();
-        (status_of(&cs, "DiskPressure") == "True (KubeletHasDiskPressure)")
-            .then_some(())
-            .ok_or_else(|| status_of(&cs, "DiskPressure"))
-    })
+    eventually(
+        "the Node's DiskPressure True in the API server",
+        DEADLINE,
+        || async {
+            let n = nodes.get(&node.name).await.map_err(|e| e.to_string())?;
+            let cs = n.status.and_then(|s| s.conditions).unwrap_or_default();
+            (status_of(&cs, "DiskPressure") == "True (KubeletHasDiskPressure)")
+                .then_some(())
+                .ok_or_else(|| status_of(&cs, "DiskPressure"))
+        },
+    )
     .await;
     let name = node.name.clone();
-    let event = eventually_event(&client, "default", "the NodeHasDiskPressure event", DEADLINE, |e| {
-        e.reason.as_deref() == Some("NodeHasDiskPressure")
-            && e.involved_object.name.as_deref() == Some(name.as_str())
-    })
+    let event = eventually_event(
+        &client,
+        "default",
+        "the NodeHasDiskPressure event",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("NodeHasDiskPressure")
+                && e.involved_object.name.as_deref() == Some(name.as_str())
+        },
+    )
     .await;
     assert_eq!(
         event.message.as_deref(),
@@ -167,12 +192,16 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
 
     // A new pod is refused while the disk is short (once pod-sync's eviction manager has
     // seen it): Failed, reason Evicted, with upstream's admission message.
-    eventually("pod-sync's eviction manager sees the threshold met", DEADLINE, || async {
-        node.log(Service::PodSync)
-            .contains("eviction threshold met")
-            .then_some(())
-            .ok_or_else(|| "not yet".to_string())
-    })
+    eventually(
+        "pod-sync's eviction manager sees the threshold met",
+        DEADLINE,
+        || async {
+            node.log(Service::PodSync)
+                .contains("eviction threshold met")
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
     .await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
     let late = node.pod_name("late");
@@ -185,8 +214,14 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
     let refused = nodeagent_tests::api_pod_in_phase(&pods, &late, "Failed", DEADLINE).await;
     let status = refused.status.unwrap();
     assert_eq!(status.reason.as_deref(), Some("Evicted"));
-    assert_eq!(status.message.as_deref(), Some("The node had condition: [DiskPressure]. "));
-    assert!(node.container_id("late", "c").await.is_none(), "nothing of a refused pod runs");
+    assert_eq!(
+        status.message.as_deref(),
+        Some("The node had condition: [DiskPressure]. ")
+    );
+    assert!(
+        node.container_id("late", "c").await.is_none(),
+        "nothing of a refused pod runs"
+    );
 
     // Free the space: the condition holds through the transition period, also across a
     // restart of node-status.
@@ -195,7 +230,9 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
         .await;
     node.spawn(Service::NodeStatus);
     node.wait_serving(Service::NodeStatus).await;
-    let held = conditions(&node).await.expect("node status after the restart");
+    let held = conditions(&node)
+        .await
+        .expect("node status after the restart");
     assert_eq!(
         status_of(&held, "DiskPressure"),
         "True (KubeletHasDiskPressure)",
@@ -203,15 +240,24 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
     );
     let cleared = wait_condition(&node, "DiskPressure", "False").await;
     assert_eq!(cleared.reason.as_deref(), Some("KubeletHasNoDiskPressure"));
-    eventually_event(&client, "default", "the NodeHasNoDiskPressure event", DEADLINE, |e| {
-        e.reason.as_deref() == Some("NodeHasNoDiskPressure")
-            && e.involved_object.name.as_deref() == Some(name.as_str())
-    })
+    eventually_event(
+        &client,
+        "default",
+        "the NodeHasNoDiskPressure event",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("NodeHasNoDiskPressure")
+                && e.involved_object.name.as_deref() == Some(name.as_str())
+        },
+    )
     .await;
 
     // Nothing was evicted or restarted: the same container, still running. (Static pods
     // are critical: eviction never takes them, so the filled disk above evicted nobody.)
-    assert_eq!(node.container_id("bystander", "main").await, Some(container.clone()));
+    assert_eq!(
+        node.container_id("bystander", "main").await,
+        Some(container.clone())
+    );
     let pod = node.pod("bystander").await.expect("listed");
     assert_eq!(pod["status"]["phase"], "Running");
 
@@ -238,28 +284,42 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
     assert_eq!(status.reason.as_deref(), Some("Evicted"), "{status:?}");
     let message = status.message.unwrap_or_default();
     assert!(
-        message.starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
+        message
+            .starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
         "{message}"
     );
     wait_condition(&node, "DiskPressure", "False").await;
     let uid = evicted.metadata.uid.unwrap();
     assert!(
-        !fs.at.join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/scratch/big")).exists(),
+        !fs.at
+            .join(format!(
+                "pods/{uid}/volumes/kubernetes.io~empty-dir/scratch/big"
+            ))
+            .exists(),
         "the evicted pod's emptyDir is gone"
     );
-    assert_eq!(node.container_id("bystander", "main").await, Some(container));
+    assert_eq!(
+        node.container_id("bystander", "main").await,
+        Some(container)
+    );
     node.stop().await;
     drop(fs);
 }
 
 /// The tasks the kernel allows less the tasks now (what pid.available measures).
 fn pids_available() -> i64 {
-    let read = |p: &str| -> i64 {
-        std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
-    };
+    let read = |p: &str| -> i64 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
     let max = read("/proc/sys/kernel/pid_max").min(read("/proc/sys/kernel/threads-max"));
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap();
-    let now: i64 = loadavg.split_whitespace().nth(3).unwrap().split_once('/').unwrap().1.parse().unwrap();
+    let now: i64 = loadavg
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .split_once('/')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
     max - now
 }
 
@@ -306,15 +366,24 @@ spec:
     );
     let pressed = wait_condition(&node, "PIDPressure", "True").await;
     assert_eq!(pressed.reason.as_deref(), Some("KubeletHasInsufficientPID"));
-    assert_eq!(pressed.message.as_deref(), Some("kubelet has insufficient PID available"));
+    assert_eq!(
+        pressed.message.as_deref(),
+        Some("kubelet has insufficient PID available")
+    );
     // The other conditions are untouched by it.
     let cs = conditions(&node).await.unwrap();
-    assert_eq!(status_of(&cs, "MemoryPressure"), "False (KubeletHasSufficientMemory)");
+    assert_eq!(
+        status_of(&cs, "MemoryPressure"),
+        "False (KubeletHasSufficientMemory)"
+    );
 
     node.remove_manifest("forker.yaml");
     let cleared = wait_condition(&node, "PIDPressure", "False").await;
     assert_eq!(cleared.reason.as_deref(), Some("KubeletHasSufficientPID"));
-    assert_eq!(node.container_id("bystander", "main").await, Some(container));
+    assert_eq!(
+        node.container_id("bystander", "main").await,
+        Some(container)
+    );
     node.stop().await;
 }
 
@@ -402,7 +471,8 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
         "{message}"
     );
     assert!(
-        message.contains("Container c was using ") && message.ends_with(", request is 64Mi, has larger consumption of memory. "),
+        message.contains("Container c was using ")
+            && message.ends_with(", request is 64Mi, has larger consumption of memory. "),
         "{message}"
     );
     let disruption = status
@@ -420,10 +490,16 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
     })
     .await;
     let name = node.name.clone();
-    eventually_event(&client, "default", "the NodeHasInsufficientMemory event", DEADLINE, |e| {
-        e.reason.as_deref() == Some("NodeHasInsufficientMemory")
-            && e.involved_object.name.as_deref() == Some(name.as_str())
-    })
+    eventually_event(
+        &client,
+        "default",
+        "the NodeHasInsufficientMemory event",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("NodeHasInsufficientMemory")
+                && e.involved_object.name.as_deref() == Some(name.as_str())
+        },
+    )
     .await;
     // The hog's memory went with it: the pressure ends, and the quiet pod was not touched
     // (the same container, still Running) through the transition period and after.

@@ -9,9 +9,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodeagent_config::Service;
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
-use nodeagent_tests::{Node, NodeOptions, eventually, eventually_every, require_runtime};
+use nodeagent_tests::{
+    Node, NodeOptions, eventually, eventually_every, mounts_under, require_runtime,
+};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -20,21 +22,6 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// tokens are far above its one-minute resync.
 const TOKEN_SECONDS: i64 = 60;
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// The mount points under `dir` with their filesystem type, from our mountinfo (the test
-/// runs in the host's mount namespace, as the volume service does).
-fn mounts_under(dir: &Path) -> Vec<(PathBuf, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split(' ').collect();
-            let point = PathBuf::from(fields.get(4)?);
-            let sep = fields.iter().position(|f| *f == "-")?;
-            let fs = fields.get(sep + 1)?.to_string();
-            point.starts_with(dir).then_some((point, fs))
-        })
-        .collect()
-}
 
 fn pod(name: &str, node: &str, extra: serde_json::Value) -> Pod {
     let mut v = json!({
