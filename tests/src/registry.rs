@@ -174,6 +174,26 @@ pub fn nonce() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
+/// The runtime's image of that name (or id), if it has one.
+pub async fn image_status(
+    cri: &nodeagent_cri::Cri,
+    image: &str,
+) -> Option<nodeagent_proto::cri::Image> {
+    let mut images = cri.image.clone();
+    images
+        .image_status(nodeagent_proto::cri::ImageStatusRequest {
+            image: Some(nodeagent_proto::cri::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .expect("ImageStatus")
+        .into_inner()
+        .image
+}
+
 /// Removes every image pulled from a test registry into `repository` (from this run or
 /// one that died). Such images are built fresh each run, so no other name shares their
 /// id and removing by id removes nothing else.

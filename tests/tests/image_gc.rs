@@ -11,8 +11,8 @@
 
 use k8s_openapi::api::core::v1::Event;
 use nodeagent_config::Service;
-use nodeagent_proto::cri::{ImageSpec, ImageStatusRequest, PullImageRequest};
-use nodeagent_tests::registry::{Image, Registry, nonce, remove_images};
+use nodeagent_proto::cri::{ImageSpec, PullImageRequest};
+use nodeagent_tests::registry::{Image, Registry, image_status, nonce, remove_images};
 use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use std::time::Duration;
 
@@ -21,20 +21,7 @@ const PAUSE: &str = "registry.k8s.io/pause:3.9";
 const BUSYBOX: &str = "docker.io/library/busybox:1.36";
 
 async fn present(node: &Node, image: &str) -> bool {
-    let mut images = node.cri.image.clone();
-    images
-        .image_status(ImageStatusRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .expect("ImageStatus")
-        .into_inner()
-        .image
-        .is_some()
+    image_status(&node.cri, image).await.is_some()
 }
 
 async fn pull(node: &Node, image: &str) {
@@ -77,21 +64,7 @@ fn first_detected(node: &Node, image_id: &str) -> Option<u64> {
 }
 
 async fn image_id(node: &Node, image: &str) -> String {
-    let mut images = node.cri.image.clone();
-    images
-        .image_status(ImageStatusRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .expect("ImageStatus")
-        .into_inner()
-        .image
-        .expect("present")
-        .id
+    image_status(&node.cri, image).await.expect("present").id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, PostParams};
 use nodeagent_config::Service;
 use nodeagent_cri::Cri;
-use nodeagent_proto::cri::{ImageSpec, ImageStatusRequest};
 use nodeagent_tests::registry::{Image, Registry, nonce, remove_images};
 use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use serde_json::json;
@@ -101,19 +100,8 @@ async fn wait_running(pods: &Api<Pod>, name: &str) {
 
 /// Whether containerd has an image of that name.
 async fn image_present(cri: &Cri, image: &str) -> bool {
-    let mut images = cri.image.clone();
-    images
-        .image_status(ImageStatusRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
+    nodeagent_tests::registry::image_status(cri, image)
         .await
-        .expect("ImageStatus")
-        .into_inner()
-        .image
         .is_some()
 }
 

@@ -41,21 +41,35 @@ pub fn pod_event(pod: &Pod, ty: EventType, reason: &str, message: &str, node: &s
         .clone()
         .unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
+    let object = ObjectReference {
+        kind: Some("Pod".into()),
+        api_version: Some("v1".into()),
+        name: Some(name.clone()),
+        namespace: Some(ns.clone()),
+        uid: pod.metadata.uid.clone(),
+        ..Default::default()
+    };
+    event(object, &ns, &name, ty, reason, message, node)
+}
+
+/// An Event about `object` in `namespace`, named after `name`, from the kubelet on `node`.
+fn event(
+    object: ObjectReference,
+    namespace: &str,
+    name: &str,
+    ty: EventType,
+    reason: &str,
+    message: &str,
+    node: &str,
+) -> Event {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     Event {
         metadata: kube::api::ObjectMeta {
             generate_name: Some(format!("{name}.")),
-            namespace: Some(ns.clone()),
+            namespace: Some(namespace.into()),
             ..Default::default()
         },
-        involved_object: ObjectReference {
-            kind: Some("Pod".into()),
-            api_version: Some("v1".into()),
-            name: Some(name),
-            namespace: Some(ns),
-            uid: pod.metadata.uid.clone(),
-            ..Default::default()
-        },
+        involved_object: object,
         reason: Some(reason.into()),
         message: Some(message.into()),
         type_: Some(ty.as_str().into()),
@@ -170,31 +184,16 @@ impl EventRecorder {
     /// An event about the Node itself (upstream: in namespace `default`, the node's name
     /// as its uid).
     pub fn node(&self, ty: EventType, reason: &str, message: &str) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        self.send(Event {
-            metadata: kube::api::ObjectMeta {
-                generate_name: Some(format!("{}.", self.node)),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                kind: Some("Node".into()),
-                name: Some(self.node.clone()),
-                uid: Some(self.node.clone()),
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some(ty.as_str().into()),
-            source: Some(EventSource {
-                component: Some("kubelet".into()),
-                host: Some(self.node.clone()),
-            }),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
+        let object = ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(self.node.clone()),
+            uid: Some(self.node.clone()),
             ..Default::default()
-        });
+        };
+        let e = event(
+            object, "default", &self.node, ty, reason, message, &self.node,
+        );
+        self.send(e);
     }
 
     fn send(&self, event: Event) {

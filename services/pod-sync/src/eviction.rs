@@ -358,24 +358,13 @@ impl PodSync {
                     (pids, 0)
                 }
                 Signal::MemoryAvailable => {
-                    for s in stats.get(&uid).into_iter().flatten() {
-                        let Some(name) = s
-                            .attributes
+                    containers = per_container(stats.get(&uid), "memory", &request_of, |s| {
+                        s.memory
+                            .as_ref()?
+                            .working_set_bytes
                             .as_ref()
-                            .and_then(|a| a.metadata.as_ref())
-                            .map(|md| md.name.clone())
-                        else {
-                            continue;
-                        };
-                        let ws = s
-                            .memory
-                            .as_ref()
-                            .and_then(|mem| mem.working_set_bytes.as_ref())
                             .map(|v| v.value)
-                            .unwrap_or(0);
-                        let req = request_of(&name, "memory");
-                        containers.push((name, ws, req));
-                    }
+                    });
                     let total: u64 = containers.iter().map(|c| c.1).sum();
                     let req: u64 = spec
                         .containers
@@ -391,24 +380,14 @@ impl PodSync {
                         .join("pods")
                         .join(&uid)
                         .join("volumes/kubernetes.io~empty-dir");
-                    for s in stats.get(&uid).into_iter().flatten() {
-                        let Some(name) = s
-                            .attributes
-                            .as_ref()
-                            .and_then(|a| a.metadata.as_ref())
-                            .map(|md| md.name.clone())
-                        else {
-                            continue;
-                        };
-                        let layer = s
-                            .writable_layer
-                            .as_ref()
-                            .and_then(|w| w.used_bytes.as_ref())
-                            .map(|v| v.value)
-                            .unwrap_or(0);
-                        let req = request_of(&name, "ephemeral-storage");
-                        containers.push((name, layer, req));
-                    }
+                    containers =
+                        per_container(stats.get(&uid), "ephemeral-storage", &request_of, |s| {
+                            s.writable_layer
+                                .as_ref()?
+                                .used_bytes
+                                .as_ref()
+                                .map(|v| v.value)
+                        });
                     let (logs_b, dirs_b) = tokio::task::spawn_blocking(move || {
                         (
                             logs.and_then(|l| nodeagent_du::measure(&l).ok())
@@ -438,6 +417,25 @@ impl PodSync {
         }
         out
     }
+}
+
+/// (container, usage, request of `resource`) of each container in `stats`, the usage read
+/// by `usage` (0 when the runtime did not say).
+fn per_container(
+    stats: Option<&Vec<cri::ContainerStats>>,
+    resource: &str,
+    request_of: &dyn Fn(&str, &str) -> u64,
+    usage: impl Fn(&cri::ContainerStats) -> Option<u64>,
+) -> Vec<(String, u64, u64)> {
+    stats
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let name = s.attributes.as_ref()?.metadata.as_ref()?.name.clone();
+            let request = request_of(&name, resource);
+            Some((name, usage(s).unwrap_or(0), request))
+        })
+        .collect()
 }
 
 /// Runs a pass every [`INTERVAL`] until shutdown.
