@@ -483,12 +483,21 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
         .expect("a DisruptionTarget condition");
     assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
     let hog_name = hog.clone();
-    eventually_event(&client, "default", "the Evicted event", DEADLINE, |e| {
+    let event = eventually_event(&client, "default", "the Evicted event", DEADLINE, |e| {
         e.reason.as_deref() == Some("Evicted")
             && e.type_.as_deref() == Some("Warning")
             && e.involved_object.name.as_deref() == Some(hog_name.as_str())
     })
     .await;
+    let annotations = event.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get("offending_containers").map(String::as_str),
+        Some("c")
+    );
+    assert_eq!(
+        annotations.get("starved_resource").map(String::as_str),
+        Some("memory")
+    );
     let name = node.name.clone();
     eventually_event(
         &client,

@@ -167,6 +167,21 @@ impl EventRecorder {
         self.send(pod_event(pod, ty, reason, message, &self.node));
     }
 
+    /// An event about the pod that carries `annotations` (upstream's Evicted event names
+    /// the offending containers so).
+    pub fn pod_annotated(
+        &self,
+        pod: &Pod,
+        ty: EventType,
+        reason: &str,
+        message: &str,
+        annotations: std::collections::BTreeMap<String, String>,
+    ) {
+        let mut event = pod_event(pod, ty, reason, message, &self.node);
+        event.metadata.annotations = Some(annotations);
+        self.send(event);
+    }
+
     /// An event about one of the pod's containers.
     pub fn container(
         &self,

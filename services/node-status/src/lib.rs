@@ -280,15 +280,27 @@ impl NodeStatusService {
             .into_inner()
             .status
             .unwrap_or_default();
-        for c in status.conditions {
-            if !c.status && (c.r#type == "RuntimeReady" || c.r#type == "NetworkReady") {
-                return Err(format!(
-                    "container runtime {} is false: {}: {}",
-                    c.r#type, c.reason, c.message
-                ));
+        // upstream's runtimeState messages: "container runtime not ready: RuntimeReady=false
+        // reason:... message:...", and "container runtime network not ready: ..."
+        let mut problems = Vec::new();
+        for (kind, what) in [
+            ("RuntimeReady", "container runtime not ready"),
+            ("NetworkReady", "container runtime network not ready"),
+        ] {
+            match status.conditions.iter().find(|c| c.r#type == kind) {
+                Some(c) if !c.status => problems.push(format!(
+                    "{what}: {kind}=false reason:{} message:{}",
+                    c.reason, c.message
+                )),
+                Some(_) => {}
+                None => problems.push(format!("{what}: {kind} is not reported")),
             }
         }
-        Ok(())
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join(", "))
+        }
     }
 }
 

@@ -96,6 +96,44 @@ pub fn message(threshold: &Threshold, observed: &Observed, pod: &Candidate) -> S
     m
 }
 
+/// The Evicted event's annotations (upstream's `offending_containers`,
+/// `offending_containers_usage`, `starved_resource`): the containers that used more than
+/// they requested.
+pub fn annotations(
+    threshold: &Threshold,
+    pod: &Candidate,
+) -> std::collections::BTreeMap<String, String> {
+    let resource = threshold.signal.resource();
+    let offending: Vec<&(String, u64, u64)> = if matches!(resource, "memory" | "ephemeral-storage")
+    {
+        pod.containers
+            .iter()
+            .filter(|(_, usage, request)| usage > request)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    std::collections::BTreeMap::from([
+        (
+            "offending_containers".to_string(),
+            offending
+                .iter()
+                .map(|c| c.0.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        (
+            "offending_containers_usage".to_string(),
+            offending
+                .iter()
+                .map(|c| format_quantity(c.1))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("starved_resource".to_string(), resource.to_string()),
+    ])
+}
+
 /// upstream's `byEvictionPriority`: memory first.
 fn first_to_reclaim<'a>(met: &[&'a Threshold]) -> Option<&'a Threshold> {
     met.iter()
@@ -253,7 +291,8 @@ impl PodSync {
                 m.max_pod_grace.min(own)
             };
             let text = message(&threshold, &observed, &c);
-            self.evict(&pod, &text, grace).await;
+            self.evict(&pod, &text, annotations(&threshold, &c), grace)
+                .await;
             return;
         }
         tracing::warn!(signal = threshold.signal.name(), "no pod could be evicted");
@@ -261,7 +300,13 @@ impl PodSync {
 
     /// Evicts `pod`: Failed, reason Evicted, the message, a Warning event, and its
     /// containers stopped with `grace`.
-    async fn evict(self: &Arc<Self>, pod: &Pod, message: &str, grace: i64) {
+    async fn evict(
+        self: &Arc<Self>,
+        pod: &Pod,
+        message: &str,
+        annotations: std::collections::BTreeMap<String, String>,
+        grace: i64,
+    ) {
         let uid = k8s::pod_uid(pod).to_string();
         tracing::warn!(pod = %k8s::pod_full_name(pod), %message, grace, "evicting the pod");
         self.lock().pod_failed.insert(
@@ -271,11 +316,12 @@ impl PodSync {
                 message: message.to_string(),
             },
         );
-        self.events.pod(
+        self.events.pod_annotated(
             pod,
             nodeagent_config::events::EventType::Warning,
             EVICTED,
             message,
+            annotations,
         );
         let rt = self.lock().runtime.get(&uid).cloned();
         if let Some(rt) = rt {

@@ -111,6 +111,23 @@ fn the_message_is_upstreams() {
 }
 
 #[test]
+fn the_event_names_the_offending_containers() {
+    let t = Threshold {
+        signal: Signal::MemoryAvailable,
+        value: Value::Quantity(100 * MI),
+        grace_period: Duration::ZERO,
+        min_reclaim: None,
+    };
+    let mut c = pod("p", 0, 500 * MI, 0);
+    c.containers.push(("quiet".into(), MI, 2 * MI));
+    c.containers.push(("big".into(), 300 * MI, 100 * MI));
+    let a = annotations(&t, &c);
+    assert_eq!(a["offending_containers"], "c,big");
+    assert_eq!(a["offending_containers_usage"], "500Mi,300Mi");
+    assert_eq!(a["starved_resource"], "memory");
+}
+
+#[test]
 fn soft_thresholds_wait_out_their_grace_and_memory_goes_first() {
     let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
                 evictionHard:\n  nodefs.available: 10%\n\
