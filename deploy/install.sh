@@ -78,7 +78,9 @@ if $runtime; then
   install_file "deploy/systemd/$RUNTIME_UNIT" "$UNITS/$RUNTIME_UNIT" 0644 >/dev/null
 fi
 
-mkdir -p "$(dirname "$CONFIG")" "$MANIFESTS"
+# pod-sync may write logind's InhibitDelayMaxSec drop-in here (graceful node shutdown);
+# its unit can only write into a directory that exists.
+mkdir -p "$(dirname "$CONFIG")" "$MANIFESTS" /etc/systemd/logind.conf.d
 if [ -e "$CONFIG" ]; then
   log "keeping the existing $CONFIG"
 else

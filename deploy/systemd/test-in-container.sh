@@ -34,6 +34,7 @@ command -v docker >/dev/null || { echo "docker is required" >&2; exit 1; }
 bin_src=$(nodeagent_bin_dir "${1:-}")
 stage=$(mktemp -d /var/tmp/nodeagent-systemd-test.XXXXXX)
 nodeagent_snapshot_bins "$bin_src" "$stage/bin"
+mkdir -p "$stage/shutdown"
 echo "== binaries: $bin_src (snapshot in $stage/bin)"
 
 cleanup() {
@@ -81,6 +82,7 @@ docker run -d --name "$NAME" --hostname nodeagent-node \
   --tmpfs /run:rw,nosuid,nodev,exec,mode=755 --tmpfs /tmp:rw,nosuid,nodev,exec,mode=1777 \
   "${modules[@]}" \
   -v /var/lib/nodeagent-containerd -v /var/lib/kubelet \
+  -v "$stage/shutdown:/var/lib/nodeagent-shutdown-test" \
   "$IMAGE" >/dev/null
 dx() { docker exec "$NAME" "$@"; }
 dsh() { docker exec "$NAME" bash -c "$1"; }
@@ -330,5 +332,97 @@ uninstalled() {
   [ "$(dx systemctl is-active nodeagent-containerd.service)" = active ] || { echo "runtime stopped without --runtime"; return 1; }
 }
 check "deploy/uninstall.sh removes units and binaries, keeps config and runtime" uninstalled
+
+# ------------------------------------------------------------------ graceful node shutdown
+# logind in the node, the agent installed again with shutdownGracePeriod 20s (8s of it for
+# critical pods), a regular and a critical pod that note their SIGTERM and their exit (3 s
+# later) in a directory of this machine, then `systemctl poweroff`: the regular pod must be
+# stopped and gone before the critical one gets its SIGTERM, both within their grace,
+# before the node powers off. /pods is captured during the shutdown.
+dx systemctl unmask systemd-logind.service >/dev/null 2>&1
+dx systemctl start systemd-logind.service
+dsh "printf 'shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 8s\n' >>/etc/nodeagent/kubelet-config.yaml"
+if out=$(dx bash /opt/nodeagent/deploy/install.sh --runtime /opt/nodeagent/bin 2>&1); then
+  pass "deploy/install.sh again, with shutdownGracePeriod 20s"
+else
+  fail "deploy/install.sh again, with shutdownGracePeriod 20s"; printf '%s\n' "$out" | tail -n 20
+fi
+shutdown_pod() { # NAME [EXTRA-SPEC-LINE]
+  local up='$(cut -d" " -f1 /proc/uptime)'
+  printf '%s\n' "apiVersion: v1" "kind: Pod" "metadata:" "  name: $1" "spec:" \
+    "  terminationGracePeriodSeconds: 30" ${2:+"  $2"} \
+    "  volumes:" "  - name: out" "    hostPath:" "      path: /var/lib/nodeagent-shutdown-test" \
+    "      type: Directory" "  containers:" "  - name: main" "    image: busybox:1.36" \
+    "    command:" "    - sh" "    - -c" "    - |" \
+    "      trap 'echo $1 TERM $up >>/out/order; sleep 3; echo $1 done $up >>/out/order; exit 0' TERM" \
+    "      while true; do sleep 0.2; done" \
+    "    volumeMounts:" "    - name: out" "      mountPath: /out"
+}
+shutdown_pod regular | docker exec -i "$NAME" tee /etc/kubernetes/manifests/regular.yaml >/dev/null
+shutdown_pod critical "priority: 2000001000" | docker exec -i "$NAME" tee /etc/kubernetes/manifests/critical.yaml >/dev/null
+pods_running() {
+  local pods
+  pods=$(dx curl -sf http://127.0.0.1:10255/pods) || return 1
+  python3 -c 'import json, sys
+pods = json.load(sys.stdin)["items"]
+phase = {p["metadata"]["name"].split("-")[0]: p["status"].get("phase") for p in pods}
+sys.exit(0 if phase.get("regular") == "Running" and phase.get("critical") == "Running" else 1)' <<<"$pods"
+}
+check "the regular and the critical pod run" wait_until 120 pods_running
+inhibitor_held() {
+  local list delay
+  list=$(dx systemd-inhibit --list --no-pager 2>&1)
+  grep -q 'kubelet.*shutdown.*Kubelet needs time to handle node shutdown.*delay' <<<"$list" || { echo "$list"; return 1; }
+  delay=$(dx busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec)
+  [ "$delay" = "t 20000000" ] || { echo "InhibitDelayMaxUSec: $delay"; return 1; }
+  dx grep -q '^InhibitDelayMaxSec=20$' /etc/systemd/logind.conf.d/99-kubelet.conf
+}
+check "pod-sync holds logind's delay lock and raised InhibitDelayMaxSec to 20 s" wait_until 30 inhibitor_held
+# /pods, every 0.3 s, into this machine's directory while the node shuts down.
+docker exec -d "$NAME" bash -c 'd=/var/lib/nodeagent-shutdown-test; while :; do curl -sf http://127.0.0.1:10255/pods >$d/pods.tmp && mv $d/pods.tmp $d/pods.json; sleep 0.3; done'
+t=$SECONDS
+dx systemctl poweroff >/dev/null 2>&1 || true
+powered_off() { [ "$(docker inspect -f '{{.State.Running}}' "$NAME" 2>/dev/null)" = false ]; }
+if wait_until 90 powered_off; then
+  pass "systemctl poweroff: the node powers off ($((SECONDS - t)) s)"
+else
+  fail "systemctl poweroff: the node powers off"
+fi
+order_ok() {
+  python3 - "$stage/shutdown/order" <<'PY'
+import sys
+lines = [l.split() for l in open(sys.argv[1]).read().splitlines() if l.strip()]
+at = {(name, what): float(t) for name, what, t in lines}
+print("  order:", " | ".join(" ".join(l) for l in lines))
+need = [("regular", "TERM"), ("regular", "done"), ("critical", "TERM"), ("critical", "done")]
+missing = [k for k in need if k not in at]
+if missing:
+    sys.exit(f"missing {missing}")
+if at[("critical", "TERM")] < at[("regular", "done")]:
+    sys.exit("the critical pod got SIGTERM before the regular pod had stopped")
+PY
+}
+check "regular pods stop first, critical ones after, each within its grace, before the power goes" order_ok
+pods_terminated() {
+  python3 - "$stage/shutdown/pods.json" <<'PY'
+import json, sys
+pods = json.load(open(sys.argv[1]))["items"]
+want = "Pod was terminated in response to imminent node shutdown."
+seen = 0
+for p in pods:
+    name = p["metadata"]["name"]
+    if name.startswith(("regular", "critical")):
+        seen += 1
+        s = p["status"]
+        if (s.get("phase"), s.get("reason"), s.get("message")) != ("Failed", "Terminated", want):
+            sys.exit(f"{name}: {s.get('phase')} {s.get('reason')} {s.get('message')}")
+        conds = {c["type"]: c for c in s.get("conditions", [])}
+        if conds.get("DisruptionTarget", {}).get("reason") != "TerminationByKubelet":
+            sys.exit(f"{name}: no DisruptionTarget condition")
+if seen != 2:
+    sys.exit(f"{seen} of the 2 pods listed")
+PY
+}
+check "/pods during the shutdown: both Failed, reason Terminated, upstream's message, DisruptionTarget" pods_terminated
 
 summary

@@ -121,6 +121,12 @@ pub struct KubeletConfiguration {
     /// An image unused this long is collected whatever the disk usage (0: never).
     #[serde(rename = "imageMaximumGCAge", with = "serde_go")]
     pub image_maximum_gc_age: Duration,
+    /// How long a node shutdown is delayed for its pods (0: graceful shutdown off).
+    #[serde(with = "serde_go")]
+    pub shutdown_grace_period: Duration,
+    /// Of that, the part kept for critical pods (priority ≥ 2000000000), stopped last.
+    #[serde(with = "serde_go")]
+    pub shutdown_grace_period_critical_pods: Duration,
 }
 
 /// `authentication` (upstream's `KubeletAuthentication`, v1beta1 defaults).
@@ -262,6 +268,8 @@ impl Default for KubeletConfiguration {
             image_gc_low_threshold_percent: 80,
             image_minimum_gc_age: Duration::from_secs(120),
             image_maximum_gc_age: Duration::ZERO,
+            shutdown_grace_period: Duration::ZERO,
+            shutdown_grace_period_critical_pods: Duration::ZERO,
         }
     }
 }
@@ -402,6 +410,12 @@ impl KubeletConfiguration {
             errs.push(format!(
                 "invalid configuration: imageMaximumGCAge {:?} must be greater than imageMinimumGCAge {:?}",
                 self.image_maximum_gc_age, self.image_minimum_gc_age
+            ));
+        }
+        if self.shutdown_grace_period_critical_pods > self.shutdown_grace_period {
+            errs.push(format!(
+                "invalid configuration: shutdownGracePeriodCriticalPods {:?} must be <= shutdownGracePeriod {:?}",
+                self.shutdown_grace_period_critical_pods, self.shutdown_grace_period
             ));
         }
         if self.max_pods == 0 {

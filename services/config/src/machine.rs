@@ -123,6 +123,36 @@ pub fn host_ip() -> String {
     String::new()
 }
 
+/// The marker node-status reads: present (with this boot's id) while the node shuts down.
+pub fn marker(root_dir: &Path) -> std::path::PathBuf {
+    root_dir.join("pod-sync").join("shutting-down")
+}
+
+/// Whether the marker says this boot is shutting down.
+pub fn shutting_down(root_dir: &Path) -> bool {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    std::fs::read_to_string(marker(root_dir)).is_ok_and(|m| m.trim() == boot.trim())
+}
+
+pub fn set_marker(root_dir: &Path, on: bool) {
+    let path = marker(root_dir);
+    let result = if on {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        path.parent()
+            .map(std::fs::create_dir_all)
+            .unwrap_or(Ok(()))
+            .and_then(|_| std::fs::write(&path, boot))
+    } else {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(path = %path.display(), error = %e, "cannot update the shutdown marker");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +182,21 @@ mod tests {
         assert_eq!(meminfo("MemFree: 1 kB\n", "MemTotal"), None);
         assert!(super::memory_bytes() > 0);
         assert!(super::cpus() >= 1);
+    }
+
+    #[test]
+    fn the_marker_holds_for_this_boot_only() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!shutting_down(dir.path()));
+        set_marker(dir.path(), true);
+        assert!(shutting_down(dir.path()));
+        std::fs::write(marker(dir.path()), "another-boot").unwrap();
+        assert!(
+            !shutting_down(dir.path()),
+            "a marker from an earlier boot is stale"
+        );
+        set_marker(dir.path(), false);
+        set_marker(dir.path(), false);
+        assert!(!marker(dir.path()).exists());
     }
 }

@@ -150,6 +150,9 @@ impl NodeStatusService {
         if let Err(e) = &runtime_ready {
             problems.push(e.clone());
         }
+        if nodeagent_config::machine::shutting_down(&self.root_dir) {
+            problems.push("node is shutting down".to_string());
+        }
         match &pleg_health {
             Ok(h) if !h.healthy => problems.push(format!("PLEG is not healthy: {}", h.message)),
             Err(e) => problems.push(format!("PLEG is not reachable: {}", e.message())),

@@ -60,10 +60,21 @@ impl PodSync {
         true
     }
 
-    /// Whether the pod was evicted (its sync only stops what still runs).
-    pub(crate) fn is_evicted(&self, uid: &str) -> bool {
+    /// Why the node ended the pod for good, if it did: evicted, or stopped or refused for
+    /// a node shutdown (its sync then only stops what still runs).
+    pub(crate) fn ended_by_node(&self, uid: &str) -> Option<String> {
         let st = self.lock();
-        st.pod_failed.get(uid).is_some_and(|f| f.reason == EVICTED)
+        st.pod_failed
+            .get(uid)
+            .map(|f| f.reason.clone())
+            .filter(|r| {
+                [
+                    EVICTED,
+                    crate::shutdown::REASON,
+                    crate::shutdown::REFUSAL_REASON,
+                ]
+                .contains(&r.as_str())
+            })
     }
 }
 

@@ -29,6 +29,7 @@ mod runonce;
 mod runtime_spec;
 mod security;
 mod server;
+mod shutdown;
 mod state;
 mod status;
 mod status_patch;
@@ -204,6 +205,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     ));
     tasks.spawn(gc::run(sync.clone(), sync.gc));
     tasks.spawn(image_gc::run(sync.clone()));
+    if let Some(policy) = shutdown::Policy::from_config(&config.kubelet) {
+        tasks.spawn(shutdown::run(sync.clone(), policy));
+    }
     tasks.spawn(eviction::run(
         sync.clone(),
         eviction::Manager::new(&config)?,

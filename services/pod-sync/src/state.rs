@@ -77,6 +77,8 @@ pub struct State {
     /// The node's pressure conditions whose thresholds the eviction manager found met at
     /// its last pass (new pods are admitted against them).
     pub pressure: std::collections::BTreeSet<nodeagent_config::eviction::Condition>,
+    /// logind announced a shutdown: pods are being stopped and new ones are refused.
+    pub shutting_down: bool,
     /// container id -> its termination message, read once after it exited.
     pub termination_messages: HashMap<String, String>,
     /// uid -> where its worker is (syncing, terminating, terminated).

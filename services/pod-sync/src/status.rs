@@ -369,11 +369,12 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         rt.and_then(|r| r.sandboxes.iter().map(|s| s.created_at_unix_nanos).min())
             .and_then(time)
     });
-    // An evicted pod says so in a DisruptionTarget condition (upstream, since 1.26).
-    if let Some(f) = inputs
-        .pod_failed
-        .filter(|f| f.reason == crate::evict::EVICTED)
-    {
+    // An evicted pod, or one stopped for a node shutdown, says so in a DisruptionTarget
+    // condition (upstream, since 1.26).
+    if let Some(f) = inputs.pod_failed.filter(|f| {
+        f.reason == crate::evict::EVICTED
+            || (f.reason == crate::shutdown::REASON && f.message == crate::shutdown::MESSAGE)
+    }) {
         let mut c = condition("DisruptionTarget", true, None);
         c.reason = Some("TerminationByKubelet".into());
         c.message = Some(f.message.clone());

@@ -104,9 +104,11 @@ impl PodSync {
             .clone()
             .unwrap_or_else(|| "Always".into());
         self.restore_pod_failure(pod);
-        if self.is_evicted(&uid) {
-            self.stop_everything(pod, rt, crate::evict::EVICTED, Some(0))
-                .await;
+        // Evicted, or stopped or refused for a node shutdown: for good. An evicted pod's
+        // leftovers get no grace; a shutdown's stop keeps the grace it was given.
+        if let Some(reason) = self.ended_by_node(&uid) {
+            let grace = (reason == crate::evict::EVICTED).then_some(0);
+            self.stop_everything(pod, rt, &reason, grace).await;
             return Ok(SyncOutcome::Terminated);
         }
         if let Some(outcome) = self.refuse_unadmitted(pod, rt).await {
@@ -548,7 +550,8 @@ impl PodSync {
         Some(SyncOutcome::Terminated)
     }
 
-    /// upstream's eviction manager `Admit`: a pod that has not started yet is refused
+    /// upstream's node shutdown admission (every new pod is refused while the node shuts
+    /// down) and eviction manager `Admit`: a pod that has not started yet is refused
     /// (Failed, reason Evicted) under DiskPressure or PIDPressure, and under MemoryPressure
     /// when it is BestEffort; critical pods are always admitted.
     fn refuse_under_pressure(
@@ -557,7 +560,16 @@ impl PodSync {
         rt: &RuntimePodStatus,
     ) -> Option<crate::security::Refusal> {
         use nodeagent_config::eviction::Condition;
-        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() || crate::oom::is_critical(pod) {
+        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
+            return None;
+        }
+        if self.lock().shutting_down {
+            return Some(crate::security::Refusal {
+                reason: crate::shutdown::REFUSAL_REASON,
+                message: crate::shutdown::REFUSAL_MESSAGE.into(),
+            });
+        }
+        if crate::oom::is_critical(pod) {
             return None;
         }
         let pressure = self.lock().pressure.clone();
