@@ -196,8 +196,15 @@ impl Node {
              staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}\n\
              address: 127.0.0.1\nreadOnlyPort: {read_only_port}\nhealthzPort: {healthz_port}\n\
              fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: {sync}\nport: {port}\n\
-             {auth_config}{extra}",
+             {auth_config}{image_gc}{extra}",
             d = dir.path().display(),
+            // The tests share one containerd and its locally built images, which no registry
+            // can bring back: no node collects images unless its test asks for it.
+            image_gc = if options.extra_config.contains("imageGCHighThresholdPercent") {
+                ""
+            } else {
+                "imageGCHighThresholdPercent: 100\n"
+            },
             sync = options.sync_frequency.as_deref().unwrap_or("10s"),
             extra = options.extra_config,
         );

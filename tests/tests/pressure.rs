@@ -518,3 +518,61 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
     assert_eq!(node.container_id("quiet", "c").await, Some(quiet_id));
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_over_its_ephemeral_storage_limit_is_evicted_and_only_its_pod() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+    use nodeagent_tests::{api_pod, api_pod_in_phase};
+    use serde_json::json;
+    if !require_runtime("ephemeral-storage limit eviction") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server("storagelimit", NodeOptions::default()).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let forever = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+    let container = |name: &str, limit: &str, command: String| {
+        json!({"name": name, "image": "busybox:1.36", "command": ["sh", "-c", command],
+               "resources": {"limits": {"ephemeral-storage": limit}}})
+    };
+    let filler = node.pod_name("filler");
+    let calm = node.pod_name("calm");
+    // The filler's first container writes 12 MiB into its own filesystem, over its 4Mi; the
+    // pod as a whole stays under the sum of its limits (104Mi).
+    pods.create(
+        &PostParams::default(),
+        &api_pod(
+            &filler,
+            &node.name,
+            json!({"spec": {"containers": [
+                container("a", "4Mi", format!("dd if=/dev/zero of=/big bs=1M count=12; {forever}")),
+                container("b", "100Mi", forever.to_string()),
+            ]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &api_pod(
+            &calm,
+            &node.name,
+            json!({"spec": {"containers": [container("c", "4Mi", forever.to_string())]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    api_pod_in_phase(&pods, &calm, "Running", DEADLINE).await;
+    let calm_id = node.container_id("calm", "c").await.expect("calm runs");
+    let evicted = api_pod_in_phase(&pods, &filler, "Failed", DEADLINE).await;
+    let status = evicted.status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("Evicted"), "{status:?}");
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Container a exceeded its local ephemeral storage limit \"4Mi\". ")
+    );
+    let calm_now = pods.get(&calm).await.unwrap();
+    assert_eq!(calm_now.status.unwrap().phase.as_deref(), Some("Running"));
+    assert_eq!(node.container_id("calm", "c").await, Some(calm_id));
+    node.stop().await;
+}

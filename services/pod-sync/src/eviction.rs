@@ -134,6 +134,53 @@ pub fn annotations(
     ])
 }
 
+fn storage_limit(c: &k8s_openapi::api::core::v1::Container) -> Option<(String, u64)> {
+    let q = c
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("ephemeral-storage")?;
+    let bytes = nodeagent_config::quantity::bytes(&q.0)?;
+    (bytes > 0).then(|| (q.0.clone(), bytes as u64))
+}
+
+/// Whether any container of the pod limits its ephemeral storage.
+pub fn has_storage_limit(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .is_some_and(|s| s.containers.iter().any(|c| storage_limit(c).is_some()))
+}
+
+/// The eviction message when the pod uses more local storage than its containers' limits
+/// allow in all (the pod's total: containers and emptyDirs), or a container more than its
+/// own limit (its logs and writable layer): upstream's messages.
+pub fn local_storage_violation(pod: &Pod, usage: &Candidate) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let limits: Vec<(&str, String, u64)> = spec
+        .containers
+        .iter()
+        .filter_map(|c| storage_limit(c).map(|(text, bytes)| (c.name.as_str(), text, bytes)))
+        .collect();
+    let pod_limit: u64 = limits.iter().map(|l| l.2).sum();
+    if !limits.is_empty() && usage.usage > pod_limit {
+        return Some(format!(
+            "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+            format_quantity(pod_limit)
+        ));
+    }
+    for (name, used, _) in &usage.containers {
+        if let Some((_, text, bytes)) = limits.iter().find(|l| l.0 == name)
+            && used > bytes
+        {
+            return Some(format!(
+                "Container {name} exceeded its local ephemeral storage limit {text:?}. "
+            ));
+        }
+    }
+    None
+}
+
 /// upstream's `byEvictionPriority`: memory first.
 fn first_to_reclaim<'a>(met: &[&'a Threshold]) -> Option<&'a Threshold> {
     met.iter()
@@ -236,6 +283,10 @@ impl PodSync {
     /// One pass of the eviction manager; evicts at most one pod.
     pub async fn eviction_pass(self: &Arc<Self>, m: &mut Manager) {
         let obs = self.observe_signals(m).await;
+        // Local storage limits first, as upstream: a pod over its own limit goes at once.
+        if self.local_storage_pass(m).await {
+            return;
+        }
         let due = m.update(&obs, Instant::now());
         self.lock().pressure = m.met.iter().map(|s| s.condition()).collect();
         let refs: Vec<&Threshold> = due.iter().collect();
@@ -275,7 +326,7 @@ impl PodSync {
                 observed = *o;
             }
         }
-        let mut pods = self.candidates(threshold.signal, m).await;
+        let mut pods = self.candidates(threshold.signal, m, |_| true).await;
         rank(threshold.signal, &mut pods);
         for c in pods {
             if c.critical {
@@ -296,6 +347,26 @@ impl PodSync {
             return;
         }
         tracing::warn!(signal = threshold.signal.name(), "no pod could be evicted");
+    }
+
+    /// Evicts every pod over its containers' `ephemeral-storage` limits (upstream's
+    /// `podEphemeralStorageLimitEviction` and `containerEphemeralStorageLimitEviction`;
+    /// emptyDir `sizeLimit` is checked at each sync, `evict.rs`). True if one was evicted.
+    async fn local_storage_pass(self: &Arc<Self>, m: &Manager) -> bool {
+        let pods = self
+            .candidates(Signal::NodeFsAvailable, m, has_storage_limit)
+            .await;
+        let mut evicted = false;
+        for c in pods {
+            let pod = self.lock().desired.get(&c.uid).cloned();
+            let Some(pod) = pod else { continue };
+            if let Some(message) = local_storage_violation(&pod, &c) {
+                let annotations = std::collections::BTreeMap::new();
+                self.evict(&pod, &message, annotations, 0).await;
+                evicted = true;
+            }
+        }
+        evicted
     }
 
     /// Evicts `pod`: Failed, reason Evicted, the message, a Warning event, and its
@@ -336,12 +407,18 @@ impl PodSync {
     }
 
     /// The pods that run now, with what they use of `signal`'s resource.
-    async fn candidates(&self, signal: Signal, m: &Manager) -> Vec<Candidate> {
+    async fn candidates(
+        &self,
+        signal: Signal,
+        m: &Manager,
+        only: fn(&Pod) -> bool,
+    ) -> Vec<Candidate> {
         let pods: Vec<(Pod, String)> = {
             let st = self.lock();
             st.desired
                 .iter()
                 .filter(|(uid, _)| !st.pod_failed.contains_key(*uid))
+                .filter(|(_, pod)| only(pod))
                 .filter_map(|(uid, pod)| {
                     let rt = st.runtime.get(uid)?;
                     let sandbox = rt
@@ -354,7 +431,8 @@ impl PodSync {
                 .collect()
         };
         let mut stats: HashMap<String, Vec<cri::ContainerStats>> = HashMap::new();
-        if signal != Signal::PidAvailable {
+        // ListContainerStats asks every container's shim: only when some pod needs it.
+        if signal != Signal::PidAvailable && !pods.is_empty() {
             let mut runtime = self.cri.runtime.clone();
             if let Ok(r) = runtime
                 .list_container_stats(self.cri.request(cri::ListContainerStatsRequest::default()))
@@ -420,30 +498,36 @@ impl PodSync {
                     (total, req)
                 }
                 _ => {
+                    // A container uses its logs and (where the images share the node's
+                    // filesystem) its writable layer; the pod adds its emptyDirs on disk.
                     let logs = crate::runtime_spec::pod_log_dir(&m.pod_logs_dir, &pod).ok();
                     let empty_dirs = m
                         .root_dir
                         .join("pods")
                         .join(&uid)
                         .join("volumes/kubernetes.io~empty-dir");
+                    let rootfs_counts = m.images_on_nodefs;
                     containers =
                         per_container(stats.get(&uid), "ephemeral-storage", &request_of, |s| {
-                            s.writable_layer
-                                .as_ref()?
-                                .used_bytes
-                                .as_ref()
-                                .map(|v| v.value)
+                            let layer = s.writable_layer.as_ref()?.used_bytes.as_ref()?.value;
+                            Some(if rootfs_counts { layer } else { 0 })
                         });
-                    let (logs_b, dirs_b) = tokio::task::spawn_blocking(move || {
-                        (
-                            logs.and_then(|l| nodeagent_du::measure(&l).ok())
-                                .map_or(0, |u| u.bytes),
-                            nodeagent_du::measure(&empty_dirs).map_or(0, |u| u.bytes),
-                        )
+                    let names: Vec<String> = containers.iter().map(|c| c.0.clone()).collect();
+                    let (log_bytes, dirs_b) = tokio::task::spawn_blocking(move || {
+                        let du =
+                            |p: &std::path::Path| nodeagent_du::measure(p).map_or(0, |u| u.bytes);
+                        let per: Vec<u64> = names
+                            .iter()
+                            .map(|n| logs.as_ref().map_or(0, |l| du(&l.join(n))))
+                            .collect();
+                        (per, du(&empty_dirs))
                     })
                     .await
-                    .unwrap_or((0, 0));
-                    let total = containers.iter().map(|c| c.1).sum::<u64>() + logs_b + dirs_b;
+                    .unwrap_or_default();
+                    for (c, l) in containers.iter_mut().zip(log_bytes) {
+                        c.1 += l;
+                    }
+                    let total = containers.iter().map(|c| c.1).sum::<u64>() + dirs_b;
                     let req: u64 = spec
                         .containers
                         .iter()

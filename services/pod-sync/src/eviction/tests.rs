@@ -188,3 +188,47 @@ fn soft_thresholds_wait_out_their_grace_and_memory_goes_first() {
             .all(|t| t.is_hard())
     );
 }
+
+#[test]
+fn local_storage_limits_are_checked_for_the_pod_then_each_container() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u"},
+        "spec": {"containers": [
+            {"name": "a", "image": "i", "resources": {"limits": {"ephemeral-storage": "4Mi"}}},
+            {"name": "b", "image": "i", "resources": {"limits": {"ephemeral-storage": "10Mi"}}},
+            {"name": "c", "image": "i"}
+        ]}
+    }))
+    .unwrap();
+    assert!(has_storage_limit(&pod));
+    let usage = |a: u64, b: u64, total: u64| Candidate {
+        uid: "u".into(),
+        priority: 0,
+        usage: total,
+        request: 0,
+        containers: vec![
+            ("a".into(), a, 0),
+            ("b".into(), b, 0),
+            ("c".into(), 50 * MI, 0),
+        ],
+        critical: false,
+    };
+    assert_eq!(local_storage_violation(&pod, &usage(MI, MI, 14 * MI)), None);
+    assert_eq!(
+        local_storage_violation(&pod, &usage(5 * MI, MI, 6 * MI)).as_deref(),
+        Some("Container a exceeded its local ephemeral storage limit \"4Mi\". ")
+    );
+    assert_eq!(
+        local_storage_violation(&pod, &usage(MI, MI, 15 * MI)).as_deref(),
+        Some("Pod ephemeral local storage usage exceeds the total limit of containers 14Mi. ")
+    );
+    let unlimited: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}
+    }))
+    .unwrap();
+    assert!(!has_storage_limit(&unlimited));
+    assert_eq!(
+        local_storage_violation(&unlimited, &usage(0, 0, 100 * MI)),
+        None
+    );
+}
