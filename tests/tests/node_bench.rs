@@ -13,7 +13,9 @@ use nodeagent_config::Service;
 use nodeagent_cri::Cri;
 use nodeagent_cri::api as cri;
 use nodeagent_proto::k8s::labels;
-use nodeagent_tests::{Node, NodeOptions, eventually, http_get, require_runtime, rss_kib};
+use nodeagent_tests::{
+    Node, NodeOptions, eventually, eventually_every, http_get, require_runtime, rss_kib,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -240,12 +242,18 @@ async fn running_containers(node: &Node) -> Vec<(String, String, String)> {
 /// Polls (100 ms) until the runtime lists no sandbox of this node; the time it took from
 /// `since`.
 async fn until_no_sandboxes(node: &Node, since: Instant) -> Duration {
-    loop {
-        if node.sandboxes().await.is_empty() {
-            return since.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_every(
+        "no sandbox of the node left",
+        Duration::from_secs(900),
+        Duration::from_millis(100),
+        || async {
+            match node.sandboxes().await.len() {
+                0 => Ok(since.elapsed()),
+                n => Err(format!("{n} sandboxes")),
+            }
+        },
+    )
+    .await
 }
 
 /// Waits until `n` of this node's containers run; the latest `started_at` among them.
@@ -302,20 +310,41 @@ fn memory(node: &Node) -> Vec<(Service, f64, f64)> {
         .collect()
 }
 
-/// pleg's relist duration (ms), sampled once a second for `samples` seconds: (p50, max).
+/// The next relist after the one pleg reported at `after` (unix nanos): (its time, its
+/// duration in ms).
+async fn next_relist(node: &Node, after: i64) -> (i64, f64) {
+    eventually_every(
+        "pleg's next relist",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async {
+            let mut pleg = nodeagent_proto::api::pleg_client::PlegClient::new(
+                nodeagent_transport::connect(&node.socket(Service::Pleg)),
+            );
+            let h = pleg
+                .health(nodeagent_proto::api::PlegHealthRequest {})
+                .await
+                .map_err(|e| e.message().to_string())?
+                .into_inner();
+            (h.last_relist_unix_nanos > after)
+                .then_some((
+                    h.last_relist_unix_nanos,
+                    h.last_relist_duration_seconds * 1000.0,
+                ))
+                .ok_or_else(|| "no new relist yet".to_string())
+        },
+    )
+    .await
+}
+
+/// pleg's relist duration (ms) over `samples` successive relists: (p50, max).
 async fn relist_ms(node: &Node, samples: usize) -> (f64, f64) {
-    let mut pleg = nodeagent_proto::api::pleg_client::PlegClient::new(
-        nodeagent_transport::connect(&node.socket(Service::Pleg)),
-    );
     let mut seen = Vec::new();
+    let mut last = 0;
     for _ in 0..samples {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Ok(h) = pleg
-            .health(nodeagent_proto::api::PlegHealthRequest {})
-            .await
-        {
-            seen.push(h.into_inner().last_relist_duration_seconds * 1000.0);
-        }
+        let (at, took) = next_relist(node, last).await;
+        last = at;
+        seen.push(took);
     }
     (
         percentile(&seen, 0.5),
@@ -363,7 +392,16 @@ async fn the_agent_beside_raw_cri() {
     let logs = node.path("raw-logs");
     let cri = node.cri.clone();
     remove_raw_leftovers(&cri).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Idle: pleg has relisted twice since every service served, and /pods answers.
+    let (first_relist, _) = next_relist(&node, now_nanos()).await;
+    next_relist(&node, first_relist).await;
+    eventually("/pods answers", Duration::from_secs(60), || async {
+        match http_get(node.read_only_port, "/pods").await? {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code}: {body}")),
+        }
+    })
+    .await;
     let idle = memory(&node);
 
     // One pod at a time: raw CRI, then the agent.
@@ -381,25 +419,31 @@ async fn the_agent_beside_raw_cri() {
         let name = format!("single-{i}");
         let full = node.pod_name(&name);
         let t0 = rename_in(&node, &name, &manifest(&name, EXITS_ON_TERM, false));
-        // /pods, polled as fast as it answers: when it first says Running.
-        let seen = loop {
-            if let Ok((200, body)) = http_get(node.read_only_port, "/pods").await
-                && body.contains(&full)
-                && serde_json::from_str::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| {
-                        v["items"].as_array()?.iter().find_map(|p| {
-                            (p["metadata"]["name"] == full.as_str()
-                                && p["status"]["phase"] == "Running")
-                                .then_some(())
+        // /pods, polled every 2 ms: when it first says Running.
+        let seen = eventually_every(
+            &format!("{full} Running in /pods"),
+            Duration::from_secs(60),
+            Duration::from_millis(2),
+            || async {
+                let (code, body) = http_get(node.read_only_port, "/pods").await?;
+                let running = code == 200
+                    && body.contains(&full)
+                    && serde_json::from_str::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|v| {
+                            v["items"].as_array()?.iter().find_map(|p| {
+                                (p["metadata"]["name"] == full.as_str()
+                                    && p["status"]["phase"] == "Running")
+                                    .then_some(())
+                            })
                         })
-                    })
-                    .is_some()
-            {
-                break now_nanos();
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        };
+                        .is_some();
+                running
+                    .then(now_nanos)
+                    .ok_or_else(|| format!("/pods: {code}"))
+            },
+        )
+        .await;
         let (_, sb, c) = running_containers(&node)
             .await
             .into_iter()
@@ -485,8 +529,38 @@ async fn the_agent_beside_raw_cri() {
     );
 
     // Steady state with 100 pods and 200 exec probes (every 10 s, from 30 s after each
-    // container started).
-    tokio::time::sleep(Duration::from_secs(35)).await;
+    // container started): measured once every burst pod is Ready, so every readiness probe
+    // has run.
+    eventually(
+        "every burst pod Ready in /pods",
+        Duration::from_secs(300),
+        || async {
+            let (code, body) = http_get(node.read_only_port, "/pods").await?;
+            let v: serde_json::Value =
+                serde_json::from_str(&body).map_err(|e| format!("{code}: {e}"))?;
+            let ready = v["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("burst-"))
+                })
+                .filter(|p| {
+                    p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+                .count();
+            (ready == BURST)
+                .then_some(())
+                .ok_or_else(|| format!("{ready} of {BURST} Ready"))
+        },
+    )
+    .await;
     let loaded = memory(&node);
     let pids: Vec<(Service, u32)> = Service::ALL
         .iter()
