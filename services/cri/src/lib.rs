@@ -113,6 +113,19 @@ impl Cri {
         Ok(runtime.list_containers(req).await?.into_inner().containers)
     }
 
+    /// Where the runtime keeps its images: the mountpoint CRI `ImageFsInfo` names first.
+    /// None when the runtime does not answer or names none.
+    pub async fn image_fs_mount(&self) -> Option<std::path::PathBuf> {
+        let mut image = self.image.clone();
+        let resp = image
+            .image_fs_info(self.request(api::ImageFsInfoRequest {}))
+            .await
+            .ok()?
+            .into_inner();
+        let id = resp.image_filesystems.first()?.fs_id.as_ref()?;
+        (!id.mountpoint.is_empty()).then(|| std::path::PathBuf::from(&id.mountpoint))
+    }
+
     pub async fn container_status(&self, id: &str) -> Result<ContainerStatusResponse, Status> {
         let mut runtime = self.runtime.clone();
         let req = self.request(ContainerStatusRequest {

@@ -117,25 +117,9 @@ impl Monitor {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The mountpoint of the runtime's image filesystem (CRI `ImageFsInfo`).
-    async fn image_fs(&self) -> Option<PathBuf> {
-        let mut image = self.cri.image.clone();
-        let resp = image
-            .image_fs_info(self.cri.request(nodeagent_cri::api::ImageFsInfoRequest {}))
-            .await
-            .ok()?
-            .into_inner();
-        resp.image_filesystems
-            .first()?
-            .fs_id
-            .as_ref()
-            .map(|id| PathBuf::from(&id.mountpoint))
-            .filter(|p| !p.as_os_str().is_empty())
-    }
-
     /// Reads the signals and evaluates them; returns the conditions True now.
     pub async fn observe(&self) -> BTreeSet<Condition> {
-        let image_fs = self.image_fs().await;
+        let image_fs = self.cri.image_fs_mount().await;
         let (cgroups, root_dir) = (self.cgroups.clone(), self.root_dir.clone());
         let observations: Observations = tokio::task::spawn_blocking(move || {
             eviction::observe(&cgroups, &root_dir, image_fs.as_deref())

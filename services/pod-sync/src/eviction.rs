@@ -251,19 +251,7 @@ impl Manager {
 
 impl PodSync {
     async fn observe_signals(&self, m: &mut Manager) -> Observations {
-        let mut image = self.cri.image.clone();
-        let image_fs = image
-            .image_fs_info(self.cri.request(cri::ImageFsInfoRequest {}))
-            .await
-            .ok()
-            .and_then(|r| {
-                r.into_inner()
-                    .image_filesystems
-                    .first()?
-                    .fs_id
-                    .as_ref()
-                    .map(|id| PathBuf::from(&id.mountpoint))
-            });
+        let image_fs = self.cri.image_fs_mount().await;
         let (cgroups, root) = (m.cgroups.clone(), m.root_dir.clone());
         let (obs, same) = tokio::task::spawn_blocking(move || {
             use std::os::unix::fs::MetadataExt;

@@ -229,17 +229,7 @@ impl PodSync {
 
     /// The image filesystem's capacity and available bytes (CRI ImageFsInfo's mountpoint).
     async fn image_fs(&self) -> Option<(u64, u64)> {
-        let mut image = self.cri.image.clone();
-        let mount = image
-            .image_fs_info(self.cri.request(cri::ImageFsInfoRequest {}))
-            .await
-            .ok()?
-            .into_inner()
-            .image_filesystems
-            .first()?
-            .fs_id
-            .as_ref()
-            .map(|id| PathBuf::from(&id.mountpoint))?;
+        let mount = self.cri.image_fs_mount().await?;
         tokio::task::spawn_blocking(move || nodeagent_config::machine::statvfs(&mount))
             .await
             .ok()
