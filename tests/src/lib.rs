@@ -21,6 +21,7 @@ pub mod kubelet_client;
 mod node;
 pub mod otlp;
 pub mod pki;
+pub mod raw_pod;
 pub mod registry;
 pub mod spdy;
 mod status;
@@ -35,6 +36,10 @@ use std::time::Duration;
 
 /// The containerd the runtime setup script starts.
 pub const CONTAINERD_SOCKET: &str = "/run/nodeagent-containerd/containerd.sock";
+
+/// The locally built image the setup script imports (with the pause image), which no
+/// registry can bring back.
+pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
 
 /// Waits until the API server holds an Event in `namespace` that `matches`, and returns it.
 pub async fn eventually_event(

@@ -141,7 +141,31 @@ pub struct Node {
     pleg_relist_period: String,
     service_args: BTreeMap<Service, Vec<String>>,
     stopped: bool,
+    /// The image holder pod runs (`hold_images_if_collected`).
+    holds_images: bool,
     _runtime_lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// What the harness puts in every node's config unless the test's own config sets the key.
+/// The tests share one containerd and its locally built images, which no registry can
+/// bring back: no node collects images unless its test asks for it. Nor does a node see
+/// pressure its test did not make: upstream's default hard thresholds
+/// (imagefs.available<15%, ...) would be met on a machine whose real disk is fuller, and
+/// every node would then collect images and refuse pods.
+const HARNESS_DEFAULTS: [(&str, &str); 2] = [
+    (
+        "imageGCHighThresholdPercent",
+        "imageGCHighThresholdPercent: 100\n",
+    ),
+    ("evictionHard", "evictionHard: {}\n"),
+];
+
+fn harness_defaults(extra: &str) -> String {
+    HARNESS_DEFAULTS
+        .iter()
+        .filter(|(key, _)| !extra.contains(key))
+        .map(|(_, line)| *line)
+        .collect()
 }
 
 impl Node {
@@ -196,15 +220,9 @@ impl Node {
              staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}\n\
              address: 127.0.0.1\nreadOnlyPort: {read_only_port}\nhealthzPort: {healthz_port}\n\
              fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: {sync}\nport: {port}\n\
-             {auth_config}{image_gc}{extra}",
+             {auth_config}{defaults}{extra}",
             d = dir.path().display(),
-            // The tests share one containerd and its locally built images, which no registry
-            // can bring back: no node collects images unless its test asks for it.
-            image_gc = if options.extra_config.contains("imageGCHighThresholdPercent") {
-                ""
-            } else {
-                "imageGCHighThresholdPercent: 100\n"
-            },
+            defaults = harness_defaults(&options.extra_config),
             sync = options.sync_frequency.as_deref().unwrap_or("10s"),
             extra = options.extra_config,
         );
@@ -240,8 +258,10 @@ impl Node {
                 .unwrap_or_else(|| "500ms".into()),
             service_args: options.service_args.iter().cloned().collect(),
             stopped: false,
+            holds_images: false,
             _runtime_lock: runtime_lock,
         };
+        node.hold_images_if_collected(&options.extra_config).await;
         if !options.no_services {
             for s in Service::ALL {
                 if !(options.no_default_probe && s == Service::Probe) {
@@ -543,6 +563,42 @@ impl Node {
 
     /// Stops every service with SIGTERM, then removes whatever CRI objects of this node
     /// are left (a failed test must not leak pods into the next).
+    /// Adds `extra` to the node's config (for services started after this), in place of
+    /// the harness's defaults for the keys it sets.
+    pub async fn append_config(&mut self, extra: &str) {
+        let path = self.path("config.yaml");
+        let mut config = std::fs::read_to_string(&path).expect("read config");
+        for (key, line) in HARNESS_DEFAULTS {
+            if extra.contains(key) {
+                config = config.replace(line, "");
+            }
+        }
+        config.push_str(extra);
+        std::fs::write(&path, config).expect("write config");
+        self.hold_images_if_collected(extra).await;
+    }
+
+    /// A node its test lets collect images (the image GC, or eviction, whose node-level
+    /// reclaim removes every unused image) finds busybox in use from the start by a pod
+    /// made directly over CRI, which no node sees (it has no pod labels) and
+    /// `remove_sandboxes_of` removes with the node's own (its name ends with the node's).
+    async fn hold_images_if_collected(&mut self, config: &str) {
+        let lower = config.to_lowercase();
+        if self.holds_images || !(lower.contains("imagegc") || lower.contains("eviction")) {
+            return;
+        }
+        crate::raw_pod::raw_pod(
+            &self.cri,
+            "nodeagent-tests",
+            &format!("image-holder-{}", self.name),
+            "trap 'exit 0' TERM; while true; do sleep 60; done",
+            &self.path("logs"),
+            false,
+        )
+        .await;
+        self.holds_images = true;
+    }
+
     pub async fn stop(mut self) {
         let services: Vec<Service> = self.procs.keys().copied().collect();
         for s in services {

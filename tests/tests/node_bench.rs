@@ -13,6 +13,7 @@ use nodeagent_config::Service;
 use nodeagent_cri::Cri;
 use nodeagent_cri::api as cri;
 use nodeagent_proto::k8s::labels;
+use nodeagent_tests::raw_pod::{raw_pod, remove_raw_leftovers, remove_raw_pod};
 use nodeagent_tests::{
     Node, NodeOptions, eventually, eventually_every, http_get, require_runtime, rss_kib,
 };
@@ -22,8 +23,9 @@ use std::time::{Duration, Instant};
 /// Single-pod starts measured each way, one after the other.
 const SINGLE: usize = 30;
 const BURST: usize = 100;
+/// The CRI namespace of the raw pods.
+const RAW_NS: &str = "bench-raw";
 const RELIST_PODS: usize = 500;
-const IMAGE: &str = "docker.io/library/busybox:1.36";
 /// PID 1 exits on SIGTERM (a trap, then `wait` returns at once).
 const EXITS_ON_TERM: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
 /// PID 1 without a handler: SIGTERM is ignored, the grace period runs out.
@@ -74,140 +76,6 @@ fn rename_in(node: &Node, name: &str, text: &str) -> i64 {
     let t = now_nanos();
     std::fs::rename(&staged, node.path(&format!("manifests/{name}.json"))).unwrap();
     t
-}
-
-/// One pod made directly over CRI, as the agent makes it (a sandbox with the CNI network,
-/// then one container): returns (sandbox id, container id). `labelled` gives it the
-/// upstream pod labels, so that pleg counts it as a pod.
-async fn raw_pod(
-    cri: &Cri,
-    name: &str,
-    script: &str,
-    logs: &std::path::Path,
-    labelled: bool,
-) -> (String, String) {
-    let uid = format!("raw-{name}-{}", now_nanos());
-    let mut pod_labels = HashMap::new();
-    if labelled {
-        pod_labels.insert(labels::POD_NAME.to_string(), name.to_string());
-        pod_labels.insert(labels::POD_NAMESPACE.to_string(), "bench-raw".to_string());
-        pod_labels.insert(labels::POD_UID.to_string(), uid.clone());
-    }
-    let log_dir = logs.join(&uid);
-    std::fs::create_dir_all(&log_dir).unwrap();
-    let sandbox_config = cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: name.to_string(),
-            uid: uid.clone(),
-            namespace: "bench-raw".into(),
-            attempt: 0,
-        }),
-        hostname: name.to_string(),
-        log_directory: log_dir.display().to_string(),
-        labels: pod_labels.clone(),
-        linux: Some(cri::LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    };
-    let mut runtime = cri.runtime.clone();
-    let sandbox = runtime
-        .run_pod_sandbox(cri.request(cri::RunPodSandboxRequest {
-            config: Some(sandbox_config.clone()),
-            runtime_handler: String::new(),
-        }))
-        .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
-    let mut container_labels = pod_labels;
-    if labelled {
-        container_labels.insert(labels::CONTAINER_NAME.to_string(), "c".into());
-    }
-    let container = runtime
-        .create_container(cri.request(cri::CreateContainerRequest {
-            pod_sandbox_id: sandbox.clone(),
-            config: Some(cri::ContainerConfig {
-                metadata: Some(cri::ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(cri::ImageSpec {
-                    image: IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec!["sh".into(), "-c".into(), script.into()],
-                log_path: "c/0.log".into(),
-                labels: container_labels,
-                linux: Some(cri::LinuxContainerConfig::default()),
-                ..Default::default()
-            }),
-            sandbox_config: Some(sandbox_config),
-        }))
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
-    runtime
-        .start_container(cri.request(cri::StartContainerRequest {
-            container_id: container.clone(),
-        }))
-        .await
-        .expect("StartContainer");
-    (sandbox, container)
-}
-
-/// Stops (with `grace` seconds for the container) and removes one raw pod.
-async fn remove_raw_pod(cri: &Cri, (sandbox, container): &(String, String), grace: i64) {
-    let mut runtime = cri.runtime.clone();
-    if !container.is_empty() {
-        let _ = runtime
-            .stop_container(cri.request(cri::StopContainerRequest {
-                container_id: container.clone(),
-                timeout: grace,
-            }))
-            .await;
-    }
-    let _ = runtime
-        .stop_pod_sandbox(cri.request(cri::StopPodSandboxRequest {
-            pod_sandbox_id: sandbox.clone(),
-        }))
-        .await;
-    let _ = runtime
-        .remove_pod_sandbox(cri.request(cri::RemovePodSandboxRequest {
-            pod_sandbox_id: sandbox.clone(),
-        }))
-        .await;
-}
-
-/// Removes the raw pods an interrupted run left behind (namespace `bench-raw`).
-async fn remove_raw_leftovers(cri: &Cri) {
-    let left: Vec<String> = cri
-        .list_sandboxes(None)
-        .await
-        .expect("ListPodSandbox")
-        .into_iter()
-        .filter(|s| {
-            s.metadata
-                .as_ref()
-                .is_some_and(|m| m.namespace == "bench-raw")
-        })
-        .map(|s| s.id)
-        .collect();
-    if !left.is_empty() {
-        eprintln!(
-            "[bench] removing {} raw pods left by an earlier run",
-            left.len()
-        );
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(8));
-    for id in left {
-        let (cri, slots) = (cri.clone(), slots.clone());
-        tasks.spawn(async move {
-            let _slot = slots.acquire().await;
-            remove_raw_pod(&cri, &(id, String::new()), 0).await
-        });
-    }
-    tasks.join_all().await;
 }
 
 /// (sandbox created_at, container started_at) of a pod, once its container started.
@@ -391,7 +259,7 @@ async fn the_agent_beside_raw_cri() {
     let mut table = Table::default();
     let logs = node.path("raw-logs");
     let cri = node.cri.clone();
-    remove_raw_leftovers(&cri).await;
+    remove_raw_leftovers(&cri, RAW_NS).await;
     // Idle: pleg has relisted twice since every service served, and /pods answers.
     let (first_relist, _) = next_relist(&node, now_nanos()).await;
     next_relist(&node, first_relist).await;
@@ -408,7 +276,15 @@ async fn the_agent_beside_raw_cri() {
     let (mut raw_sandbox, mut raw_start) = (Vec::new(), Vec::new());
     for i in 0..SINGLE {
         let t0 = now_nanos();
-        let pod = raw_pod(&cri, &format!("single-{i}"), EXITS_ON_TERM, &logs, false).await;
+        let pod = raw_pod(
+            &cri,
+            RAW_NS,
+            &format!("single-{i}"),
+            EXITS_ON_TERM,
+            &logs,
+            false,
+        )
+        .await;
         let (created, started_at) = started(&cri, &pod.0, &pod.1).await;
         raw_sandbox.push(ms(created - t0));
         raw_start.push(ms(started_at - t0));
@@ -495,7 +371,15 @@ async fn the_agent_beside_raw_cri() {
     for i in 0..BURST {
         let (cri, logs) = (cri.clone(), logs.clone());
         tasks.spawn(async move {
-            raw_pod(&cri, &format!("burst-{i}"), EXITS_ON_TERM, &logs, false).await
+            raw_pod(
+                &cri,
+                RAW_NS,
+                &format!("burst-{i}"),
+                EXITS_ON_TERM,
+                &logs,
+                false,
+            )
+            .await
         });
     }
     let raw_pods: Vec<_> = tasks.join_all().await;
@@ -597,7 +481,15 @@ async fn the_agent_beside_raw_cri() {
         let (cri, logs, extra) = (patient.clone(), logs.clone(), extra.clone());
         tasks.spawn(async move {
             let _permit = extra.acquire().await.unwrap();
-            raw_pod(&cri, &format!("relist-{i}"), IGNORES_TERM, &logs, true).await
+            raw_pod(
+                &cri,
+                RAW_NS,
+                &format!("relist-{i}"),
+                IGNORES_TERM,
+                &logs,
+                true,
+            )
+            .await
         });
     }
     let made = Instant::now();
@@ -704,7 +596,7 @@ async fn the_agent_beside_raw_cri() {
         );
     }
     node.stop().await;
-    remove_raw_leftovers(&cri).await;
+    remove_raw_leftovers(&cri, RAW_NS).await;
 }
 
 /// A span of a pod start's trace: (service, span name, its occurrence in the trace).

@@ -337,11 +337,10 @@ async fn pid_pressure_follows_a_pod_that_forks_and_ends_with_it() {
     // 800 tasks below what is available before the node starts. The node itself (about 150
     // tasks) stays clear of it; a pod of 1600 processes does not.
     let threshold = pids_available() - 800;
-    let mut config = std::fs::read_to_string(node.path("config.yaml")).unwrap();
-    config.push_str(&format!(
+    node.append_config(&format!(
         "evictionHard:\n  pid.available: \"{threshold}\"\nevictionPressureTransitionPeriod: 5s\n"
-    ));
-    std::fs::write(node.path("config.yaml"), config).unwrap();
+    ))
+    .await;
     for s in Service::ALL {
         node.spawn(s);
     }
@@ -415,11 +414,10 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
     // The threshold sits 700 MiB below what is available before the node starts: a pod
     // holding 1400 MiB in a memory-backed emptyDir crosses it, the node itself does not.
     let threshold_kib = (memory_available() - (700 << 20)) / 1024;
-    let mut config = std::fs::read_to_string(node.path("config.yaml")).unwrap();
-    config.push_str(&format!(
+    node.append_config(&format!(
         "evictionHard:\n  memory.available: {threshold_kib}Ki\nevictionPressureTransitionPeriod: 10s\n"
-    ));
-    std::fs::write(node.path("config.yaml"), config).unwrap();
+    ))
+    .await;
     for s in Service::ALL {
         node.spawn(s);
     }

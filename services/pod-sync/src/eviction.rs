@@ -271,12 +271,14 @@ impl PodSync {
     /// One pass of the eviction manager; evicts at most one pod.
     pub async fn eviction_pass(self: &Arc<Self>, m: &mut Manager) {
         let obs = self.observe_signals(m).await;
+        let due = m.update(&obs, Instant::now());
+        self.lock().pressure = m.met.iter().map(|s| s.condition()).collect();
         // Local storage limits first, as upstream: a pod over its own limit goes at once.
+        // They hold with no threshold configured too (upstream's
+        // localStorageCapacityIsolation, on by default).
         if self.local_storage_pass(m).await {
             return;
         }
-        let due = m.update(&obs, Instant::now());
-        self.lock().pressure = m.met.iter().map(|s| s.condition()).collect();
         let refs: Vec<&Threshold> = due.iter().collect();
         let Some(threshold) = first_to_reclaim(&refs).cloned() else {
             return;
@@ -558,9 +560,6 @@ fn per_container(
 
 /// Runs a pass every [`INTERVAL`] until shutdown.
 pub async fn run(sync: Arc<PodSync>, mut manager: Manager) {
-    if manager.thresholds.0.is_empty() {
-        return;
-    }
     let mut tick = tokio::time::interval(INTERVAL);
     loop {
         tokio::select! {
