@@ -2,7 +2,9 @@
 //! real wire protocol to the unmodified kube-rs client and keeps the semantics the node
 //! agent depends on:
 //!
-//! - pods, nodes, leases, events, configmaps, secrets and serviceaccounts, each object
+//! - pods, nodes, leases, events, configmaps, secrets, serviceaccounts and
+//!   runtimeclasses (`node.k8s.io/v1`, with upstream's RuntimeClass admission of pods in
+//!   `apiserver_runtimeclass`), each object
 //!   with a `metadata.resourceVersion` from one cluster-wide counter, a uid and a creation
 //!   time;
 //! - list (with the list's resourceVersion) and watch (`watch=true`) from a
@@ -50,7 +52,7 @@ const HISTORY: usize = 1000;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 /// A resource the server knows: (plural, kind, API group version, namespaced).
-pub(crate) const RESOURCES: [(&str, &str, &str, bool); 7] = [
+pub(crate) const RESOURCES: [(&str, &str, &str, bool); 8] = [
     ("pods", "Pod", "v1", true),
     ("nodes", "Node", "v1", false),
     ("configmaps", "ConfigMap", "v1", true),
@@ -58,6 +60,7 @@ pub(crate) const RESOURCES: [(&str, &str, &str, bool); 7] = [
     ("serviceaccounts", "ServiceAccount", "v1", true),
     ("events", "Event", "v1", true),
     ("leases", "Lease", "coordination.k8s.io/v1", true),
+    ("runtimeclasses", "RuntimeClass", "node.k8s.io/v1", false),
 ];
 
 #[derive(Clone, Debug)]
@@ -319,6 +322,7 @@ fn parse_path(path: &str) -> Option<Target> {
     let rest: &[&str] = match parts.as_slice() {
         ["api", "v1", rest @ ..] => rest,
         ["apis", "coordination.k8s.io", "v1", rest @ ..] => rest,
+        ["apis", "node.k8s.io", "v1", rest @ ..] => rest,
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -528,7 +532,18 @@ fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
                 .get(&("serviceaccounts".to_string(), ns.clone(), sa.to_string()))
                 .cloned()
         };
-        if let Err(why) = crate::apiserver_admission::admit_pod(&mut body, ns, account) {
+        let class = |name: &str| {
+            s.objects
+                .get(&(
+                    "runtimeclasses".to_string(),
+                    String::new(),
+                    name.to_string(),
+                ))
+                .cloned()
+        };
+        let admitted = crate::apiserver_admission::admit_pod(&mut body, ns, account)
+            .and_then(|()| crate::apiserver_runtimeclass::admit_pod(&mut body, class));
+        if let Err(why) = admitted {
             return status_with_details(
                 StatusCode::FORBIDDEN,
                 "Forbidden",

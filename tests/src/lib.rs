@@ -11,6 +11,7 @@ pub mod apiserver_jwt;
 mod apiserver_kubectl;
 pub mod apiserver_proxy;
 mod apiserver_relay;
+mod apiserver_runtimeclass;
 pub mod apiserver_serviceaccount;
 mod apiserver_table;
 pub mod cgroup;

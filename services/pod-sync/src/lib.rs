@@ -26,6 +26,7 @@ mod probers;
 mod pull;
 mod quantity;
 mod runonce;
+mod runtime_class;
 mod runtime_spec;
 mod security;
 mod server;
@@ -78,6 +79,8 @@ pub struct PodSync {
     host_security: security::HostSecurity,
     /// The API server, when the node is connected to one.
     api: Option<kube::Client>,
+    /// The RuntimeClasses' handlers (from the API server).
+    runtime_classes: runtime_class::RuntimeClasses,
     /// Upstream's container and pod events (Pulling, Created, Killing, BackOff, ...).
     events: nodeagent_config::events::EventRecorder,
     shutdown: Shutdown,
@@ -149,6 +152,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             config.kubelet.allowed_unsafe_sysctls.clone(),
         ),
         api: api.clone(),
+        runtime_classes: runtime_class::RuntimeClasses::new(api.is_some()),
         events: nodeagent_config::events::EventRecorder::new(api.clone(), &config.node_name),
         shutdown: shutdown.clone(),
         gc: gc::Policy {
@@ -195,6 +199,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     if let Some(client) = api {
+        tasks.spawn(
+            sync.runtime_classes
+                .clone()
+                .run(client.clone(), shutdown.clone()),
+        );
         tasks.spawn(api_status::run(sync.clone(), client));
     }
     tasks.spawn(log_rotation::run(

@@ -1194,6 +1194,14 @@ impl PodSync {
 
     async fn run_sandbox(&self, pod: &Pod, attempt: u32) -> anyhow::Result<(String, String)> {
         let uid = k8s::pod_uid(pod).to_string();
+        let runtime_handler = self
+            .runtime_classes
+            .handler(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref()),
+            )
+            .map_err(anyhow::Error::msg)?;
         let config = runtime_spec::sandbox_config(pod, attempt, &self.node);
         if let Some(parent) = config
             .linux
@@ -1217,7 +1225,7 @@ impl PodSync {
         let resp = runtime
             .run_pod_sandbox(self.cri.request(RunPodSandboxRequest {
                 config: Some(config),
-                runtime_handler: String::new(),
+                runtime_handler,
             }))
             .await;
         self.acted(&uid);
