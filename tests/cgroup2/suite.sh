@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The cross-service tests that read or write cgroups, run again on a cgroup v2 host (a
 # qemu guest, tests/cgroup2/run.sh): the pod cgroup's v2 files (memory.max, cpu.max,
-# cpu.weight, pids.max), its removal, the QoS tree, oom_score_adj, and /stats/summary's
-# v2 reads. deploy/test.sh runs it after the suite; it uses the test binaries that run
+# cpu.weight, pids.max), its removal, the QoS tree, oom_score_adj, /stats/summary's v2
+# reads, and OOM kills (a container's limit, and the whole guest: the SystemOOM event).
+# deploy/test.sh runs it after the suite; it uses the test binaries that run
 # already built (it builds nothing new).
 #
 # Under TCG (these VMs' /dev/kvm cannot boot a stock kernel) the guest is about five times
@@ -17,6 +18,7 @@ declare -A TESTS=(
   [stats]=""
   [skeleton]="a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal"
   [lifecycle]="env_expansion_downward_api_and_active_deadline"
+  [oom]=""
 )
 
 args=()
@@ -32,7 +34,8 @@ for line in sys.stdin:
 ')
 [ "${#lines[@]}" -eq "${#TESTS[@]}" ] || { echo "[cgroup2] expected ${#TESTS[@]} test binaries, found: ${lines[*]}" >&2; exit 1; }
 
-script='rc=0'
+# The guest may run out of memory as a whole: oom.rs's node-wide OOM test runs here only.
+script='export NODEAGENT_TEST_NODE_OOM=1; rc=0'
 for line in "${lines[@]}"; do
   name=${line%% *} exe=${line#* }
   script+="; echo \"== $name on cgroup v2\"; $exe --test-threads 1 ${TESTS[$name]} || rc=1"

@@ -374,6 +374,26 @@ async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
             "{family}"
         );
     }
+    // The mem container faulted its pages in: its page faults, in both scopes (a
+    // container's cgroup has no children), and the machine's cores.
+    let faults = &cadvisor["container_memory_failures_total"].samples;
+    for scope in ["container", "hierarchy"] {
+        let fault = faults
+            .iter()
+            .find(|s| {
+                s.labels.get("pod") == Some(&pod_name)
+                    && s.labels["container"] == "mem"
+                    && s.labels["failure_type"] == "pgfault"
+                    && s.labels["scope"] == scope
+            })
+            .unwrap_or_else(|| panic!("the mem container's page faults, scope {scope}"));
+        assert!(fault.value > 0.0, "{fault:?}");
+    }
+    let cores = &cadvisor["machine_cpu_cores"].samples;
+    assert_eq!(
+        cores.first().map(|s| s.value),
+        Some(std::thread::available_parallelism().unwrap().get() as f64)
+    );
     node.stop().await;
 }
 

@@ -6,6 +6,7 @@ pub mod cli;
 
 mod api;
 mod machine;
+pub mod oom;
 pub mod pressure;
 
 pub use machine::{MachineInfo, read_machine_info};
@@ -50,6 +51,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         None => None,
     };
     let events = nodeagent_config::events::EventRecorder::new(client.clone(), &config.node_name);
+    let ooms = tokio::spawn(oom::run(
+        config.root_dir.clone(),
+        cri.clone(),
+        events.clone(),
+        shutdown.clone(),
+    ));
     let monitor = Arc::new(pressure::Monitor::new(&config, cri.clone(), events)?);
     let watching = tokio::spawn(monitor.clone().run(shutdown.clone()));
     let service = Arc::new(NodeStatusService {
@@ -87,6 +94,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         r.abort();
     }
     watching.abort();
+    // The OOM watcher saves its position on the way out.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), ooms).await;
     served?;
     Ok(())
 }

@@ -145,7 +145,9 @@ struct Cadvisor {
     tx_bytes: Family,
     rx_errors: Family,
     tx_errors: Family,
+    failures: Family,
     machine_memory: Family,
+    machine_cpus: Family,
     fs_inodes_free: Family,
     fs_inodes_total: Family,
     fs_limit: Family,
@@ -196,6 +198,16 @@ impl Cadvisor {
                 "Cumulative count of errors encountered while transmitting",
                 Kind::Counter,
             ),
+            failures: Family::new(
+                "container_memory_failures_total",
+                "Cumulative count of memory allocation failures.",
+                Kind::Counter,
+            ),
+            machine_cpus: Family::new(
+                "machine_cpu_cores",
+                "Number of logical CPU cores.",
+                Kind::Gauge,
+            ),
             machine_memory: Family::new(
                 "machine_memory_bytes",
                 "Amount of memory installed on the machine.",
@@ -242,12 +254,14 @@ impl Cadvisor {
     }
 
     /// One cgroup's CPU and memory; `labels` are cAdvisor's, in its (sorted) order
-    /// without `cpu`.
+    /// without `cpu`. The page faults read are the cgroup's and its descendants' (scope
+    /// `hierarchy`); a container's cgroup has none, so they are its own too (`container`).
     fn usage(
         &mut self,
         labels: &[(&str, &str); 6],
         cpu: &Option<CpuStats>,
         memory: &Option<MemoryStats>,
+        leaf: bool,
     ) {
         if let Some((v, t)) = cpu_seconds(cpu) {
             let mut with_cpu: Vec<(&str, &str)> = labels.to_vec();
@@ -265,11 +279,28 @@ impl Cadvisor {
             if let Some(v) = m.usage_bytes {
                 self.usage.push(labels, v as f64, t);
             }
+            let scopes: &[&str] = if leaf {
+                &["container", "hierarchy"]
+            } else {
+                &["hierarchy"]
+            };
+            for (kind, value) in [
+                ("pgfault", m.page_faults),
+                ("pgmajfault", m.major_page_faults),
+            ] {
+                let Some(v) = value else { continue };
+                for scope in scopes {
+                    let mut l: Vec<(&str, &str)> = labels.to_vec();
+                    l.insert(1, ("failure_type", kind));
+                    l.push(("scope", scope));
+                    self.failures.push(&l, v as f64, t);
+                }
+            }
         }
     }
 
     fn container(&mut self, labels: &[(&str, &str); 6], c: &ContainerStats) {
-        self.usage(labels, &c.cpu, &c.memory);
+        self.usage(labels, &c.cpu, &c.memory, true);
         self.start.push(labels, seconds(&c.start_time), None);
     }
 
@@ -280,6 +311,7 @@ impl Cadvisor {
             &self.working_set,
             &self.rss,
             &self.usage,
+            &self.failures,
             &self.rx_bytes,
             &self.rx_errors,
             &self.tx_bytes,
@@ -289,6 +321,7 @@ impl Cadvisor {
             &self.fs_inodes_total,
             &self.fs_limit,
             &self.fs_usage,
+            &self.machine_cpus,
             &self.machine_memory,
         ] {
             if !family.samples.is_empty() {
@@ -310,7 +343,7 @@ pub fn render_cadvisor(c: &Collected) -> String {
         ("namespace", ""),
         ("pod", ""),
     ];
-    m.usage(&root, &node.cpu, &node.memory);
+    m.usage(&root, &node.cpu, &node.memory, false);
     // The root cgroup's filesystems: the node's root and, when it is another device,
     // the runtime's image filesystem.
     let root_device = device_of(Path::new("/"));
@@ -330,6 +363,8 @@ pub fn render_cadvisor(c: &Collected) -> String {
     {
         m.machine_memory.push(&[], (available + ws) as f64, None);
     }
+    m.machine_cpus
+        .push(&[], nodeagent_config::machine::cpus() as f64, None);
     for pod in &c.summary.pods {
         let (ns, name, uid) = (
             pod.pod_ref.namespace.as_str(),
@@ -349,7 +384,7 @@ pub fn render_cadvisor(c: &Collected) -> String {
             ("namespace", ns),
             ("pod", name),
         ];
-        m.usage(&pod_labels, &pod.cpu, &pod.memory);
+        m.usage(&pod_labels, &pod.cpu, &pod.memory, false);
         for i in c.pod_interfaces.get(uid).into_iter().flatten() {
             let mut labels: Vec<(&str, &str)> = pod_labels.to_vec();
             labels.insert(3, ("interface", i.name.as_str()));
