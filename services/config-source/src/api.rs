@@ -260,14 +260,7 @@ fn read_checkpoint(path: &Path) -> std::io::Result<Option<BTreeMap<String, Pod>>
 }
 
 fn write_checkpoint(path: &Path, pods: &[Pod]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("json.tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&serde_json::to_vec(pods).map_err(std::io::Error::other)?)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    nodeagent_config::state::write_json(path, &pods)
 }
 
 /// Whether the deleted copy of a pod asks for a shorter deletion than the copy we hold.

@@ -10,6 +10,7 @@ pub mod eviction;
 mod kubelet_config;
 pub mod machine;
 pub mod quantity;
+pub mod state;
 mod vsock;
 
 pub use address::Address;

@@ -114,15 +114,7 @@ fn position_file(root_dir: &Path) -> PathBuf {
 }
 
 fn save(path: &Path, position: &Position) {
-    let write = || -> std::io::Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(position)?)?;
-        std::fs::rename(&tmp, path)
-    };
-    if let Err(e) = write() {
+    if let Err(e) = nodeagent_config::state::write_json(path, position) {
         tracing::warn!(path = %path.display(), error = %e, "OOM watcher: cannot keep the kernel log position");
     }
 }

@@ -46,15 +46,6 @@ fn read_state(path: &Path) -> PressureState {
     }
 }
 
-fn write_state(path: &Path, state: &PressureState) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(state)?)?;
-    std::fs::rename(&tmp, path)
-}
-
 /// "nodefs.available 50Mi < 10% (of 1Gi)": what met a threshold, for logs and events.
 fn describe(report: &Report) -> String {
     report
@@ -134,7 +125,8 @@ impl Monitor {
         let before = inner.pressure.state.clone();
         let report = inner.pressure.observe(observations, now);
         if inner.pressure.state != before
-            && let Err(e) = write_state(&self.state_file, &inner.pressure.state)
+            && let Err(e) =
+                nodeagent_config::state::write_json(&self.state_file, &inner.pressure.state)
         {
             tracing::warn!(path = %self.state_file.display(), error = %e, "cannot keep the pressure state");
         }

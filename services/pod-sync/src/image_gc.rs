@@ -150,15 +150,7 @@ impl ImageGc {
     }
 
     fn save(&self) {
-        let write = || -> std::io::Result<()> {
-            if let Some(dir) = self.state_file.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let tmp = self.state_file.with_extension("json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec(&self.records)?)?;
-            std::fs::rename(&tmp, &self.state_file)
-        };
-        if let Err(e) = write() {
+        if let Err(e) = nodeagent_config::state::write_json(&self.state_file, &self.records) {
             tracing::warn!(path = %self.state_file.display(), error = %e, "cannot keep the image records");
         }
     }

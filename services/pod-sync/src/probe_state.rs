@@ -107,9 +107,11 @@ impl Store {
     pub async fn save(&self, values: &ProbeValues) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(values).map_err(std::io::Error::other)?;
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
-            .await
-            .map_err(std::io::Error::other)?
+        tokio::task::spawn_blocking(move || {
+            nodeagent_config::state::write_atomically(&path, &bytes)
+        })
+        .await
+        .map_err(std::io::Error::other)?
     }
 }
 
@@ -119,17 +121,6 @@ fn read_values(path: &Path) -> std::io::Result<ProbeValues> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ProbeValues::default()),
         Err(e) => Err(e),
     }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("json.tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
