@@ -10,8 +10,8 @@
 
 use crate::Node;
 use nodeagent_config::Service;
-use nodeagent_proto::api::WatchPodStatusRequest;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
+use nodeagent_proto::api::{PodStatusUpdate, WatchPodStatusRequest};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -376,53 +376,63 @@ pub fn new_records() -> SharedRecords {
 }
 
 /// Follows pod-sync's status stream for as long as the task lives, reconnecting after every
-/// break (pod-sync is killed often), and records every snapshot and delta.
-pub async fn follow_status_stream(node_socket: nodeagent_config::Address, records: SharedRecords) {
+/// break (pod-sync is killed often): `on_update` gets each message (not asking for chunks:
+/// a whole snapshot comes as one), and `None` at each break (a refused connection or an
+/// ended stream).
+pub async fn follow_pod_sync_status(
+    node_socket: nodeagent_config::Address,
+    mut on_update: impl FnMut(Option<&PodStatusUpdate>),
+) {
     loop {
         let mut client = PodSyncClient::new(nodeagent_transport::connect(&node_socket))
             .max_decoding_message_size(usize::MAX);
-        let stream = client
+        if let Ok(stream) = client
             .watch_pod_status(WatchPodStatusRequest::default())
-            .await;
-        let Ok(stream) = stream else {
-            *records
-                .lock()
-                .unwrap()
-                .unavailable
-                .entry("stream")
-                .or_default() += 1;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        // Not asking for chunks: the whole snapshot comes as one message.
-        let mut stream = stream.into_inner();
-        while let Ok(Some(update)) = stream.message().await {
-            let pods: Vec<PodView> = update
-                .pods_json
-                .iter()
-                .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
-                .filter_map(|v| PodView::from_json(&v))
-                .collect();
-            let mut r = records.lock().unwrap();
-            if update.snapshot {
-                r.observe_all("stream", pods);
-                continue;
-            }
-            for p in pods {
-                r.observe("stream", p);
-            }
-            for uid in &update.removed_uids {
-                r.observe_removed("stream", uid);
+            .await
+        {
+            let mut stream = stream.into_inner();
+            while let Ok(Some(update)) = stream.message().await {
+                on_update(Some(&update));
             }
         }
-        *records
-            .lock()
-            .unwrap()
-            .unavailable
-            .entry("stream")
-            .or_default() += 1;
+        on_update(None);
+        // A pace for the reconnects, not a wait for a condition: the next attempt is the
+        // check that pod-sync serves again.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The pods of one status message, as the views see them.
+pub fn pod_views(update: &PodStatusUpdate) -> Vec<PodView> {
+    update
+        .pods_json
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
+        .filter_map(|v| PodView::from_json(&v))
+        .collect()
+}
+
+/// Records every snapshot and delta of pod-sync's status stream, and each break.
+pub async fn follow_status_stream(node_socket: nodeagent_config::Address, records: SharedRecords) {
+    follow_pod_sync_status(node_socket, move |update| {
+        let mut r = records.lock().unwrap();
+        let Some(update) = update else {
+            *r.unavailable.entry("stream").or_default() += 1;
+            return;
+        };
+        let pods = pod_views(update);
+        if update.snapshot {
+            r.observe_all("stream", pods);
+            return;
+        }
+        for p in pods {
+            r.observe("stream", p);
+        }
+        for uid in &update.removed_uids {
+            r.observe_removed("stream", uid);
+        }
+    })
+    .await
 }
 
 /// The two view followers of a node; they stop when this is dropped.

@@ -5,11 +5,9 @@
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
-use nodeagent_proto::api::WatchPodStatusRequest;
-use nodeagent_proto::api::pod_sync_client::PodSyncClient;
-use nodeagent_tests::chaos::PodView;
+use nodeagent_tests::chaos::{PodView, follow_pod_sync_status, pod_views};
 use nodeagent_tests::{Node, NodeOptions, eventually, ready_results, require_runtime};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -59,27 +57,15 @@ type Shared = Arc<Mutex<Transitions>>;
 
 /// Records every snapshot and delta of pod-sync's status stream, reconnecting after breaks.
 async fn follow_status(node_socket: nodeagent_config::Address, record: Shared) {
-    loop {
-        let mut client = PodSyncClient::new(nodeagent_transport::connect(&node_socket))
-            .max_decoding_message_size(usize::MAX);
-        if let Ok(stream) = client
-            .watch_pod_status(WatchPodStatusRequest::default())
-            .await
-        {
-            let mut stream = stream.into_inner();
-            while let Ok(Some(update)) = stream.message().await {
-                let mut r = record.lock().unwrap();
-                r.snapshots += u64::from(update.snapshot);
-                for bytes in &update.pods_json {
-                    let pod = serde_json::from_slice::<Value>(bytes).ok();
-                    if let Some(view) = pod.as_ref().and_then(PodView::from_json) {
-                        r.observe(&view);
-                    }
-                }
-            }
+    follow_pod_sync_status(node_socket, move |update| {
+        let Some(update) = update else { return };
+        let mut r = record.lock().unwrap();
+        r.snapshots += u64::from(update.snapshot);
+        for view in pod_views(update) {
+            r.observe(&view);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Twelve pods: readiness by exec, httpGet (busybox httpd) and tcpSocket, half of them with
