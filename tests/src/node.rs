@@ -561,8 +561,6 @@ impl Node {
             .collect()
     }
 
-    /// Stops every service with SIGTERM, then removes whatever CRI objects of this node
-    /// are left (a failed test must not leak pods into the next).
     /// Adds `extra` to the node's config (for services started after this), in place of
     /// the harness's defaults for the keys it sets.
     pub async fn append_config(&mut self, extra: &str) {
@@ -599,6 +597,8 @@ impl Node {
         self.holds_images = true;
     }
 
+    /// Stops every service with SIGTERM, then removes whatever CRI objects of this node
+    /// are left (a failed test must not leak pods into the next).
     pub async fn stop(mut self) {
         let services: Vec<Service> = self.procs.keys().copied().collect();
         for s in services {

@@ -123,6 +123,13 @@ pub fn host_ip() -> String {
     String::new()
 }
 
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), "" if it cannot be read.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// The marker node-status reads: present (with this boot's id) while the node shuts down.
 pub fn marker(root_dir: &Path) -> std::path::PathBuf {
     root_dir.join("pod-sync").join("shutting-down")
@@ -130,18 +137,16 @@ pub fn marker(root_dir: &Path) -> std::path::PathBuf {
 
 /// Whether the marker says this boot is shutting down.
 pub fn shutting_down(root_dir: &Path) -> bool {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    std::fs::read_to_string(marker(root_dir)).is_ok_and(|m| m.trim() == boot.trim())
+    std::fs::read_to_string(marker(root_dir)).is_ok_and(|m| m.trim() == boot_id())
 }
 
 pub fn set_marker(root_dir: &Path, on: bool) {
     let path = marker(root_dir);
     let result = if on {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
         path.parent()
             .map(std::fs::create_dir_all)
             .unwrap_or(Ok(()))
-            .and_then(|_| std::fs::write(&path, boot))
+            .and_then(|_| std::fs::write(&path, boot_id()))
     } else {
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),

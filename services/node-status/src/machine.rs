@@ -55,7 +55,7 @@ pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
         kernel_version: read_trim("/proc/sys/kernel/osrelease"),
         os_image,
         machine_id: read_trim("/etc/machine-id"),
-        boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+        boot_id: nodeagent_config::machine::boot_id(),
         system_uuid: read_trim("/sys/class/dmi/id/product_uuid"),
         architecture,
     }

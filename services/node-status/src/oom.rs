@@ -13,6 +13,7 @@
 
 use nodeagent_config::events::{EventRecorder, EventType};
 use nodeagent_cri::Cri;
+use nodeagent_proto::k8s::labels;
 use nodeagent_transport::Shutdown;
 use serde::{Deserialize, Serialize};
 use std::io::Read;
@@ -102,13 +103,6 @@ struct Position {
     seq: u64,
 }
 
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 fn position_file(root_dir: &Path) -> PathBuf {
     root_dir.join("node-status").join("kmsg.json")
 }
@@ -125,9 +119,9 @@ async fn victim(cri: &Cri, kill: &OomKill) -> Option<(String, String, String)> {
     let status = cri.container_status(id).await.ok()?.status?;
     let label = |k: &str| status.labels.get(k).cloned().unwrap_or_default();
     Some((
-        label("io.kubernetes.container.name"),
-        label("io.kubernetes.pod.namespace"),
-        label("io.kubernetes.pod.name"),
+        label(labels::CONTAINER_NAME),
+        label(labels::POD_NAMESPACE),
+        label(labels::POD_NAME),
     ))
 }
 
@@ -147,7 +141,7 @@ pub async fn run(root_dir: PathBuf, cri: Cri, events: EventRecorder, shutdown: S
         }
     };
     let path = position_file(&root_dir);
-    let boot = boot_id();
+    let boot = nodeagent_config::machine::boot_id();
     let saved: Option<Position> = std::fs::read(&path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
