@@ -52,7 +52,7 @@ const HISTORY: usize = 1000;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 /// A resource the server knows: (plural, kind, API group version, namespaced).
-pub(crate) const RESOURCES: [(&str, &str, &str, bool); 8] = [
+pub(crate) const RESOURCES: [(&str, &str, &str, bool); 9] = [
     ("pods", "Pod", "v1", true),
     ("nodes", "Node", "v1", false),
     ("configmaps", "ConfigMap", "v1", true),
@@ -61,6 +61,12 @@ pub(crate) const RESOURCES: [(&str, &str, &str, bool); 8] = [
     ("events", "Event", "v1", true),
     ("leases", "Lease", "coordination.k8s.io/v1", true),
     ("runtimeclasses", "RuntimeClass", "node.k8s.io/v1", false),
+    (
+        "certificatesigningrequests",
+        "CertificateSigningRequest",
+        "certificates.k8s.io/v1",
+        false,
+    ),
 ];
 
 #[derive(Clone, Debug)]
@@ -95,8 +101,11 @@ pub struct ApiState {
     pub auth: crate::apiserver_auth::AuthPolicy,
     /// The service-account token issuer and the TokenRequests it served.
     pub service_accounts: crate::apiserver_serviceaccount::ServiceAccountTokens,
-    /// The cluster CA published in every namespace's `kube-root-ca.crt`.
+    /// The cluster CA published in every namespace's `kube-root-ca.crt`; it also signs
+    /// the serving certificate of `start_tls` and approved CSRs (`apiserver_csr`).
     root_ca: Arc<crate::pki::TestCa>,
+    /// Client-certificate authentication, CSR approval and signing (`apiserver_csr`).
+    pub certificates: crate::apiserver_csr::Certificates,
 }
 
 impl Default for ApiState {
@@ -109,6 +118,7 @@ impl Default for ApiState {
             auth: Default::default(),
             service_accounts: Default::default(),
             root_ca: Arc::new(crate::pki::TestCa::new("nodeagent-test-apiserver-ca")),
+            certificates: Default::default(),
         };
         {
             let mut s = state.store.lock().unwrap();
@@ -124,6 +134,8 @@ impl Default for ApiState {
 pub struct ApiServer {
     pub state: ApiState,
     pub port: u16,
+    /// Served over TLS (`start_tls`).
+    tls: bool,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -161,7 +173,7 @@ pub(crate) fn status_with_details(
         .into_response()
 }
 
-fn now() -> String {
+pub(crate) fn now() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -184,29 +196,109 @@ impl ApiServer {
         state: ApiState,
         addr: std::net::SocketAddr,
     ) -> std::io::Result<ApiServer> {
+        Self::serve(state, addr, None).await
+    }
+
+    /// Serves `state` over TLS on 127.0.0.1 (any free port): a serving certificate for
+    /// 127.0.0.1 and localhost from the server's CA, and client certificates of that CA
+    /// authenticating each request (`apiserver_csr`).
+    pub async fn start_tls(state: ApiState) -> ApiServer {
+        use rustls::pki_types::pem::PemObject as _;
+        let identity = state.root_ca.issue_server(&["127.0.0.1", "localhost"]);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls::pki_types::CertificateDer::pem_slice_iter(state.root_ca_pem().as_bytes()) {
+            roots.add(c.expect("CA PEM")).expect("CA");
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .expect("client verifier");
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("server cert");
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
+            .expect("server key");
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs, key)
+            .expect("server config");
+        Self::serve(state, ([127, 0, 0, 1], 0).into(), Some(Arc::new(config)))
+            .await
+            .expect("bind the API server")
+    }
+
+    async fn serve(
+        state: ApiState,
+        addr: std::net::SocketAddr,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<ApiServer> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let port = listener.local_addr()?.port();
-        // Discovery, proxy subresources and Tables (what kubectl needs) sit in front.
+        // Discovery, proxy subresources and Tables (what kubectl needs) sit in front;
+        // before them, authentication and CSRs.
         let app = Router::new()
             .fallback(handle)
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 crate::apiserver_kubectl::layer,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                crate::apiserver_csr::layer,
+            ))
             .with_state(state.clone());
+        let over_tls = tls.is_some();
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         // Our own accept loop: every connection task lives in this task's JoinSet, so that
         // stopping the server really closes every connection (and every watch), as a
         // restarting API server does.
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let app = app.clone();
+                let acceptor = acceptor.clone();
                 connections.spawn(async move {
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .with_upgrades()
-                        .await;
+                    match acceptor {
+                        None => {
+                            let service = hyper_util::service::TowerToHyperService::new(app);
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, service)
+                                .with_upgrades()
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            let cert = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .and_then(|c| crate::apiserver_csr::client_cert(c));
+                            let mark = crate::apiserver_csr::OverTls(cert);
+                            let app = tower::ServiceExt::map_request(
+                                app,
+                                move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                                    req.extensions_mut().insert(mark.clone());
+                                    req
+                                },
+                            );
+                            let service = hyper_util::service::TowerToHyperService::new(app);
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, service)
+                                .with_upgrades()
+                                .await;
+                        }
+                    }
                 });
                 while connections.try_join_next().is_some() {}
             }
@@ -214,6 +306,7 @@ impl ApiServer {
         Ok(ApiServer {
             state,
             port,
+            tls: over_tls,
             task: Some(task),
         })
     }
@@ -227,23 +320,54 @@ impl ApiServer {
         self.state.clone()
     }
 
-    /// A kubeconfig for this server (plain HTTP, no credentials).
+    /// A kubeconfig for this server (no credentials; over TLS it trusts the server's CA).
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with("{}")
+    }
+
+    /// A bootstrap kubeconfig: the bootstrap `token` as its credentials (see
+    /// `Certificates::add_bootstrap_token`).
+    pub fn bootstrap_kubeconfig(&self, token: &str) -> String {
+        self.kubeconfig_with(&format!("{{token: {token}}}"))
+    }
+
+    fn kubeconfig_with(&self, user: &str) -> String {
+        use base64::Engine;
+        let ca = if self.tls {
+            format!(
+                "    certificate-authority-data: {}\n",
+                base64::engine::general_purpose::STANDARD.encode(self.state.root_ca_pem())
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-             users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n{ca}\
+             users:\n- name: test\n  user: {user}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
              current-context: test\n",
-            port = self.port
+            url = self.url()
         )
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// A kube-rs client of this server, built as production builds one from a URL.
     pub fn client(&self) -> kube::Client {
-        kube::Client::try_from(kube::Config::new(self.url().parse().unwrap())).unwrap()
+        let mut config = kube::Config::new(self.url().parse().unwrap());
+        if self.tls {
+            use rustls::pki_types::pem::PemObject as _;
+            config.root_cert = Some(
+                rustls::pki_types::CertificateDer::pem_slice_iter(
+                    self.state.root_ca_pem().as_bytes(),
+                )
+                .map(|c| c.expect("CA PEM").to_vec())
+                .collect(),
+            );
+        }
+        kube::Client::try_from(config).unwrap()
     }
 }
 
@@ -269,6 +393,30 @@ impl ApiState {
     /// The CA bundle (PEM) published as `ca.crt` of every namespace's `kube-root-ca.crt`.
     pub fn root_ca_pem(&self) -> &str {
         self.root_ca.cert_pem()
+    }
+
+    pub(crate) fn root_ca(&self) -> &crate::pki::TestCa {
+        &self.root_ca
+    }
+
+    /// Changes a stored object as a controller does (a MODIFIED event); None when it
+    /// does not exist.
+    pub(crate) fn modify(
+        &self,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<Value> {
+        let t = target(
+            plural,
+            (!namespace.is_empty()).then(|| namespace.to_string()),
+        )?;
+        let mut s = self.store.lock().unwrap();
+        let k = key(&t, name);
+        let mut next = s.objects.get(&k)?.clone();
+        change(&mut next);
+        Some(commit(self, &mut s, &t, k, next))
     }
 
     /// Every stored object of a kind (plural), e.g. "events".
@@ -323,6 +471,7 @@ fn parse_path(path: &str) -> Option<Target> {
         ["api", "v1", rest @ ..] => rest,
         ["apis", "coordination.k8s.io", "v1", rest @ ..] => rest,
         ["apis", "node.k8s.io", "v1", rest @ ..] => rest,
+        ["apis", "certificates.k8s.io", "v1", rest @ ..] => rest,
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -450,6 +599,10 @@ fn key(t: &Target, name: &str) -> (String, String, String) {
         t.namespace.clone().unwrap_or_default(),
         name.to_string(),
     )
+}
+
+pub(crate) fn json(code: StatusCode, v: &Value) -> Response {
+    json_response(code, v)
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response {

@@ -6,6 +6,7 @@ pub mod apiserver;
 pub mod apiserver_admission;
 pub mod apiserver_auth;
 pub mod apiserver_controllers;
+pub mod apiserver_csr;
 mod apiserver_discovery;
 pub mod apiserver_jwt;
 mod apiserver_kubectl;

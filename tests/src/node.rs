@@ -86,6 +86,10 @@ pub struct NodeOptions {
     pub env: Vec<(String, String)>,
     /// A kubeconfig (its text): the node connects to that API server.
     pub kubeconfig: Option<String>,
+    /// A bootstrap kubeconfig (its text), given as `--bootstrap-kubeconfig` with a
+    /// `--kubeconfig` that does not exist yet: node-status requests the client
+    /// certificate and writes it.
+    pub bootstrap_kubeconfig: Option<String>,
     /// The `authentication` and `authorization` sections of the config (YAML), instead of
     /// the default: x509 against the node's test CA, no anonymous access, AlwaysAllow.
     pub auth_config: Option<String>,
@@ -138,6 +142,7 @@ pub struct Node {
     probe_instances: BTreeMap<String, Child>,
     env: Vec<(String, String)>,
     kubeconfig: bool,
+    bootstrap_kubeconfig: bool,
     pleg_relist_period: String,
     service_args: BTreeMap<Service, Vec<String>>,
     stopped: bool,
@@ -230,6 +235,10 @@ impl Node {
         if let Some(kubeconfig) = &options.kubeconfig {
             std::fs::write(dir.path().join("kubeconfig"), kubeconfig).expect("write kubeconfig");
         }
+        if let Some(bootstrap) = &options.bootstrap_kubeconfig {
+            std::fs::write(dir.path().join("bootstrap-kubeconfig"), bootstrap)
+                .expect("write the bootstrap kubeconfig");
+        }
         let cri = Cri::connect(
             &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
             Duration::from_secs(30),
@@ -251,7 +260,8 @@ impl Node {
             procs: BTreeMap::new(),
             probe_instances: BTreeMap::new(),
             env: options.env.clone(),
-            kubeconfig: options.kubeconfig.is_some(),
+            kubeconfig: options.kubeconfig.is_some() || options.bootstrap_kubeconfig.is_some(),
+            bootstrap_kubeconfig: options.bootstrap_kubeconfig.is_some(),
             pleg_relist_period: options
                 .pleg_relist_period
                 .clone()
@@ -330,6 +340,10 @@ impl Node {
         if self.kubeconfig {
             args.push("--kubeconfig".into());
             args.push(self.path("kubeconfig").display().to_string());
+        }
+        if self.bootstrap_kubeconfig {
+            args.push("--bootstrap-kubeconfig".into());
+            args.push(self.path("bootstrap-kubeconfig").display().to_string());
         }
         args
     }

@@ -54,4 +54,57 @@ impl TestCa {
             key_pem: key.serialize_pem(),
         }
     }
+
+    /// A serving certificate for `names` (DNS names or IP addresses).
+    pub fn issue_server(&self, names: &[&str]) -> Identity {
+        let key = KeyPair::generate().expect("server key");
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(names).expect("server params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test-apiserver");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        Identity {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// Signs a PEM certificate request as a Kubernetes signer does: its subject and names
+    /// as asked, valid from now for `lifetime`, for server or client auth.
+    pub fn sign_request(
+        &self,
+        request_pem: &str,
+        lifetime: std::time::Duration,
+        server: bool,
+    ) -> Result<String, String> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(request_pem)
+            .map_err(|e| format!("the certificate request: {e}"))?;
+        let now = time::OffsetDateTime::now_utc();
+        // A second of slack for clocks read a moment apart.
+        csr.params.not_before = now - time::Duration::seconds(1);
+        csr.params.not_after = now + time::Duration::seconds(lifetime.as_secs() as i64);
+        csr.params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial()));
+        csr.params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        csr.params.extended_key_usages = vec![if server {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        csr.signed_by(&self.issuer)
+            .map(|c| c.pem())
+            .map_err(|e| format!("signing: {e}"))
+    }
+}
+
+/// A random positive 16-byte serial.
+fn serial() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .expect("random serial");
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01;
+    bytes
 }

@@ -29,8 +29,6 @@ const CHECKPOINT_PERIOD: Duration = Duration::from_secs(2);
 /// A checkpoint larger than this is not read (maxPods pods of at most 1.5 MiB each fit).
 const CHECKPOINT_MAX_BYTES: u64 = 256 << 20;
 
-pub use nodeagent_config::kube_client as client_from_kubeconfig;
-
 pub struct ApiSource {
     client: kube::Client,
     node_name: String,

@@ -55,8 +55,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         let heartbeat = loops.register("http source", source.max_silence());
         tasks.spawn(source.run(shutdown.clone(), heartbeat));
     }
-    if let Some(path) = &config.kubeconfig {
-        let client = api::client_from_kubeconfig(path).await?;
+    if let (Some(path), Some(client)) = (&config.kubeconfig, config.api_client().await?) {
         tracing::info!(kubeconfig = %path.display(), "watching the API server for pods bound to this node");
         let source = api::ApiSource::new(
             client,

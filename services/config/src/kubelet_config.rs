@@ -71,6 +71,13 @@ pub struct KubeletConfiguration {
     /// generated in `--cert-dir` as upstream.
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
+    /// Rotate the client certificate (bootstrapped from `--bootstrap-kubeconfig`) before
+    /// it expires, with certificate signing requests.
+    pub rotate_certificates: bool,
+    /// Request the serving certificate of port 10250 from the API server (signer
+    /// `kubernetes.io/kubelet-serving`) instead of self-signing it, and rotate it.
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: bool,
     pub authentication: KubeletAuthentication,
     pub authorization: KubeletAuthorization,
     /// Serves `/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs` and `/logs/`.
@@ -246,6 +253,8 @@ impl Default for KubeletConfiguration {
             serialize_image_pulls: true,
             allowed_unsafe_sysctls: Vec::new(),
             tls_cert_file: None,
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
             tls_private_key_file: None,
             authentication: KubeletAuthentication::default(),
             authorization: KubeletAuthorization::default(),

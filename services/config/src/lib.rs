@@ -3,10 +3,12 @@
 //! a typed [`Config`] that is passed down by value.
 
 mod address;
+pub mod certificate;
 pub mod cgroupfs;
 pub mod duration;
 pub mod events;
 pub mod eviction;
+mod kube_client;
 mod kubelet_config;
 pub mod machine;
 pub mod quantity;
@@ -14,6 +16,7 @@ pub mod state;
 mod vsock;
 
 pub use address::Address;
+pub use kube_client::kube_client;
 pub use kubelet_config::{
     API_VERSION, KIND, KubeletAnonymousAuthentication, KubeletAuthentication, KubeletAuthorization,
     KubeletConfiguration, KubeletWebhookAuthentication, KubeletWebhookAuthorization,
@@ -75,6 +78,10 @@ pub struct KubeletFlags {
     /// kubeconfig of the API server; without it the node runs standalone (static pods only).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// kubeconfig used to request the node's client certificate when --kubeconfig does not
+    /// exist yet (or its certificate expired); node-status then writes --kubeconfig.
+    #[arg(long)]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// Directory for the node agent's files (volume mounts, plugin state).
     #[arg(long, default_value = "/var/lib/kubelet")]
     pub root_dir: PathBuf,
@@ -176,6 +183,8 @@ pub enum ConfigError {
 pub struct Config {
     pub kubelet: KubeletConfiguration,
     pub kubeconfig: Option<PathBuf>,
+    /// `--bootstrap-kubeconfig`: the credentials of the client certificate's bootstrap.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     pub root_dir: PathBuf,
     /// `--cert-dir`: the self-signed serving pair lives here.
     pub cert_dir: PathBuf,
@@ -277,6 +286,7 @@ impl Config {
         Ok(Self {
             kubelet,
             kubeconfig: flags.kubeconfig.clone(),
+            bootstrap_kubeconfig: flags.bootstrap_kubeconfig.clone(),
             root_dir: flags.root_dir.clone(),
             cert_dir: flags.cert_dir.clone(),
             node_name,
@@ -366,25 +376,25 @@ fn endpoints(
 
 impl Config {
     /// A client of the API server named by `--kubeconfig`; None on a standalone node.
+    /// With `--bootstrap-kubeconfig` and no usable `--kubeconfig` yet, waits for
+    /// node-status to bootstrap the client certificate and write it.
     pub async fn api_client(&self) -> anyhow::Result<Option<kube::Client>> {
-        match &self.kubeconfig {
-            Some(path) => Ok(Some(kube_client(path).await?)),
-            None => Ok(None),
+        let Some(path) = &self.kubeconfig else {
+            return Ok(None);
+        };
+        if self.bootstrap_kubeconfig.is_some() {
+            let mut polls = 0u32;
+            while !certificate::kubeconfig_usable(path) {
+                if polls.is_multiple_of(20) {
+                    tracing::info!(kubeconfig = %path.display(),
+                        "waiting for node-status to bootstrap the client certificate");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                polls += 1;
+            }
         }
+        Ok(Some(kube_client(path).await?))
     }
-}
-
-/// A kube client from a kubeconfig file.
-pub async fn kube_client(path: &Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| anyhow::anyhow!("reading kubeconfig {}: {e}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 #[cfg(test)]

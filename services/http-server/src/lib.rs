@@ -20,7 +20,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use nodeagent_config::{Config, Service};
+use nodeagent_config::{Config, Service, certificate};
 use nodeagent_proto::api::WatchPodStatusRequest;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
 use nodeagent_transport::{Assembler, Channel, Server, Shutdown, WithLimits};
@@ -121,6 +121,36 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         );
         let app = read_only_routes().with_state(state.clone());
         tasks.spawn(serve_http(addr, app, shutdown.clone()));
+    }
+    if let (Some(tls), Some(client)) = (&tls, &state.api)
+        && tls::bootstraps_serving(&config)
+    {
+        let serving = tls.serving.clone();
+        let client = client.clone();
+        let (config_cert_dir, node_name) = (config.cert_dir.clone(), config.node_name.clone());
+        let sans = tls::serving_names(&config);
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            let rotator = certificate::Rotator {
+                kind: certificate::Kind::Serving,
+                cert_dir: config_cert_dir,
+                node: node_name,
+                sans,
+                client,
+                metrics: certificate::Metrics::get(certificate::Kind::Serving),
+                on_new: Box::new(move |pair| {
+                    if let Err(e) = serving.set(pair) {
+                        tracing::error!(error = %format!("{e:#}"), "the issued serving certificate");
+                    }
+                }),
+            };
+            // Ends with the server (the shutdown waits for every task here).
+            tokio::select! {
+                _ = rotator.run() => {}
+                _ = stop.wait() => {}
+            }
+            Ok(())
+        });
     }
     if let Some(tls) = tls {
         let addr = format!("{}:{}", config.kubelet.address, config.kubelet.port);

@@ -9,19 +9,24 @@
 //! of the certificate it presents.
 
 use anyhow::Context;
-use nodeagent_config::Config;
+use nodeagent_config::{Config, certificate};
 use rustls::DistinguishedName;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::ResolvesServerCert;
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The TLS configuration of port 10250 and the client verifier the authenticator uses.
 pub struct Tls {
     pub server: Arc<rustls::ServerConfig>,
+    /// The serving pair in use; `serverTLSBootstrap` replaces it as certificates are
+    /// issued, and each new handshake uses the pair current at that moment.
+    pub serving: Arc<ServingCert>,
     /// Checks a client's chain against `clientCAFile`; None when it is unset (then no
     /// certificate authenticates anyone).
     pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
@@ -46,17 +51,26 @@ pub fn server_config(config: &Config) -> anyhow::Result<Tls> {
             (c, k)
         }
     };
-    let certs = CertificateDer::pem_file_iter(&cert_file)
-        .with_context(|| format!("tlsCertFile {}", cert_file.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("tlsCertFile {}", cert_file.display()))?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "tlsCertFile {} holds no certificate",
-        cert_file.display()
-    );
-    let key = PrivateKeyDer::from_pem_file(&key_file)
-        .with_context(|| format!("tlsPrivateKeyFile {}", key_file.display()))?;
+    let mut first = load_pair(&cert_file, &key_file)?;
+    if bootstraps_serving(config) {
+        // A certificate issued before a restart is used again while it is valid.
+        let issued = certificate::Kind::Serving.current_path(&config.cert_dir);
+        match certificate::Pair::read(&issued) {
+            Ok(pair) if pair.valid_now() => match certified_key(&pair) {
+                Ok(key) => {
+                    certificate::Metrics::get(certificate::Kind::Serving)
+                        .ttl
+                        .set(pair.not_after);
+                    first = key;
+                }
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "{}", issued.display()),
+            },
+            _ => tracing::info!(
+                "serverTLSBootstrap: serving the self-signed pair until a certificate is issued"
+            ),
+        }
+    }
+    let serving = Arc::new(ServingCert(std::sync::RwLock::new(Arc::new(first))));
     let client_ca = match &config.kubelet.authentication.x509.client_ca_file {
         Some(path) => Some(client_ca_verifier(path)?),
         None => None,
@@ -69,14 +83,91 @@ pub fn server_config(config: &Config) -> anyhow::Result<Tls> {
         })),
         None => builder.with_no_client_auth(),
     };
-    let mut server = builder
-        .with_single_cert(certs, key)
-        .context("the serving certificate and key do not match")?;
+    let mut server = builder.with_cert_resolver(serving.clone());
     server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Tls {
         server: Arc::new(server),
+        serving,
         client_ca,
     })
+}
+
+/// Whether http-server requests its serving certificate (`serverTLSBootstrap`, no
+/// `tlsCertFile`, and an API server to ask).
+pub fn bootstraps_serving(config: &Config) -> bool {
+    config.kubelet.server_tls_bootstrap
+        && config.kubelet.tls_cert_file.is_none()
+        && config.kubeconfig.is_some()
+}
+
+/// The serving pair of port 10250, swapped in place when a new one is issued: open
+/// connections keep the session they made, new handshakes get the new pair.
+#[derive(Debug)]
+pub struct ServingCert(std::sync::RwLock<Arc<CertifiedKey>>);
+
+impl ServingCert {
+    pub fn set(&self, pair: &certificate::Pair) -> anyhow::Result<()> {
+        let key = certified_key(pair)?;
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
+        tracing::info!(serial = %pair.serial, "serving the newly issued certificate");
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+fn certified_key(pair: &certificate::Pair) -> anyhow::Result<CertifiedKey> {
+    let certs = CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .context("the issued certificate")?;
+    let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).context("the issued key")?;
+    CertifiedKey::from_der(certs, key, &provider())
+        .context("the issued certificate and key do not match")
+}
+
+fn load_pair(cert_file: &Path, key_file: &Path) -> anyhow::Result<CertifiedKey> {
+    let certs = CertificateDer::pem_file_iter(cert_file)
+        .with_context(|| format!("tlsCertFile {}", cert_file.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("tlsCertFile {}", cert_file.display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "tlsCertFile {} holds no certificate",
+        cert_file.display()
+    );
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .with_context(|| format!("tlsPrivateKeyFile {}", key_file.display()))?;
+    CertifiedKey::from_der(certs, key, &provider())
+        .context("the serving certificate and key do not match")
+}
+
+/// The names and addresses of the serving certificate: the node's name, the host name
+/// when it differs, and the node's addresses (InternalIP and a set `address`).
+pub fn serving_names(config: &Config) -> Vec<String> {
+    let mut names = vec![config.node_name.clone()];
+    if let Ok(host) = nix::unistd::gethostname()
+        && let Some(host) = host.to_str()
+    {
+        names.push(host.to_lowercase());
+    }
+    let ip = nodeagent_config::machine::host_ip();
+    if !ip.is_empty() {
+        names.push(ip);
+    }
+    let address = &config.kubelet.address;
+    if address
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| !ip.is_unspecified())
+    {
+        names.push(address.clone());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
 }
 
 /// `<cert-dir>/kubelet.crt` and `<cert-dir>/kubelet.key`, upstream's names.

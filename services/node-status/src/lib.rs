@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{
     NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use nodeagent_config::certificate;
 use nodeagent_config::eviction::Condition;
 use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
@@ -47,8 +48,42 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         config.kubelet.runtime_request_timeout,
     );
     let client = match &config.kubeconfig {
-        Some(path) => Some(nodeagent_config::kube_client(path).await?),
+        Some(path) => {
+            // node-status owns the client certificate: it bootstraps it (the other
+            // services wait for the kubeconfig it writes) and rotates it.
+            if let Some(bootstrap) = &config.bootstrap_kubeconfig {
+                let metrics = certificate::Metrics::get(certificate::Kind::Client);
+                certificate::bootstrap_client(
+                    path,
+                    bootstrap,
+                    &config.cert_dir,
+                    &config.node_name,
+                    &metrics,
+                )
+                .await?;
+            }
+            Some(nodeagent_config::kube_client(path).await?)
+        }
         None => None,
+    };
+    let rotation = match &client {
+        Some(client)
+            if config.kubelet.rotate_certificates && config.bootstrap_kubeconfig.is_some() =>
+        {
+            Some(tokio::spawn(
+                certificate::Rotator {
+                    kind: certificate::Kind::Client,
+                    cert_dir: config.cert_dir.clone(),
+                    node: config.node_name.clone(),
+                    sans: Vec::new(),
+                    client: client.clone(),
+                    metrics: certificate::Metrics::get(certificate::Kind::Client),
+                    on_new: Box::new(|_| {}),
+                }
+                .run(),
+            ))
+        }
+        _ => None,
     };
     let events = nodeagent_config::events::EventRecorder::new(client.clone(), &config.node_name);
     let ooms = tokio::spawn(oom::run(
@@ -94,6 +129,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         r.abort();
     }
     watching.abort();
+    if let Some(r) = rotation {
+        r.abort();
+    }
     // The OOM watcher saves its position on the way out.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), ooms).await;
     served?;

@@ -1,0 +1,414 @@
+//! The certificate manager against the test API server over TLS (`apiserver_csr`: client
+//! certificates authenticate each request at request time, a CSR approver and a signer
+//! with lifetimes of seconds):
+//!
+//! - the client certificate is bootstrapped from a bootstrap token (a CSR for
+//!   `system:node:<n>` in `system:nodes`, approved, written to `--cert-dir` and a
+//!   kubeconfig), then rotated at 70–90 % of its 30 s lifetime while the pod watch opened
+//!   with the first certificate stays open: a pod created after the first certificate
+//!   expired still reaches the node through that watch, no second pod watch is opened,
+//!   no request is refused, and a running pod's phase and readiness never move;
+//! - the serving certificate (`serverTLSBootstrap`): a denied CSR is logged and counted
+//!   and retried; once approved, the issued pair is served, and it is rotated while a
+//!   `/pods` loop (a new TLS connection per request, plus one keep-alive connection
+//!   opened before the rotation) never fails.
+//!
+//! Needs root and containerd.
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::PostParams;
+use nodeagent_config::Service;
+use nodeagent_config::certificate::Pair;
+use nodeagent_tests::apiserver::{ApiServer, ApiState};
+use nodeagent_tests::apiserver_csr::{Approval, Logged};
+use nodeagent_tests::{Node, NodeOptions, api_pod, api_pod_in_phase, eventually, require_runtime};
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const TOKEN: &str = "abcdef.0123456789abcdef";
+const LIFETIME: Duration = Duration::from_secs(30);
+
+async fn tls_server() -> ApiServer {
+    let server = ApiServer::start_tls(ApiState::default()).await;
+    server.state.certificates.add_bootstrap_token(TOKEN);
+    server.state.certificates.set_lifetime(LIFETIME);
+    server
+}
+
+fn current(node: &Node, which: &str) -> Result<Pair, String> {
+    Pair::read(&node.path(&format!("cert-dir/kubelet-{which}-current.pem")))
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// The node's requests (any service) in the server's log.
+fn from_node(server: &ApiServer, node: &Node) -> Vec<Logged> {
+    let user = format!("system:node:{}", node.name);
+    server
+        .state
+        .certificates
+        .log()
+        .into_iter()
+        .filter(|l| l.user == user)
+        .collect()
+}
+
+fn pod_watches(log: &[Logged], node: &Node) -> Vec<Logged> {
+    log.iter()
+        .filter(|l| {
+            l.path == "/api/v1/pods"
+                && l.query.contains("watch=true")
+                && l.query.contains(&node.name)
+        })
+        .cloned()
+        .collect()
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch() {
+    if !require_runtime("the certificate manager") {
+        return;
+    }
+    let server = tls_server().await;
+    let node = Node::start(
+        "clientcert",
+        NodeOptions {
+            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
+            extra_config: "rotateCertificates: true\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // Bootstrap: the CSR came from the bootstrap token and was approved; the pair and the
+    // kubeconfig are in place, and the node now speaks as itself.
+    let first = eventually("the bootstrapped client certificate", DEADLINE, || async {
+        current(&node, "client")
+    })
+    .await;
+    assert!(node.path("kubeconfig").exists());
+    let csrs = Api::<CertificateSigningRequest>::all(server.client())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let bootstrap_csr = csrs
+        .items
+        .iter()
+        .find(|c| c.spec.username.as_deref() == Some("system:bootstrap:abcdef"))
+        .expect("a CSR from the bootstrap token");
+    assert_eq!(
+        bootstrap_csr.spec.signer_name,
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let early = node.pod_name("early");
+    pods.create(
+        &PostParams::default(),
+        &api_pod(&early, &node.name, serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api_pod_in_phase(&pods, &early, "Running", DEADLINE).await;
+    eventually("the running pod Ready", DEADLINE, || async {
+        let p = pods.get(&early).await.map_err(|e| e.to_string())?;
+        ready(&p).then_some(()).ok_or("not Ready".to_string())
+    })
+    .await;
+    let watches_before = pod_watches(&from_node(&server, &node), &node);
+    assert!(
+        watches_before
+            .iter()
+            .any(|w| w.serial.as_deref() == Some(first.serial.as_str())),
+        "the pod watch is opened with the first certificate: {watches_before:?}"
+    );
+
+    // Watch what users see while the certificate rotates: the running pod must stay
+    // Running and Ready throughout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let pods = pods.clone();
+        let early = early.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut flips = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match pods.get(&early).await {
+                    Ok(p) => {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                        if phase.as_deref() != Some("Running") || !ready(&p) {
+                            flips.push(format!("{phase:?} ready={}", ready(&p)));
+                        }
+                    }
+                    Err(e) => flips.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            flips
+        })
+    };
+
+    // Rotation at 70–90 % of 30 s, with no restart.
+    let second = eventually("the rotated client certificate", DEADLINE, || async {
+        let now = current(&node, "client")?;
+        (now.serial != first.serial)
+            .then_some(now)
+            .ok_or("not rotated yet".to_string())
+    })
+    .await;
+    let lived = SystemTime::now()
+        .duration_since(first.not_before)
+        .unwrap_or_default();
+    assert!(
+        lived >= LIFETIME.mul_f64(0.65),
+        "rotated after {lived:?}, before 70 % of {LIFETIME:?}"
+    );
+    eventually("a request with the new certificate", DEADLINE, || async {
+        from_node(&server, &node)
+            .iter()
+            .any(|l| l.serial.as_deref() == Some(second.serial.as_str()))
+            .then_some(())
+            .ok_or("none yet".to_string())
+    })
+    .await;
+    // The first certificate expires; the watch it opened must still deliver.
+    let expired = first.not_after + Duration::from_secs(1);
+    if let Ok(wait) = expired.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait).await;
+    }
+    let late = node.pod_name("late");
+    pods.create(
+        &PostParams::default(),
+        &api_pod(&late, &node.name, serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api_pod_in_phase(&pods, &late, "Running", DEADLINE).await;
+
+    let log = from_node(&server, &node);
+    let watches_after = pod_watches(&log, &node);
+    assert_eq!(
+        watches_after.len(),
+        watches_before.len(),
+        "a pod watch was opened again: {watches_after:?}"
+    );
+    let refused: Vec<_> = log.iter().filter(|l| l.status == 401).collect();
+    assert!(refused.is_empty(), "requests refused: {refused:?}");
+    assert!(
+        node.log(Service::NodeStatus).contains("certificate issued"),
+        "node-status logs the rotation"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = sampler.await.unwrap();
+    assert!(flips.is_empty(), "the running pod moved: {flips:?}");
+
+    let metrics = node.api.get("/metrics").await.expect("metrics").text();
+    let ttl = metric(&metrics, "kubelet_certificate_manager_client_ttl_seconds");
+    assert!(ttl > 0.0 && ttl <= LIFETIME.as_secs_f64(), "{ttl}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "kubelet_certificate_manager_client_expiration_renew_errors_total"
+        ),
+        0.0
+    );
+    node.stop().await;
+}
+
+/// The value of a series without labels (0 when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// One TLS connection to the node's port 10250, verifying the serving certificate
+/// against the API server's CA under the node's name; returns the HTTP sender and the
+/// serial of the certificate served.
+async fn connect(node: &Node, ca: &std::path::Path) -> Result<(Sender, String), String> {
+    let client = node.api.clone();
+    let client = nodeagent_tests::kubelet_client::KubeletClient {
+        server_cert: ca.to_path_buf(),
+        ..client
+    };
+    let tls = client.tls_config()?;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", node.port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name =
+        rustls::pki_types::ServerName::try_from(node.name.clone()).map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let der = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no server certificate")?
+        .to_vec();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| e.to_string())?;
+    let serial = cert.raw_serial_as_string().replace(':', "").to_uppercase();
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok((sender, serial))
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>;
+
+async fn get_pods(sender: &mut Sender, node: &Node) -> Result<(), String> {
+    let body = get(sender, node, "/pods").await?;
+    if !body.starts_with('{') {
+        return Err(format!("not a pod list: {body}"));
+    }
+    Ok(())
+}
+
+/// GET `path` over the connection as the node's admin; the body of a 200.
+async fn get(sender: &mut Sender, node: &Node, path: &str) -> Result<String, String> {
+    use http_body_util::BodyExt;
+    sender.ready().await.map_err(|e| e.to_string())?;
+    let request = hyper::Request::get(path)
+        .header("host", format!("{}:{}", node.name, node.port))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
+    if status != 200 {
+        return Err(format!("{status}: {body}"));
+    }
+    Ok(body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_certificate_denied_then_issued_and_rotated_under_a_request_loop() {
+    if !require_runtime("the certificate manager") {
+        return;
+    }
+    let server = tls_server().await;
+    server
+        .state
+        .certificates
+        .set_serving_approval(Approval::Deny("NotTrusted".into()));
+    let node = Node::start(
+        "servingcert",
+        NodeOptions {
+            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
+            extra_config: "rotateCertificates: true\nserverTLSBootstrap: true\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // Denied: a clear error in the log, counted, retried; the self-signed pair is served
+    // meanwhile.
+    eventually("the denial in http-server's log", DEADLINE, || async {
+        let log = node.log(Service::HttpServer);
+        log.contains("was denied, reason: NotTrusted")
+            .then_some(())
+            .ok_or("not yet".to_string())
+    })
+    .await;
+    let metrics = node.api.get("/metrics").await.expect("metrics").text();
+    assert!(metric(&metrics, "kubelet_server_expiration_renew_errors_total") >= 1.0);
+
+    server
+        .state
+        .certificates
+        .set_serving_approval(Approval::Auto);
+    let first = eventually("the issued serving certificate", DEADLINE, || async {
+        current(&node, "server")
+    })
+    .await;
+    let csrs = Api::<CertificateSigningRequest>::all(server.client())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(csrs.items.iter().any(|c| {
+        c.spec.signer_name == "kubernetes.io/kubelet-serving"
+            && c.spec.username.as_deref() == Some(&format!("system:node:{}", node.name))
+    }));
+    let ca = node.path("apiserver-ca.crt");
+    std::fs::write(&ca, server.state.root_ca_pem()).unwrap();
+
+    // The issued pair is served (verified against the cluster CA under the node's name).
+    let (mut kept, served) = eventually("the issued pair served", DEADLINE, || async {
+        let (sender, serial) = connect(&node, &ca).await?;
+        (serial == first.serial)
+            .then_some((sender, serial))
+            .ok_or("not served yet".to_string())
+    })
+    .await;
+    get_pods(&mut kept, &node)
+        .await
+        .expect("/pods over the kept connection");
+
+    // A /pods loop until a rotated certificate is served: a new connection per request,
+    // and the connection opened before the rotation reused each time.
+    let mut serials = BTreeSet::from([served]);
+    let mut failures = Vec::new();
+    let mut requests = 0;
+    let started = std::time::Instant::now();
+    while serials.len() < 2 && started.elapsed() < DEADLINE {
+        match connect(&node, &ca).await {
+            Ok((mut sender, serial)) => {
+                serials.insert(serial);
+                if let Err(e) = get_pods(&mut sender, &node).await {
+                    failures.push(format!("new connection: {e}"));
+                }
+            }
+            Err(e) => failures.push(format!("connect: {e}")),
+        }
+        if let Err(e) = get_pods(&mut kept, &node).await {
+            failures.push(format!("kept connection: {e}"));
+        }
+        requests += 1;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {requests} failed: {failures:?}",
+        failures.len()
+    );
+    assert_eq!(
+        serials.len(),
+        2,
+        "no rotation within {DEADLINE:?}: {serials:?}"
+    );
+    let second = current(&node, "server").unwrap();
+    assert!(serials.contains(&second.serial));
+
+    let metrics = get(&mut kept, &node, "/metrics").await.expect("metrics");
+    assert!(
+        metric(
+            &metrics,
+            "kubelet_certificate_manager_server_rotation_seconds_count"
+        ) >= 1.0
+    );
+    let ttl = metric(&metrics, "kubelet_certificate_manager_server_ttl_seconds");
+    assert!(ttl > 0.0 && ttl <= LIFETIME.as_secs_f64(), "{ttl}");
+    node.stop().await;
+}
