@@ -30,10 +30,16 @@
 //!   must exist (403 Forbidden), and the `kube-api-access-*` token volume mounted in its
 //!   containers (`apiserver_admission`).
 //!
-//! Not covered (a test needing them must extend this first): authentication and
-//! authorization of its own clients, label selectors, server-side apply, JSON patch,
-//! finalizers, any other admission, validation, other defaulting, pagination
-//! (`limit`/`continue`), protobuf encoding, and any resource not listed above.
+//! - over TLS (`start_tls`), x509 client-certificate and bootstrap-token authentication
+//!   of each request, and CertificateSigningRequests (`certificates.k8s.io/v1`) with the
+//!   `approval` subresource, upstream's kubelet CSR approver and a signer
+//!   (`apiserver_csr`).
+//!
+//! Not covered (a test needing them must extend this first): authorization of its own
+//! clients (and authentication over plain HTTP), label selectors, server-side apply, JSON
+//! patch, finalizers, any other admission, validation, other defaulting, pagination
+//! (`limit`/`continue`), protobuf encoding (except a CSR approval, which kubectl sends as
+//! protobuf), and any resource not listed above.
 
 use crate::apiserver_controllers::Write;
 use axum::Router;
@@ -329,6 +335,23 @@ impl ApiServer {
     /// `Certificates::add_bootstrap_token`).
     pub fn bootstrap_kubeconfig(&self, token: &str) -> String {
         self.kubeconfig_with(&format!("{{token: {token}}}"))
+    }
+
+    /// A kubeconfig of an administrator (`test-admin` in `system:masters`) with a client
+    /// certificate from the server's CA: what kubectl needs against the TLS server (with
+    /// no credentials at all it prompts for a password).
+    pub fn admin_kubeconfig(&self) -> String {
+        use base64::Engine;
+        let id = self
+            .state
+            .root_ca
+            .issue_client("test-admin", &["system:masters"]);
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        self.kubeconfig_with(&format!(
+            "{{client-certificate-data: {}, client-key-data: {}}}",
+            b64(&id.cert_pem),
+            b64(&id.key_pem)
+        ))
     }
 
     fn kubeconfig_with(&self, user: &str) -> String {

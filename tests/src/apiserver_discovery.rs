@@ -6,7 +6,8 @@
 //! The resources listed are exactly those the storage serves (`apiserver::RESOURCES`)
 //! plus the subresources the server answers: `status`, `pods/{log,exec,attach,
 //! portforward}` and `nodes/proxy`, which are forwarded to the node's kubelet API
-//! (`apiserver_proxy`), and `serviceaccounts/token` (`apiserver_serviceaccount`). OpenAPI (`/openapi/v2`, `/openapi/v3`) is not served: kubectl's
+//! (`apiserver_proxy`), `serviceaccounts/token` (`apiserver_serviceaccount`) and
+//! `certificatesigningrequests/approval` (`apiserver_csr`). OpenAPI (`/openapi/v2`, `/openapi/v3`) is not served: kubectl's
 //! get, logs, exec and port-forward do without it.
 
 use crate::apiserver::RESOURCES;
@@ -69,6 +70,12 @@ fn subresources(plural: &str) -> &'static [Subresource] {
             "TokenRequest",
             &["create"],
             Some(("authentication.k8s.io", "v1")),
+        )],
+        "certificatesigningrequests" => &[(
+            "approval",
+            "CertificateSigningRequest",
+            &["get", "patch", "update"],
+            None,
         )],
         _ => &[],
     }

@@ -9,7 +9,8 @@
 //!   expired still reaches the node through that watch, no second pod watch is opened,
 //!   no request is refused, and a running pod's phase and readiness never move;
 //! - the serving certificate (`serverTLSBootstrap`): a denied CSR is logged and counted
-//!   and retried; once approved, the issued pair is served, and it is rotated while a
+//!   and retried; a pending one is reported with its name until `kubectl certificate
+//!   approve` approves it; the issued pair is served, and it is rotated while a
 //!   `/pods` loop (a new TLS connection per request, plus one keep-alive connection
 //!   opened before the rotation) never fails.
 //!
@@ -224,6 +225,38 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
     node.stop().await;
 }
 
+/// `kubectl certificate approve <csr>`, as an administrator approves a serving CSR.
+async fn kubectl_approve(server: &ApiServer, node: &Node, csr: &str) {
+    let kubeconfig = node.path("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.admin_kubeconfig()).unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cache-dir")
+        .arg(node.path("kubectl-cache"))
+        .args(["certificate", "approve", csr])
+        .env("HOME", node.path("."))
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("kubectl (deploy/runtime/setup.sh installs kubernetes-client)");
+    assert!(
+        out.status.success(),
+        "kubectl certificate approve {csr}: {}{}\nits requests: {:?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server
+            .state
+            .certificates
+            .log()
+            .into_iter()
+            .filter(|l| l.user == "test-admin")
+            .collect::<Vec<_>>()
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("approved"), "{said}");
+}
+
 /// The value of a series without labels (0 when absent).
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
@@ -336,14 +369,49 @@ async fn serving_certificate_denied_then_issued_and_rotated_under_a_request_loop
     let metrics = node.api.get("/metrics").await.expect("metrics").text();
     assert!(metric(&metrics, "kubelet_server_expiration_renew_errors_total") >= 1.0);
 
+    // Pending: upstream's default for serving CSRs (nobody approves them automatically).
+    // The wait is reported with the CSR's name, and `kubectl certificate approve` ends it.
     server
         .state
         .certificates
-        .set_serving_approval(Approval::Auto);
+        .set_serving_approval(Approval::Manual);
+    let pending = eventually("a pending serving CSR reported", DEADLINE, || async {
+        let log = node.log(Service::HttpServer);
+        let line = log
+            .lines()
+            .rfind(|l| l.contains("is still not approved and signed"))
+            .ok_or("no reminder yet")?;
+        let name = line
+            .split("kubectl certificate approve ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| c == '"' || c.is_whitespace()).next())
+            .ok_or(format!("no CSR name in {line}"))?;
+        Ok::<_, String>(name.to_string())
+    })
+    .await;
+    kubectl_approve(&server, &node, &pending).await;
+    let approved = Api::<CertificateSigningRequest>::all(server.client())
+        .get(&pending)
+        .await
+        .unwrap();
+    let conditions = approved
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    assert!(
+        conditions.iter().any(|c| c.type_ == "Approved"
+            && c.status == "True"
+            && c.reason.as_deref() == Some("KubectlApprove")),
+        "{conditions:?}"
+    );
     let first = eventually("the issued serving certificate", DEADLINE, || async {
         current(&node, "server")
     })
     .await;
+    server
+        .state
+        .certificates
+        .set_serving_approval(Approval::Auto);
     let csrs = Api::<CertificateSigningRequest>::all(server.client())
         .list(&Default::default())
         .await
@@ -410,5 +478,159 @@ async fn serving_certificate_denied_then_issued_and_rotated_under_a_request_loop
     );
     let ttl = metric(&metrics, "kubelet_certificate_manager_server_ttl_seconds");
     assert!(ttl > 0.0 && ttl <= LIFETIME.as_secs_f64(), "{ttl}");
+    node.stop().await;
+}
+
+/// A small fixed-seed generator for kill moments (the same run every time).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_managers_survive_sigkill_and_an_expired_client_certificate() {
+    if !require_runtime("the certificate manager") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    let server = tls_server().await;
+    server
+        .state
+        .certificates
+        .set_serving_approval(Approval::Auto);
+    let mut node = Node::start(
+        "certkill",
+        NodeOptions {
+            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
+            extra_config: "rotateCertificates: true\nserverTLSBootstrap: true\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client_first = eventually("the client certificate", DEADLINE, || async {
+        current(&node, "client")
+    })
+    .await;
+    let server_first = eventually("the serving certificate", DEADLINE, || async {
+        current(&node, "server")
+    })
+    .await;
+    let ca = node.path("apiserver-ca.crt");
+    std::fs::write(&ca, server.state.root_ca_pem()).unwrap();
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let steady = node.pod_name("steady");
+    pods.create(
+        &PostParams::default(),
+        &api_pod(&steady, &node.name, serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api_pod_in_phase(&pods, &steady, "Running", DEADLINE).await;
+    eventually("the pod Ready", DEADLINE, || async {
+        let p = pods.get(&steady).await.map_err(|e| e.to_string())?;
+        ready(&p).then_some(()).ok_or("not Ready".to_string())
+    })
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (pods, steady, stop) = (pods.clone(), steady.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut flips = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(p) = pods.get(&steady).await {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                    if phase.as_deref() != Some("Running") || !ready(&p) {
+                        flips.push(format!("{phase:?} ready={}", ready(&p)));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            flips
+        })
+    };
+
+    // SIGKILL the two managers at random moments across the first rotation window.
+    let mut random = Lcg(14);
+    let started = std::time::Instant::now();
+    let mut kills = 0;
+    while kills < 4
+        || (current(&node, "client").map(|p| p.serial) == Ok(client_first.serial.clone())
+            || current(&node, "server").map(|p| p.serial) == Ok(server_first.serial.clone()))
+    {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the certificates were not rotated within {DEADLINE:?} of kills"
+        );
+        tokio::time::sleep(Duration::from_millis(500 + 500 * random.below(12))).await;
+        let service = if random.below(2) == 0 {
+            Service::NodeStatus
+        } else {
+            Service::HttpServer
+        };
+        node.signal(service, Signal::SIGKILL).await;
+        node.spawn(service);
+        node.wait_serving(service).await;
+        kills += 1;
+        if service == Service::HttpServer {
+            // The issued pair is served again at once, not the self-signed one.
+            let now = current(&node, "server").unwrap();
+            let (_, served) = connect(&node, &ca)
+                .await
+                .expect("a verified TLS connection after the restart");
+            assert_eq!(
+                served, now.serial,
+                "http-server serves the issued pair after a restart"
+            );
+        }
+    }
+    let bootstraps = |server: &ApiServer| {
+        server
+            .state
+            .objects("certificatesigningrequests")
+            .iter()
+            .filter(|c| c["spec"]["username"] == "system:bootstrap:abcdef")
+            .count()
+    };
+    assert_eq!(bootstraps(&server), 1, "a restart bootstrapped again");
+
+    // node-status is down until the client certificate expired: upstream's kubelet then
+    // fails to start; ours bootstraps again with the bootstrap token, and the other
+    // services follow the new files.
+    node.signal(Service::NodeStatus, Signal::SIGKILL).await;
+    let expiring = current(&node, "client").unwrap();
+    if let Ok(wait) =
+        (expiring.not_after + Duration::from_secs(1)).duration_since(SystemTime::now())
+    {
+        tokio::time::sleep(wait).await;
+    }
+    assert!(!expiring.valid_now());
+    node.spawn(Service::NodeStatus);
+    node.wait_serving(Service::NodeStatus).await;
+    assert_eq!(
+        bootstraps(&server),
+        2,
+        "the expired certificate was bootstrapped again"
+    );
+    let renewed = current(&node, "client").unwrap();
+    assert!(renewed.valid_now());
+    let after = node.pod_name("after");
+    pods.create(
+        &PostParams::default(),
+        &api_pod(&after, &node.name, serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api_pod_in_phase(&pods, &after, "Running", DEADLINE).await;
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = sampler.await.unwrap();
+    assert!(flips.is_empty(), "the running pod moved: {flips:?}");
     node.stop().await;
 }

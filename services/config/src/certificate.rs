@@ -29,6 +29,8 @@ use std::time::{Duration, SystemTime};
 
 /// How long a request waits for approval and signing (upstream's 15 minutes).
 const APPROVAL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How often a pending request is reported while it waits.
+const PENDING_WARNING_EVERY: Duration = Duration::from_secs(10);
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
 
@@ -314,11 +316,27 @@ async fn request_within(
                     .any(|c| (c.type_ == "Denied" || c.type_ == "Failed") && c.status == "True")
         })
     };
-    let waited = tokio::time::timeout(
-        timeout,
-        kube::runtime::wait::await_condition(csrs.clone(), &name, done),
-    )
-    .await;
+    // Waits for the approver and the signer, saying every so often what it waits for.
+    let watched = name.clone();
+    let wait = kube::runtime::wait::await_condition(csrs.clone(), &watched, done);
+    tokio::pin!(wait);
+    let started = tokio::time::Instant::now();
+    let mut reminder =
+        tokio::time::interval_at(started + PENDING_WARNING_EVERY, PENDING_WARNING_EVERY);
+    let waited = loop {
+        tokio::select! {
+            r = &mut wait => break Ok::<_, ()>(r),
+            _ = reminder.tick() => {
+                if started.elapsed() >= timeout {
+                    break Err(());
+                }
+                tracing::warn!(csr = %name, signer = kind.signer(),
+                    "certificate signing request {name} is still not approved and signed after \
+                     {}s; approve it with kubectl certificate approve {name}",
+                    started.elapsed().as_secs());
+            }
+        }
+    };
     let csr = match waited {
         Err(_) => return Err(RequestError::NotApproved { name, timeout }),
         Ok(Err(e)) => {
