@@ -153,6 +153,26 @@ impl Drop for ApiServer {
     }
 }
 
+/// Serves one connection (HTTP/1.1 with upgrades) until it closes.
+async fn serve_connection<I, S>(io: I, app: S)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+}
+
 pub(crate) fn status(code: StatusCode, reason: &str, message: String) -> Response {
     status_with_details(code, reason, message, Value::Null)
 }
@@ -270,41 +290,27 @@ impl ApiServer {
                 let app = app.clone();
                 let acceptor = acceptor.clone();
                 connections.spawn(async move {
-                    match acceptor {
-                        None => {
-                            let service = hyper_util::service::TowerToHyperService::new(app);
-                            let io = hyper_util::rt::TokioIo::new(stream);
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(io, service)
-                                .with_upgrades()
-                                .await;
-                        }
-                        Some(acceptor) => {
-                            let Ok(stream) = acceptor.accept(stream).await else {
-                                return;
-                            };
-                            let cert = stream
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .and_then(|c| c.first())
-                                .and_then(|c| crate::apiserver_csr::client_cert(c));
-                            let mark = crate::apiserver_csr::OverTls(cert);
-                            let app = tower::ServiceExt::map_request(
-                                app,
-                                move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                                    req.extensions_mut().insert(mark.clone());
-                                    req
-                                },
-                            );
-                            let service = hyper_util::service::TowerToHyperService::new(app);
-                            let io = hyper_util::rt::TokioIo::new(stream);
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(io, service)
-                                .with_upgrades()
-                                .await;
-                        }
-                    }
+                    let Some(acceptor) = acceptor else {
+                        return serve_connection(stream, app).await;
+                    };
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| crate::apiserver_csr::client_cert(c));
+                    let mark = crate::apiserver_csr::OverTls(cert);
+                    let app = tower::ServiceExt::map_request(
+                        app,
+                        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                            req.extensions_mut().insert(mark.clone());
+                            req
+                        },
+                    );
+                    serve_connection(stream, app).await;
                 });
                 while connections.try_join_next().is_some() {}
             }

@@ -32,10 +32,13 @@ const DEADLINE: Duration = Duration::from_secs(90);
 const TOKEN: &str = "abcdef.0123456789abcdef";
 const LIFETIME: Duration = Duration::from_secs(30);
 
-async fn tls_server() -> ApiServer {
+/// The API server over TLS with the bootstrap token, 30 s certificates, and `serving` for
+/// serving CSRs.
+async fn tls_server(serving: Approval) -> ApiServer {
     let server = ApiServer::start_tls(ApiState::default()).await;
     server.state.certificates.add_bootstrap_token(TOKEN);
     server.state.certificates.set_lifetime(LIFETIME);
+    server.state.certificates.set_serving_approval(serving);
     server
 }
 
@@ -74,21 +77,80 @@ fn ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// A node whose client certificate is bootstrapped from `server` with `extra` config.
+async fn bootstrapped_node(server: &ApiServer, test: &str, extra: &str) -> Node {
+    Node::start(
+        test,
+        NodeOptions {
+            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
+            extra_config: extra.into(),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Creates pod `name` on the node and waits until it is Running and Ready.
+async fn ready_pod(pods: &Api<Pod>, node: &Node, name: &str) -> String {
+    let name = node.pod_name(name);
+    pods.create(
+        &PostParams::default(),
+        &api_pod(&name, &node.name, serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    api_pod_in_phase(pods, &name, "Running", DEADLINE).await;
+    eventually(&format!("{name} Ready"), DEADLINE, || async {
+        let p = pods.get(&name).await.map_err(|e| e.to_string())?;
+        ready(&p).then_some(()).ok_or("not Ready".to_string())
+    })
+    .await;
+    name
+}
+
+/// Samples what users see of a running pod (phase and readiness at the API) until
+/// stopped; every sample that is not Running and Ready is a flip.
+struct Sampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Sampler {
+    fn start(pods: &Api<Pod>, name: &str) -> Sampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (pods, name, stopped) = (pods.clone(), name.to_string(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut flips = Vec::new();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match pods.get(&name).await {
+                    Ok(p) => {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                        if phase.as_deref() != Some("Running") || !ready(&p) {
+                            flips.push(format!("{phase:?} ready={}", ready(&p)));
+                        }
+                    }
+                    Err(e) => flips.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            flips
+        });
+        Sampler { stop, task }
+    }
+
+    async fn flips(self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch() {
     if !require_runtime("the certificate manager") {
         return;
     }
-    let server = tls_server().await;
-    let node = Node::start(
-        "clientcert",
-        NodeOptions {
-            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
-            extra_config: "rotateCertificates: true\n".into(),
-            ..Default::default()
-        },
-    )
-    .await;
+    let server = tls_server(Approval::Manual).await;
+    let node = bootstrapped_node(&server, "clientcert", "rotateCertificates: true\n").await;
 
     // Bootstrap: the CSR came from the bootstrap token and was approved; the pair and the
     // kubeconfig are in place, and the node now speaks as itself.
@@ -96,7 +158,13 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
         current(&node, "client")
     })
     .await;
-    assert!(node.path("kubeconfig").exists());
+    // The kubeconfig is written right after the pair.
+    eventually("the written kubeconfig", DEADLINE, || async {
+        nodeagent_config::certificate::kubeconfig_usable(&node.path("kubeconfig"))
+            .then_some(())
+            .ok_or("not yet".to_string())
+    })
+    .await;
     let csrs = Api::<CertificateSigningRequest>::all(server.client())
         .list(&Default::default())
         .await
@@ -112,19 +180,7 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
     );
     let client = server.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let early = node.pod_name("early");
-    pods.create(
-        &PostParams::default(),
-        &api_pod(&early, &node.name, serde_json::json!({})),
-    )
-    .await
-    .unwrap();
-    api_pod_in_phase(&pods, &early, "Running", DEADLINE).await;
-    eventually("the running pod Ready", DEADLINE, || async {
-        let p = pods.get(&early).await.map_err(|e| e.to_string())?;
-        ready(&p).then_some(()).ok_or("not Ready".to_string())
-    })
-    .await;
+    let early = ready_pod(&pods, &node, "early").await;
     let watches_before = pod_watches(&from_node(&server, &node), &node);
     assert!(
         watches_before
@@ -135,28 +191,7 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
 
     // Watch what users see while the certificate rotates: the running pod must stay
     // Running and Ready throughout.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let pods = pods.clone();
-        let early = early.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut flips = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match pods.get(&early).await {
-                    Ok(p) => {
-                        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
-                        if phase.as_deref() != Some("Running") || !ready(&p) {
-                            flips.push(format!("{phase:?} ready={}", ready(&p)));
-                        }
-                    }
-                    Err(e) => flips.push(e.to_string()),
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            flips
-        })
-    };
+    let sampler = Sampler::start(&pods, &early);
 
     // Rotation at 70–90 % of 30 s, with no restart.
     let second = eventually("the rotated client certificate", DEADLINE, || async {
@@ -186,14 +221,7 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
     if let Ok(wait) = expired.duration_since(SystemTime::now()) {
         tokio::time::sleep(wait).await;
     }
-    let late = node.pod_name("late");
-    pods.create(
-        &PostParams::default(),
-        &api_pod(&late, &node.name, serde_json::json!({})),
-    )
-    .await
-    .unwrap();
-    api_pod_in_phase(&pods, &late, "Running", DEADLINE).await;
+    ready_pod(&pods, &node, "late").await;
 
     let log = from_node(&server, &node);
     let watches_after = pod_watches(&log, &node);
@@ -208,8 +236,7 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
         node.log(Service::NodeStatus).contains("certificate issued"),
         "node-status logs the rotation"
     );
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let flips = sampler.await.unwrap();
+    let flips = sampler.flips().await;
     assert!(flips.is_empty(), "the running pod moved: {flips:?}");
 
     let metrics = node.api.get("/metrics").await.expect("metrics").text();
@@ -342,18 +369,11 @@ async fn serving_certificate_denied_then_issued_and_rotated_under_a_request_loop
     if !require_runtime("the certificate manager") {
         return;
     }
-    let server = tls_server().await;
-    server
-        .state
-        .certificates
-        .set_serving_approval(Approval::Deny("NotTrusted".into()));
-    let node = Node::start(
+    let server = tls_server(Approval::Deny("NotTrusted".into())).await;
+    let node = bootstrapped_node(
+        &server,
         "servingcert",
-        NodeOptions {
-            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
-            extra_config: "rotateCertificates: true\nserverTLSBootstrap: true\n".into(),
-            ..Default::default()
-        },
+        "rotateCertificates: true\nserverTLSBootstrap: true\n",
     )
     .await;
 
@@ -500,18 +520,11 @@ async fn certificate_managers_survive_sigkill_and_an_expired_client_certificate(
         return;
     }
     use nix::sys::signal::Signal;
-    let server = tls_server().await;
-    server
-        .state
-        .certificates
-        .set_serving_approval(Approval::Auto);
-    let mut node = Node::start(
+    let server = tls_server(Approval::Auto).await;
+    let mut node = bootstrapped_node(
+        &server,
         "certkill",
-        NodeOptions {
-            bootstrap_kubeconfig: Some(server.bootstrap_kubeconfig(TOKEN)),
-            extra_config: "rotateCertificates: true\nserverTLSBootstrap: true\n".into(),
-            ..Default::default()
-        },
+        "rotateCertificates: true\nserverTLSBootstrap: true\n",
     )
     .await;
     let client_first = eventually("the client certificate", DEADLINE, || async {
@@ -525,36 +538,8 @@ async fn certificate_managers_survive_sigkill_and_an_expired_client_certificate(
     let ca = node.path("apiserver-ca.crt");
     std::fs::write(&ca, server.state.root_ca_pem()).unwrap();
     let pods: Api<Pod> = Api::namespaced(server.client(), "default");
-    let steady = node.pod_name("steady");
-    pods.create(
-        &PostParams::default(),
-        &api_pod(&steady, &node.name, serde_json::json!({})),
-    )
-    .await
-    .unwrap();
-    api_pod_in_phase(&pods, &steady, "Running", DEADLINE).await;
-    eventually("the pod Ready", DEADLINE, || async {
-        let p = pods.get(&steady).await.map_err(|e| e.to_string())?;
-        ready(&p).then_some(()).ok_or("not Ready".to_string())
-    })
-    .await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (pods, steady, stop) = (pods.clone(), steady.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut flips = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(p) = pods.get(&steady).await {
-                    let phase = p.status.as_ref().and_then(|s| s.phase.clone());
-                    if phase.as_deref() != Some("Running") || !ready(&p) {
-                        flips.push(format!("{phase:?} ready={}", ready(&p)));
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            flips
-        })
-    };
+    let steady = ready_pod(&pods, &node, "steady").await;
+    let sampler = Sampler::start(&pods, &steady);
 
     // SIGKILL the two managers at random moments across the first rotation window.
     let mut random = Lcg(14);
@@ -620,17 +605,9 @@ async fn certificate_managers_survive_sigkill_and_an_expired_client_certificate(
     );
     let renewed = current(&node, "client").unwrap();
     assert!(renewed.valid_now());
-    let after = node.pod_name("after");
-    pods.create(
-        &PostParams::default(),
-        &api_pod(&after, &node.name, serde_json::json!({})),
-    )
-    .await
-    .unwrap();
-    api_pod_in_phase(&pods, &after, "Running", DEADLINE).await;
+    ready_pod(&pods, &node, "after").await;
 
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let flips = sampler.await.unwrap();
+    let flips = sampler.flips().await;
     assert!(flips.is_empty(), "the running pod moved: {flips:?}");
     node.stop().await;
 }

@@ -602,12 +602,7 @@ fn write_kubeconfig(path: &Path, bootstrap: &Path, cert: &Path) -> anyhow::Resul
             bootstrap.display()
         )
     })?;
-    let cluster_name = b
-        .current_context
-        .as_ref()
-        .and_then(|c| b.contexts.iter().find(|n| &n.name == c))
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.clone());
+    let cluster_name = crate::kube_client::current_context(&b).map(|c| c.cluster.clone());
     let mut cluster = b
         .clusters
         .iter()

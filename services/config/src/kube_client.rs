@@ -107,14 +107,21 @@ async fn load(path: &Path) -> anyhow::Result<Loaded> {
     Ok(Loaded { files, client })
 }
 
+/// The kubeconfig's current context.
+pub(crate) fn current_context(
+    kubeconfig: &kube::config::Kubeconfig,
+) -> Option<&kube::config::Context> {
+    let name = kubeconfig.current_context.as_ref()?;
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|n| &n.name == name)
+        .and_then(|c| c.context.as_ref())
+}
+
 /// The client certificate and key files of the kubeconfig's current user.
 pub(crate) fn certificate_files(kubeconfig: &kube::config::Kubeconfig) -> Vec<PathBuf> {
-    let user = kubeconfig
-        .current_context
-        .as_ref()
-        .and_then(|c| kubeconfig.contexts.iter().find(|n| &n.name == c))
-        .and_then(|c| c.context.as_ref())
-        .and_then(|c| c.user.clone());
+    let user = current_context(kubeconfig).and_then(|c| c.user.clone());
     let Some(auth) = kubeconfig
         .auth_infos
         .iter()
