@@ -228,10 +228,23 @@ mod tests {
     #[test]
     fn groups_list_coordination() {
         let groups = groups();
-        assert_eq!(groups[0]["name"], "coordination.k8s.io");
+        let coordination = groups
+            .iter()
+            .find(|g| g["name"] == "coordination.k8s.io")
+            .expect("coordination.k8s.io listed");
         assert_eq!(
-            groups[0]["preferredVersion"]["groupVersion"],
+            coordination["preferredVersion"]["groupVersion"],
             "coordination.k8s.io/v1"
+        );
+        assert!(groups.iter().any(|g| g["name"] == "certificates.k8s.io"));
+        let csrs = resource_list("certificates.k8s.io/v1").expect("certificates.k8s.io/v1");
+        assert!(
+            csrs["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == "certificatesigningrequests/approval"),
+            "{csrs}"
         );
         assert!(resource_list("coordination.k8s.io/v1").is_some());
         assert!(resource_list("apps/v1").is_none());
