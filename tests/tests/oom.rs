@@ -4,6 +4,8 @@
 //!   `OOMKilled` (exit code 137), restartPolicy Always restarts it with the last state
 //!   kept, Never leaves the pod Failed; node-status's watcher reads the kill from the
 //!   kernel log and posts no node event for a container's own limit (as upstream);
+//! - a child process killed inside a container that survives it is counted in cAdvisor's
+//!   `container_oom_events_total` (the cgroup's `oom_kill` count);
 //! - a node-wide OOM (`a_node_wide_oom_...`) posts upstream's `SystemOOM` Node event
 //!   naming the victim process, its container and pod, also when it happened while
 //!   node-status was down (the watcher resumes from the kernel log position it kept).
@@ -108,6 +110,50 @@ async fn a_container_over_its_memory_limit_is_oom_killed_and_follows_its_restart
             .any(|e| e.reason.as_deref() == Some("SystemOOM")),
         "a SystemOOM event for a container's own limit"
     );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_inside_a_surviving_container_is_counted_in_cadvisor_metrics() {
+    if !require_runtime("container_oom_events_total") {
+        return;
+    }
+    let node = Node::start("oomcount", NodeOptions::default()).await;
+    // The shell (PID 1) outlives its child: the OOM killer takes the growing tail, the
+    // container keeps running, and its cgroup counts the kill.
+    node.write_manifest(
+        "child.yaml",
+        &manifest(
+            "child",
+            "Always",
+            Some("32Mi"),
+            "[\"sh\", \"-c\", \"tail /dev/zero; echo child-killed; exec sleep 3600\"]",
+        ),
+    );
+    let pod = node.pod_name("child");
+    let line = eventually("container_oom_events_total of the pod", DEADLINE, || async {
+        let text = node
+            .api
+            .get("/metrics/cadvisor")
+            .await
+            .map_err(|e| e.to_string())?
+            .text();
+        text.lines()
+            .find(|l| {
+                l.starts_with("container_oom_events_total{")
+                    && l.contains("container=\"c\"")
+                    && l.contains(&format!("pod=\"{pod}\""))
+                    && l.split(' ').nth(1).and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
+            })
+            .map(str::to_string)
+            .ok_or_else(|| "no count of 1 yet".to_string())
+    })
+    .await;
+    assert!(line.contains("namespace=\"default\""), "{line}");
+    let pod = node.pod("child").await.unwrap();
+    let c = container(&pod);
+    assert_eq!(c["restartCount"], 0, "the container itself survived: {c}");
+    assert!(c["state"]["running"].is_object(), "{c}");
     node.stop().await;
 }
 

@@ -14,6 +14,9 @@ pub struct Memory {
     pub rss: Option<u64>,
     pub page_faults: Option<u64>,
     pub major_page_faults: Option<u64>,
+    /// Processes the OOM killer killed in the cgroup (`oom_kill` of v2's `memory.events`
+    /// or v1's `memory.oom_control`); None where the kernel does not count them.
+    pub oom_kills: Option<u64>,
     /// None without a limit.
     pub limit: Option<u64>,
     /// None where the cgroup does not account swap.
@@ -89,9 +92,15 @@ pub fn memory_from(usage: u64, limit: Option<u64>, stat: &str, v2: bool) -> Memo
         rss: stat_value(stat, rss),
         page_faults: stat_value(stat, faults),
         major_page_faults: stat_value(stat, major),
+        oom_kills: None,
         limit: limit.filter(|l| *l < NO_LIMIT),
         swap: None,
     }
+}
+
+/// The `oom_kill` count of v2's `memory.events` or v1's `memory.oom_control` text.
+pub fn oom_kills(events: &str) -> Option<u64> {
+    stat_value(events, "oom_kill")
 }
 
 impl Cgroups {
@@ -154,6 +163,14 @@ impl Cgroups {
             )
         };
         let mut memory = memory_from(usage, limit, &stat, self.v2);
+        let events = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        memory.oom_kills = std::fs::read_to_string(dir.join(events))
+            .ok()
+            .and_then(|t| oom_kills(&t));
         memory.swap = if self.v2 {
             let current = read_u64(&dir.join("memory.swap.current"));
             let max =
@@ -240,10 +257,20 @@ mod tests {
                 rss: Some(8192),
                 page_faults: Some(7),
                 major_page_faults: Some(1),
+                oom_kills: None,
                 limit: None,
                 swap: None,
             }
         );
+        assert_eq!(
+            oom_kills("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"),
+            Some(2)
+        );
+        assert_eq!(
+            oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"),
+            Some(1)
+        );
+        assert_eq!(oom_kills("oom_kill_disable 0\nunder_oom 0\n"), None);
         let v2 = "anon 300\nfile 700\ninactive_file 600\npgfault 5\npgmajfault 0\n";
         let m = memory_from(1000, Some(4096), v2, true);
         assert_eq!(m.working_set, 400);

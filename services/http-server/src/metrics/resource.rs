@@ -138,6 +138,7 @@ pub async fn resource(State(state): State<Arc<AppState>>) -> Response {
 struct Cadvisor {
     cpu: Family,
     working_set: Family,
+    oom_events: Family,
     rss: Family,
     usage: Family,
     start: Family,
@@ -196,6 +197,11 @@ impl Cadvisor {
             tx_errors: Family::new(
                 "container_network_transmit_errors_total",
                 "Cumulative count of errors encountered while transmitting",
+                Kind::Counter,
+            ),
+            oom_events: Family::new(
+                "container_oom_events_total",
+                "Count of out of memory events observed for the container",
                 Kind::Counter,
             ),
             failures: Family::new(
@@ -279,6 +285,9 @@ impl Cadvisor {
             if let Some(v) = m.usage_bytes {
                 self.usage.push(labels, v as f64, t);
             }
+            if let Some(v) = m.oom_events {
+                self.oom_events.push(labels, v as f64, t);
+            }
             let scopes: &[&str] = if leaf {
                 &["container", "hierarchy"]
             } else {
@@ -312,6 +321,7 @@ impl Cadvisor {
             &self.rss,
             &self.usage,
             &self.failures,
+            &self.oom_events,
             &self.rx_bytes,
             &self.rx_errors,
             &self.tx_bytes,

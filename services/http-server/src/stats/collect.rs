@@ -419,6 +419,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                         rss_bytes: value(&m.rss_bytes),
                         page_faults: value(&m.page_faults),
                         major_page_faults: value(&m.major_page_faults),
+                        oom_events: None,
                     }),
             };
             sum_cpu += usage.unwrap_or(0);
@@ -512,6 +513,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                 rss_bytes: None,
                 page_faults: None,
                 major_page_faults: None,
+                oom_events: None,
             }),
         };
         let (network_stats, process_stats, ephemeral) = if full {

@@ -66,6 +66,7 @@ pub(super) fn memory_stats(at_ns: i64, m: &Memory, capacity: Option<u64>) -> Mem
         rss_bytes: m.rss,
         page_faults: m.page_faults,
         major_page_faults: m.major_page_faults,
+        oom_events: m.oom_kills,
     }
 }
 

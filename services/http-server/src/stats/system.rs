@@ -377,6 +377,7 @@ fn processes_memory(stats: &[ProcStat], statuses: &[String]) -> Memory {
         rss: Some(rss),
         page_faults: Some(stats.iter().map(|s| s.minor_faults).sum()),
         major_page_faults: Some(stats.iter().map(|s| s.major_faults).sum()),
+        oom_kills: None,
         limit: None,
         swap: Some(Swap {
             usage: sum("VmSwap"),

@@ -143,6 +143,10 @@ pub struct MemoryStats {
     pub page_faults: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    /// OOM kills in the cgroup: cAdvisor's `container_oom_events_total`, not part of the
+    /// Summary API.
+    #[serde(skip)]
+    pub oom_events: Option<u64>,
 }
 
 /// Swap in use and, under a limit, still available.

@@ -110,6 +110,7 @@ fn processes_memory_sums_resident_sets_and_faults() {
             rss: Some(3 << 20),
             page_faults: Some(15),
             major_page_faults: Some(1),
+            oom_kills: None,
             limit: None,
             swap: Some(Swap {
                 usage: 4096,
