@@ -131,23 +131,39 @@ async fn an_oom_kill_inside_a_surviving_container_is_counted_in_cadvisor_metrics
         ),
     );
     let pod = node.pod_name("child");
-    let line = eventually("container_oom_events_total of the pod", DEADLINE, || async {
-        let text = node
-            .api
-            .get("/metrics/cadvisor")
-            .await
-            .map_err(|e| e.to_string())?
-            .text();
-        text.lines()
-            .find(|l| {
-                l.starts_with("container_oom_events_total{")
-                    && l.contains("container=\"c\"")
-                    && l.contains(&format!("pod=\"{pod}\""))
-                    && l.split(' ').nth(1).and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
-            })
-            .map(str::to_string)
-            .ok_or_else(|| "no count of 1 yet".to_string())
-    })
+    let line = eventually(
+        "container_oom_events_total of the pod",
+        DEADLINE,
+        || async {
+            let text = node
+                .api
+                .get("/metrics/cadvisor")
+                .await
+                .map_err(|e| e.to_string())?
+                .text();
+            text.lines()
+                .find(|l| {
+                    l.starts_with("container_oom_events_total{")
+                        && l.contains("container=\"c\"")
+                        && l.contains(&format!("pod=\"{pod}\""))
+                        && l.split(' ').nth(1).and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
+                })
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    let ours: Vec<_> = text
+                        .lines()
+                        .filter(|l| {
+                            l.contains(&format!("pod=\"{pod}\"")) && l.contains("memory_usage")
+                        })
+                        .collect();
+                    let counts: Vec<_> = text
+                        .lines()
+                        .filter(|l| l.starts_with("container_oom_events_total"))
+                        .collect();
+                    format!("no count of 1 yet: {ours:?} {counts:?}")
+                })
+        },
+    )
     .await;
     assert!(line.contains("namespace=\"default\""), "{line}");
     let pod = node.pod("child").await.unwrap();
