@@ -630,11 +630,7 @@ fn key(t: &Target, name: &str) -> (String, String, String) {
     )
 }
 
-pub(crate) fn json(code: StatusCode, v: &Value) -> Response {
-    json_response(code, v)
-}
-
-fn json_response(code: StatusCode, v: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
     (code, [("content-type", "application/json")], v.to_string()).into_response()
 }
 

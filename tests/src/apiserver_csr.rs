@@ -270,7 +270,7 @@ pub async fn layer(State(state): State<ApiState>, req: Request, next: Next) -> R
         }) {
             Some(next) => {
                 control(&state, name);
-                crate::apiserver::json(StatusCode::OK, &next)
+                crate::apiserver::json_response(StatusCode::OK, &next)
             }
             None => crate::apiserver::status(
                 StatusCode::NOT_FOUND,
@@ -370,25 +370,14 @@ fn log(
     });
 }
 
-/// A person's decision, as `kubectl certificate approve|deny` writes it.
-pub fn decide(state: &ApiState, name: &str, approve: bool, reason: &str) -> bool {
-    let condition = json!({
-        "type": if approve { "Approved" } else { "Denied" }, "status": "True",
-        "reason": reason, "message": format!("{reason} by the test"),
-        "lastUpdateTime": crate::apiserver::now(),
-    });
-    let done = state
-        .modify("certificatesigningrequests", "", name, |csr| {
-            let mut conditions = csr["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.push(condition);
-            csr["status"]["conditions"] = Value::Array(conditions);
-        })
-        .is_some();
-    control(state, name);
-    done
+/// Adds a condition (status True, stamped now) to a CSR's `status.conditions`.
+fn add_condition(csr: &mut Value, kind: &str, reason: &str, message: &str) {
+    let condition = json!({"type": kind, "status": "True", "reason": reason,
+        "message": message, "lastUpdateTime": crate::apiserver::now()});
+    match csr["status"]["conditions"].as_array_mut() {
+        Some(conditions) => conditions.push(condition),
+        None => csr["status"]["conditions"] = json!([condition]),
+    }
 }
 
 /// The approver and the signer, run on every change of a CSR the server makes.
@@ -424,15 +413,8 @@ fn control(state: &ApiState, name: &str) {
             ),
             Approval::Auto => return,
         };
-        let condition = json!({"type": kind, "status": "True", "reason": reason,
-            "message": message, "lastUpdateTime": crate::apiserver::now()});
         state.modify("certificatesigningrequests", "", name, |c| {
-            let mut conditions = c["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.push(condition);
-            c["status"]["conditions"] = Value::Array(conditions);
+            add_condition(c, kind, &reason, &message)
         });
         if kind == "Denied" {
             return;
@@ -510,15 +492,6 @@ fn sign(state: &ApiState, name: &str, csr: &Value, signer: &str) {
                 .encode(cert)
                 .into();
         }
-        Err(e) => {
-            let mut conditions = c["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.push(json!({"type": "Failed", "status": "True",
-                "reason": "SignerValidationFailure", "message": e,
-                "lastUpdateTime": crate::apiserver::now()}));
-            c["status"]["conditions"] = Value::Array(conditions);
-        }
+        Err(e) => add_condition(c, "Failed", "SignerValidationFailure", &e),
     });
 }

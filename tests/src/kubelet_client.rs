@@ -86,12 +86,22 @@ impl KubeletClient {
     pub async fn connect(
         &self,
     ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+        self.connect_as("localhost").await
+    }
+
+    /// A TLS connection to the node that verifies its certificate under `name` (a
+    /// certificate issued for the node's name rather than `localhost`).
+    pub async fn connect_as(
+        &self,
+        name: &str,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
             .await
             .map_err(|e| format!("connect 127.0.0.1:{}: {e}", self.port))?;
+        let name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
         let connector = tokio_rustls::TlsConnector::from(self.tls_config()?);
         connector
-            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .connect(name, tcp)
             .await
             .map_err(|e| format!("TLS: {e}"))
     }

@@ -134,14 +134,6 @@ impl Pair {
         self.not_before <= now && now < self.not_after
     }
 
-    /// Seconds left until it expires (negative once expired).
-    pub fn ttl_seconds(&self) -> f64 {
-        match self.not_after.duration_since(SystemTime::now()) {
-            Ok(left) => left.as_secs_f64(),
-            Err(past) => -past.duration().as_secs_f64(),
-        }
-    }
-
     /// When to ask for the next one: at a random 70–90 % of its lifetime (upstream's
     /// `nextRotationDeadline`), so that many nodes do not all ask at once.
     pub fn rotation_deadline(&self) -> SystemTime {
@@ -263,16 +255,7 @@ pub async fn request(
     node: &str,
     sans: &[String],
 ) -> Result<Pair, RequestError> {
-    request_within(client, kind, node, sans, APPROVAL_TIMEOUT).await
-}
-
-async fn request_within(
-    client: &kube::Client,
-    kind: Kind,
-    node: &str,
-    sans: &[String],
-    timeout: Duration,
-) -> Result<Pair, RequestError> {
+    let timeout = APPROVAL_TIMEOUT;
     let key = rcgen::KeyPair::generate().context("generating a key")?;
     let mut params =
         rcgen::CertificateParams::new(sans.to_vec()).context("the certificate's names")?;

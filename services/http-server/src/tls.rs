@@ -145,6 +145,16 @@ fn load_pair(cert_file: &Path, key_file: &Path) -> anyhow::Result<CertifiedKey> 
         .context("the serving certificate and key do not match")
 }
 
+/// The `address` port 10250 is bound to, when it is one IP (not 0.0.0.0 or ::): a name
+/// the serving certificate must hold.
+fn bound_address(config: &Config) -> Option<String> {
+    let address = &config.kubelet.address;
+    address
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| !ip.is_unspecified())
+        .then(|| address.clone())
+}
+
 /// The names and addresses of the serving certificate: the node's name, the host name
 /// when it differs, and the node's addresses (InternalIP and a set `address`).
 pub fn serving_names(config: &Config) -> Vec<String> {
@@ -158,13 +168,7 @@ pub fn serving_names(config: &Config) -> Vec<String> {
     if !ip.is_empty() {
         names.push(ip);
     }
-    let address = &config.kubelet.address;
-    if address
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| !ip.is_unspecified())
-    {
-        names.push(address.clone());
-    }
+    names.extend(bound_address(config));
     let mut seen = std::collections::BTreeSet::new();
     names.retain(|n| seen.insert(n.clone()));
     names
@@ -178,13 +182,7 @@ pub fn self_signed_paths(cert_dir: &Path) -> (PathBuf, PathBuf) {
 fn write_self_signed(config: &Config, cert: &Path, key: &Path) -> anyhow::Result<()> {
     let mut names = vec![config.node_name.clone(), "localhost".to_string()];
     names.push("127.0.0.1".into());
-    let address = &config.kubelet.address;
-    if address
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| !ip.is_unspecified())
-    {
-        names.push(address.clone());
-    }
+    names.extend(bound_address(config));
     names.dedup();
     let key_pair = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::new(names)?;
