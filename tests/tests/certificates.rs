@@ -24,6 +24,8 @@ use nodeagent_config::Service;
 use nodeagent_config::certificate::Pair;
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::apiserver_csr::{Approval, Logged};
+use nodeagent_tests::kubelet_client::{Credentials, KubeletClient};
+use nodeagent_tests::pki::Identity;
 use nodeagent_tests::{Node, NodeOptions, api_pod, api_pod_in_phase, eventually, require_runtime};
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -217,10 +219,7 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
     })
     .await;
     // The first certificate expires; the watch it opened must still deliver.
-    let expired = first.not_after + Duration::from_secs(1);
-    if let Ok(wait) = expired.duration_since(SystemTime::now()) {
-        tokio::time::sleep(wait).await;
-    }
+    refused_once_expired(&server, &node, &first).await;
     ready_pod(&pods, &node, "late").await;
 
     let log = from_node(&server, &node);
@@ -230,7 +229,10 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
         watches_before.len(),
         "a pod watch was opened again: {watches_after:?}"
     );
-    let refused: Vec<_> = log.iter().filter(|l| l.status == 401).collect();
+    let refused: Vec<_> = log
+        .iter()
+        .filter(|l| l.status == 401 && !l.query.contains(EXPIRY_PROBE))
+        .collect();
     assert!(refused.is_empty(), "requests refused: {refused:?}");
     assert!(
         node.log(Service::NodeStatus).contains("certificate issued"),
@@ -250,6 +252,44 @@ async fn client_certificate_is_bootstrapped_and_rotated_under_an_open_pod_watch(
         0.0
     );
     node.stop().await;
+}
+
+/// The API server's CA, in a file of the node's directory (to verify a server with it).
+fn ca_file(server: &ApiServer, node: &Node) -> std::path::PathBuf {
+    let ca = node.path("apiserver-ca.crt");
+    std::fs::write(&ca, server.state.root_ca_pem()).unwrap();
+    ca
+}
+
+/// Marks the test's own requests with an expired certificate in the server's log.
+const EXPIRY_PROBE: &str = "labelSelector=test-expiry-probe";
+
+/// Waits until the API server refuses `pair`: it accepts it (200) until it expires, then
+/// refuses the handshake or answers 401. The test makes these requests itself (marked
+/// with [`EXPIRY_PROBE`]), as the node whose certificate it is.
+async fn refused_once_expired(server: &ApiServer, node: &Node, pair: &Pair) {
+    let client = KubeletClient {
+        port: server.port,
+        server_cert: ca_file(server, node),
+        credentials: Credentials::Cert(Identity {
+            cert_pem: pair.cert_pem.clone(),
+            key_pem: pair.key_pem.clone(),
+        }),
+    };
+    let deadline = LIFETIME + DEADLINE;
+    eventually(
+        "the API server refuses the expired certificate",
+        deadline,
+        || async {
+            match client.get(&format!("/api/v1/nodes?{EXPIRY_PROBE}")).await {
+                Ok(r) if r.status == 401 => Ok(()),
+                Ok(r) => Err(format!("still answered {}", r.status)),
+                Err(e) if e.starts_with("TLS") => Ok(()),
+                Err(e) => Err(e),
+            }
+        },
+    )
+    .await;
 }
 
 /// `kubectl certificate approve <csr>`, as an administrator approves a serving CSR.
@@ -296,21 +336,11 @@ fn metric(text: &str, name: &str) -> f64 {
 /// against the API server's CA under the node's name; returns the HTTP sender and the
 /// serial of the certificate served.
 async fn connect(node: &Node, ca: &std::path::Path) -> Result<(Sender, String), String> {
-    let client = node.api.clone();
-    let client = nodeagent_tests::kubelet_client::KubeletClient {
+    let client = KubeletClient {
         server_cert: ca.to_path_buf(),
-        ..client
+        ..node.api.clone()
     };
-    let tls = client.tls_config()?;
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", node.port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let name =
-        rustls::pki_types::ServerName::try_from(node.name.clone()).map_err(|e| e.to_string())?;
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS: {e}"))?;
+    let stream = client.connect_as(&node.name).await?;
     let der = stream
         .get_ref()
         .1
@@ -440,8 +470,7 @@ async fn serving_certificate_denied_then_issued_and_rotated_under_a_request_loop
         c.spec.signer_name == "kubernetes.io/kubelet-serving"
             && c.spec.username.as_deref() == Some(&format!("system:node:{}", node.name))
     }));
-    let ca = node.path("apiserver-ca.crt");
-    std::fs::write(&ca, server.state.root_ca_pem()).unwrap();
+    let ca = ca_file(&server, &node);
 
     // The issued pair is served (verified against the cluster CA under the node's name).
     let (mut kept, served) = eventually("the issued pair served", DEADLINE, || async {
@@ -535,8 +564,7 @@ async fn certificate_managers_survive_sigkill_and_an_expired_client_certificate(
         current(&node, "server")
     })
     .await;
-    let ca = node.path("apiserver-ca.crt");
-    std::fs::write(&ca, server.state.root_ca_pem()).unwrap();
+    let ca = ca_file(&server, &node);
     let pods: Api<Pod> = Api::namespaced(server.client(), "default");
     let steady = ready_pod(&pods, &node, "steady").await;
     let sampler = Sampler::start(&pods, &steady);
@@ -590,11 +618,7 @@ async fn certificate_managers_survive_sigkill_and_an_expired_client_certificate(
     // services follow the new files.
     node.signal(Service::NodeStatus, Signal::SIGKILL).await;
     let expiring = current(&node, "client").unwrap();
-    if let Ok(wait) =
-        (expiring.not_after + Duration::from_secs(1)).duration_since(SystemTime::now())
-    {
-        tokio::time::sleep(wait).await;
-    }
+    refused_once_expired(&server, &node, &expiring).await;
     assert!(!expiring.valid_now());
     node.spawn(Service::NodeStatus);
     node.wait_serving(Service::NodeStatus).await;
