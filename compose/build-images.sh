@@ -5,6 +5,8 @@
 #                                 that script changes)
 #   nodeagent-compose-containerd  containerd + CNI + the pause and busybox images
 #   nodeagent-compose-services    the seven binaries (one image, one command per service)
+#                                 and the test API server of the `cluster` profile (built
+#                                 here when BIN_DIR lacks it)
 # The pause and busybox images are made by deploy/runtime/setup.sh itself, run once in a
 # throw-away container of the base image; its OCI tars are cached in
 # /var/cache/nodeagent/runtime-images and rebuilt when setup.sh or pause.c change.
@@ -78,12 +80,18 @@ mkdir -p "$ctx/services"
 cp compose/services.Dockerfile "$ctx/services/Dockerfile"
 cp compose/grpc-health.sh "$ctx/services/"
 nodeagent_snapshot_bins "$bin_dir" "$ctx/services/bin"
-# The test API server, for the `cluster` profile (cargo builds it with the other binaries).
-if [ -x "$bin_dir/nodeagent-test-apiserver" ]; then
-  cp "$bin_dir/nodeagent-test-apiserver" "$ctx/services/bin/"
-else
-  log "no $bin_dir/nodeagent-test-apiserver: the cluster profile will not start"
+# The test API server, for the `cluster` profile: built here, with the profile of BIN_DIR,
+# when that build has none (deploy/up.sh's release build does not make it).
+if [ ! -x "$bin_dir/nodeagent-test-apiserver" ]; then
+  profile=$(basename "$bin_dir")
+  case "$profile" in debug) flag=() ;; *) flag=(--profile "$profile") ;; esac
+  log "building nodeagent-test-apiserver ($profile) for the cluster profile"
+  built=$(cargo build "${flag[@]}" -p nodeagent-tests --bin nodeagent-test-apiserver \
+    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*nodeagent-test-apiserver\)".*/\1/p' | tail -n1)
+  [ -x "$built" ] || die "building nodeagent-test-apiserver failed"
+  [ "$(dirname "$built")" = "$bin_dir" ] || cp "$built" "$bin_dir/"
 fi
+cp "$bin_dir/nodeagent-test-apiserver" "$ctx/services/bin/"
 build nodeagent-compose-services "$ctx/services/Dockerfile" "$ctx/services"
 log "nodeagent-compose-services built from $bin_dir in $((SECONDS - t)) s"
 

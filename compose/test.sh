@@ -21,71 +21,14 @@ cd "$(dirname "$0")/.."
 . deploy/lib/checks.sh
 
 PROJECT=nodeagent-test
-COMPOSE_FILE=compose/docker-compose.yml
-SOCKETS=/run/nodeagent-compose/sockets
-SHARED_DIRS=(/run/nodeagent-compose /var/lib/nodeagent-compose /var/log/nodeagent-compose)
-CTR="ctr --address /run/nodeagent-compose/containerd/containerd.sock -n k8s.io"
-T_START=$SECONDS
-
-[ "$(id -u)" -eq 0 ] || { echo "must run as root" >&2; exit 1; }
-command -v docker >/dev/null || { echo "docker is required" >&2; exit 1; }
-if ! command -v docker-compose >/dev/null || ! command -v curl >/dev/null; then
-  echo "== installing docker-compose and curl"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null && apt-get install -y -qq docker-compose curl >/dev/null
-fi
-bin_dir=$(nodeagent_bin_dir "${1:-}")
-
-# One run at a time: the project name, the ports and the host paths are fixed.
-mkdir -p /var/lock
-exec 9>/var/lock/nodeagent-compose-test.lock
-flock 9
-
-# The published ports: 10255/10248 unless the host already uses them (its own node agent).
-port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
-free_port() { local p=$1; while ! port_free "$p"; do p=$((p + 1)); done; echo "$p"; }
-export NODEAGENT_COMPOSE_READONLY_PORT=${NODEAGENT_COMPOSE_READONLY_PORT:-$(free_port 10255)}
-export NODEAGENT_COMPOSE_HEALTHZ_PORT=${NODEAGENT_COMPOSE_HEALTHZ_PORT:-$(free_port 10248)}
+# shellcheck source=compose/lib.sh
+. compose/lib.sh
+compose_prepare "${1:-}"
 RO=$NODEAGENT_COMPOSE_READONLY_PORT
 HZ=$NODEAGENT_COMPOSE_HEALTHZ_PORT
 
-dc() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
-
-
-teardown_host() {
-  # What the compose project keeps on the host between runs (and `down` does not remove,
-  # by design): the shared directories' files and the shared bind mount host-mounts made.
-  local d
-  for d in "${SHARED_DIRS[@]}"; do
-    if mountpoint -q "$d"; then umount "$d" 2>/dev/null || umount -l "$d" || true; fi
-    rm -rf --one-file-system "$d"
-  done
-}
-cleanup() {
-  local rc=$?
-  dc down --remove-orphans -t 40 >/dev/null 2>&1 || true
-  teardown_host
-  echo "== whole test: $((SECONDS - T_START)) s"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 echo "== binaries: $bin_dir; ports: read-only 127.0.0.1:$RO, healthz 127.0.0.1:$HZ"
-dc down --remove-orphans -t 40 >/dev/null 2>&1 || true   # a previous run's leftovers
-
-# ------------------------------------------------------------------ images
-t=$SECONDS
-bash compose/build-images.sh "$bin_dir"
-echo "== images ready in $((SECONDS - t)) s"
-
-# ------------------------------------------------------------------ up
-t=$SECONDS
-if out=$(dc up -d 2>&1); then
-  pass "docker-compose up -d ($((SECONDS - t)) s)"
-else
-  fail "docker-compose up -d"; printf '%s\n' "$out" | tail -n 20; exit 1
-fi
+compose_build_and_up
 
 pods_json() { curl -sf "http://127.0.0.1:$RO/pods"; }
 pod_running() { pods_json | grep -q '"phase":"Running"'; }

@@ -6,7 +6,8 @@ LOGS=/var/log/nodeagent
 if [ "${1:-}" != "--keep-pods" ] && [ -f /etc/kubernetes/manifests/web.yaml ]; then
   rm -f /etc/kubernetes/manifests/web.yaml
   for _ in $(seq 1 60); do
-    curl -sf http://127.0.0.1:10255/pods | grep -q '"items":\[\]' && break
+    curl -sf --cacert /var/lib/kubelet/pki/kubelet.crt --cert /etc/nodeagent/pki/admin.crt \
+      --key /etc/nodeagent/pki/admin.key https://127.0.0.1:10250/pods | grep -q '"items":\[\]' && break
     sleep 1
   done
 fi

@@ -15,6 +15,10 @@
 #               deploy/runtime/setup.sh configures) and hand a containerd that setup.sh
 #               started by itself over to systemd (its containers keep running)
 #   --no-start  install the files only (for an image, or where systemd is not running)
+#   --kubeadm   the layout of a kubeadm node instead: kubelet.service (which starts the
+#               seven with the flags kubeadm's drop-in 10-kubeadm.conf gives /usr/bin/kubelet,
+#               a link to nodeagent here) is enabled and started; it restarts until kubeadm
+#               has written /var/lib/kubelet/config.yaml (see deploy/systemd/kubelet.service)
 # Run as root. Undo with deploy/uninstall.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,12 +35,13 @@ CONTAINERD_SOCK=/run/nodeagent-containerd/containerd.sock
 log() { printf '[install] %s\n' "$*"; }
 die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
 
-runtime=false start=true bin_arg=
+runtime=false start=true kubeadm=false bin_arg=
 while [ $# -gt 0 ]; do
   case "$1" in
     --runtime) runtime=true ;;
     --no-start) start=false ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --kubeadm) kubeadm=true ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) bin_arg=$1 ;;
   esac
@@ -74,6 +79,15 @@ for s in "${NODEAGENT_SERVICES[@]}"; do
   if [ -n "$binary_changed$c2" ]; then changed+=("nodeagent-$s.service"); fi
 done
 install_file deploy/systemd/kubelet.target "$UNITS/kubelet.target" 0644 >/dev/null
+if $kubeadm; then
+  # /usr/bin/kubelet is what kubeadm's drop-in runs: ours, unless a real kubelet is there.
+  if [ -e /usr/bin/kubelet ] && [ "$(readlink /usr/bin/kubelet)" != "$BIN/nodeagent" ]; then
+    die "/usr/bin/kubelet exists and is not nodeagent's: remove the kubelet package first"
+  fi
+  install_file deploy/systemd/kubelet.service "$UNITS/kubelet.service" 0644 >/dev/null
+  ln -sfn nodeagent "$BIN/kubelet"
+  ln -sfn "$BIN/nodeagent" /usr/bin/kubelet
+fi
 if $runtime; then
   install_file "deploy/systemd/$RUNTIME_UNIT" "$UNITS/$RUNTIME_UNIT" 0644 >/dev/null
 fi
@@ -132,12 +146,29 @@ if $runtime; then
   log "$RUNTIME_UNIT is active"
 fi
 
-systemctl enable kubelet.target
-if systemctl is-active --quiet kubelet.target; then
+# The units whose binary or file changed, restarted one by one (the pods keep running).
+restart_changed() {
+  local u
   for u in "${changed[@]}"; do
     log "restarting $u (changed)"
     systemctl try-restart "$u"
   done
+}
+if $kubeadm; then
+  # kubelet.service starts kubelet.target itself once its configuration is there.
+  systemctl disable kubelet.target >/dev/null 2>&1 || true
+  systemctl enable kubelet.service
+  if systemctl is-active --quiet kubelet.service; then
+    restart_changed
+  else
+    systemctl start --no-block kubelet.service
+  fi
+  log "done: kubelet.service is enabled; it starts the seven once /var/lib/kubelet/config.yaml exists (systemctl status kubelet; journalctl -u kubelet -u 'nodeagent-*')"
+  exit 0
+fi
+systemctl enable kubelet.target
+if systemctl is-active --quiet kubelet.target; then
+  restart_changed
   systemctl start kubelet.target  # anything that was stopped
 else
   log "starting kubelet.target"

@@ -32,6 +32,8 @@ done
 systemd=false
 [ -d /run/systemd/system ] && systemd=true
 if $systemd; then
+  systemctl disable --now kubelet.service 2>/dev/null || true
+  systemctl reset-failed kubelet.service 2>/dev/null || true
   systemctl disable --now kubelet.target 2>/dev/null || true
   for s in "${SERVICES[@]}"; do
     systemctl stop "nodeagent-$s.service" 2>/dev/null || true
@@ -44,7 +46,10 @@ for s in "${SERVICES[@]}"; do
   rm -f "$UNITS/nodeagent-$s.service" "$BIN/nodeagent-$s"
   rm -rf "$UNITS/nodeagent-$s.service.d"
 done
-rm -f "$UNITS/kubelet.target" "$BIN/nodeagent"
+rm -f "$UNITS/kubelet.target" "$UNITS/kubelet.service" "$BIN/kubelet" "$BIN/nodeagent"
+# The link install.sh --kubeadm made (kubeadm's own drop-in, kubelet.service.d, is the
+# kubeadm package's and stays).
+if [ "$(readlink /usr/bin/kubelet 2>/dev/null)" = "$BIN/nodeagent" ]; then rm -f /usr/bin/kubelet; fi
 # The running value of net.ipv4.tcp_migrate_req stays until the next boot.
 rm -f /etc/sysctl.d/60-nodeagent.conf
 rm -rf "$UNITS/kubelet.target.d" /usr/local/share/doc/nodeagent

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Entry point of the node services that talk to an API server (config-source, pod-sync,
-# node-status, http-server) in compose/docker-compose.yml: runs `"$@"` standalone, or, once
+# volume, node-status, http-server) in compose/docker-compose.yml: runs `"$@"` standalone, or, once
 # the `cluster` profile's test API server answers at $API_SERVER, with
 #   --kubeconfig      compose/cluster/kubeconfig (http://apiserver:8080)
 #   --client-ca-file  the CA of the API server's kubelet client certificate (written by

@@ -12,6 +12,13 @@
 # build if both do. Prints the absolute directory; fails with a message if it is missing.
 NODEAGENT_SERVICES=(config-source pleg volume pod-sync probe node-status http-server)
 
+# nodeagent_target_dir: where cargo puts this workspace's builds (./target, or
+# CARGO_TARGET_DIR's), as an absolute path.
+nodeagent_target_dir() {
+  cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
 nodeagent_bin_dir() {
   local want=${1:-} d best="" best_time=0 t
   if [ -z "$want" ]; then
@@ -47,4 +54,18 @@ nodeagent_snapshot_bins() {
   cp "$src/nodeagent" "$dest/.nodeagent.tmp"
   mv -f "$dest/.nodeagent.tmp" "$dest/nodeagent"
   nodeagent_link_services "$dest"
+}
+
+# nodeagent_bench_bins: what the benchmark scripts measure. PROFILE=dev: the debug build of
+# each service's own binary (nothing to do); else (default release) builds the multi-call
+# binary with that profile and points NODEAGENT_TEST_BIN_DIR at a snapshot of it and its
+# links. Sets bench_dir (empty for dev) to where cargo put the build.
+nodeagent_bench_bins() {
+  bench_profile=${PROFILE:-release}
+  bench_dir=
+  [ "$bench_profile" != dev ] || return 0
+  cargo build -p nodeagent --profile "$bench_profile"
+  bench_dir="$(nodeagent_target_dir)/$bench_profile"
+  export NODEAGENT_TEST_BIN_DIR="$bench_dir/bench-bin"
+  nodeagent_snapshot_bins "$bench_dir" "$NODEAGENT_TEST_BIN_DIR"
 }

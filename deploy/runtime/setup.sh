@@ -10,37 +10,56 @@
 # - builds registry.k8s.io/pause:3.9 and docker.io/library/busybox:1.36 locally
 #   with umoci (no registry is reachable) and imports them into namespace k8s.io
 #
+# - with NODEAGENT_TEST_RUNTIMES=N (deploy/test.sh sets it), N more instances for the test
+#   suite, each with its own config, root, state, socket, CNI bridge and subnet and the
+#   images imported: /run/nodeagent-containerd-test<i>/containerd.sock, bridge
+#   nodeagent<i>, 10.<88+i>.0.0/16. The harness (tests/src/runtime.rs) hands each test a
+#   free instance, so tests that start a node run side by side. They are always started
+#   by this script (never by systemd): they exist for the tests only.
+#
 # Idempotent: re-running it only checks that everything is in place.
 # Environment overrides: NODEAGENT_FORCE_IMAGES=1 rebuilds/re-imports the images.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-CONF_DIR=/etc/nodeagent/containerd
-CONFIG="$CONF_DIR/config.toml"
-CNI_CONF_DIR=/etc/nodeagent/cni/net.d
-CNI_CONFLIST="$CNI_CONF_DIR/10-nodeagent.conflist"
 CNI_BIN_DIR=/usr/lib/cni
-ROOT_DIR=/var/lib/nodeagent-containerd
-RUN_DIR=/run/nodeagent-containerd
-STATE_DIR="$RUN_DIR/state"
-SOCK="$RUN_DIR/containerd.sock"
-PIDFILE="$RUN_DIR/containerd.pid"
-LOG=/var/log/nodeagent-containerd.log
-BUILD_DIR="$ROOT_DIR/image-build"
+# The images are built once, into the main instance's root, and imported into every instance.
+BUILD_DIR=/var/lib/nodeagent-containerd/image-build
 NS=k8s.io
 PAUSE_IMAGE=registry.k8s.io/pause:3.9
 BUSYBOX_IMAGE=docker.io/library/busybox:1.36
 START_TIMEOUT=${NODEAGENT_CONTAINERD_START_TIMEOUT:-30}
+TEST_RUNTIMES=${NODEAGENT_TEST_RUNTIMES:-0}
 # A second runtime handler, `runc-audited` (for RuntimeClass): runc through a wrapper that
 # records every call it gets, so that a pod's handler can be seen at work.
 AUDITED_HANDLER=runc-audited
-AUDITED_RUNC=/usr/local/libexec/nodeagent/runc-audited
-AUDIT_LOG="$RUN_DIR/runc-audited.log"
+
+# instance_vars N: the paths of instance N (0: the main one, which up.sh and operators use;
+# 1..: the test suite's), as the globals every step below reads.
+instance_vars() {
+  INSTANCE=$1
+  local sfx=""
+  [ "$INSTANCE" -eq 0 ] || sfx="-test$INSTANCE"
+  CONF_DIR=/etc/nodeagent/containerd$sfx
+  CONFIG="$CONF_DIR/config.toml"
+  CNI_CONF_DIR=/etc/nodeagent/cni$sfx/net.d
+  CNI_CONFLIST="$CNI_CONF_DIR/10-nodeagent.conflist"
+  ROOT_DIR=/var/lib/nodeagent-containerd$sfx
+  RUN_DIR=/run/nodeagent-containerd$sfx
+  STATE_DIR="$RUN_DIR/state"
+  SOCK="$RUN_DIR/containerd.sock"
+  PIDFILE="$RUN_DIR/containerd.pid"
+  LOG=/var/log/nodeagent-containerd$sfx.log
+  AUDITED_RUNC=/usr/local/libexec/nodeagent/runc-audited$sfx
+  AUDIT_LOG="$RUN_DIR/runc-audited.log"
+  if [ "$INSTANCE" -eq 0 ]; then BRIDGE=nodeagent0; else BRIDGE=nodeagent$INSTANCE; fi
+  SUBNET=10.$((88 + INSTANCE)).0.0/16
+}
 
 PACKAGES=(containerd runc containernetworking-plugins umoci busybox-static
   protobuf-compiler iptables gcc libc6-dev)
-# kubectl for tests/tests/kubectl.rs: Debian's kubernetes-client, unless one is on PATH.
+# kubectl for tests/tests/suite/kubectl.rs: Debian's kubernetes-client, unless one is on PATH.
 command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 log() { printf '[setup] %s\n' "$*"; }
@@ -112,8 +131,6 @@ for p in bridge host-local portmap firewall loopback; do
 done
 
 # ---------------------------------------------------------------- 2. containerd config
-mkdir -p "$CONF_DIR" "$CNI_CONF_DIR" "$ROOT_DIR" "$STATE_DIR" "$RUN_DIR"
-
 # AppArmor: only usable if the kernel has it enabled and the parser exists.
 if [ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null || true)" = Y ] \
    && command -v apparmor_parser >/dev/null; then
@@ -121,8 +138,30 @@ if [ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null || true)" = Y ] 
 else
   disable_apparmor=true
 fi
+# Negative oom_score_adj values (upstream's -997 for Guaranteed pods, -998 for the pause
+# container) reach containers only if containerd is not told to clamp them at its own
+# value, and only where this machine lets root lower a process's score.
+if (echo -998 >/proc/self/oom_score_adj) 2>/dev/null; then
+  restrict_oom_score_adj=false
+else
+  restrict_oom_score_adj=true
+fi
 
-# ---------------------------------------------------------------- 2a. the second handler
+# Pick the newest CNI spec version that all used plugins support.
+cni_version=0.4.0
+supports_100=true
+for p in bridge host-local portmap firewall; do
+  out=$(echo '{"cniVersion":"0.4.0"}' | CNI_COMMAND=VERSION "$CNI_BIN_DIR/$p" 2>/dev/null || true)
+  case "$out" in *'"1.0.0"'*) ;; *) supports_100=false ;; esac
+done
+$supports_100 && cni_version=1.0.0
+
+# configure_instance: writes the current instance's runc wrapper, containerd config and CNI
+# conflist; sets config_changed.
+configure_instance() {
+mkdir -p "$CONF_DIR" "$CNI_CONF_DIR" "$ROOT_DIR" "$STATE_DIR" "$RUN_DIR"
+
+# The second handler's wrapper.
 mkdir -p "$(dirname "$AUDITED_RUNC")"
 wrapper_content=$(cat <<EOF
 #!/bin/sh
@@ -165,7 +204,7 @@ oom_score = 0
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
     sandbox_image = "$PAUSE_IMAGE"
-    restrict_oom_score_adj = true
+    restrict_oom_score_adj = $restrict_oom_score_adj
     netns_mounts_under_state_dir = true
     disable_apparmor = $disable_apparmor
     stream_server_address = "127.0.0.1"
@@ -197,16 +236,7 @@ else
   log "containerd config up to date"
 fi
 
-# ---------------------------------------------------------------- 3. CNI conflist
-# Pick the newest CNI spec version that all used plugins support.
-cni_version=0.4.0
-supports_100=true
-for p in bridge host-local portmap firewall; do
-  out=$(echo '{"cniVersion":"0.4.0"}' | CNI_COMMAND=VERSION "$CNI_BIN_DIR/$p" 2>/dev/null || true)
-  case "$out" in *'"1.0.0"'*) ;; *) supports_100=false ;; esac
-done
-$supports_100 && cni_version=1.0.0
-
+# The CNI conflist: one bridge and subnet per instance.
 cni_content=$(cat <<EOF
 {
   "cniVersion": "$cni_version",
@@ -214,13 +244,13 @@ cni_content=$(cat <<EOF
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "nodeagent0",
+      "bridge": "$BRIDGE",
       "isGateway": true,
       "ipMasq": true,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{ "subnet": "10.88.0.0/16" }]],
+        "ranges": [[{ "subnet": "$SUBNET" }]],
         "routes": [{ "dst": "0.0.0.0/0" }]
       }
     },
@@ -240,6 +270,7 @@ if write_if_changed "$CNI_CONFLIST" "$cni_content"; then
 else
   log "CNI conflist up to date"
 fi
+}
 
 # ---------------------------------------------------------------- 5. start containerd
 # Where systemd runs and `deploy/install.sh --runtime` enabled the runtime unit, systemd
@@ -266,7 +297,7 @@ start_containerd_unit() {
 }
 
 start_containerd() {
-  if systemd_manages_containerd; then
+  if [ "$INSTANCE" -eq 0 ] && systemd_manages_containerd; then
     start_containerd_unit
     return
   fi
@@ -293,10 +324,12 @@ start_containerd() {
   log "containerd is up (pid $(cat "$PIDFILE"))"
 }
 
+# start_instance: starts the current instance unless it already answers with its config.
+start_instance() {
 if containerd_answers; then
   if $config_changed; then
     log "config changed: restarting containerd (containers keep running)"
-    "$SCRIPT_DIR/stop.sh"
+    "$SCRIPT_DIR/stop.sh" "$INSTANCE"
     start_containerd
   else
     log "containerd already answering on $SOCK"
@@ -311,10 +344,12 @@ else
   start_containerd
 fi
 
+local plugins
 plugins=$(ctr_ plugins ls 2>&1) || die "ctr plugins ls failed: $plugins"
 grep -qE '^io\.containerd\.grpc\.v1[[:space:]]+cri[[:space:]].*[[:space:]]ok[[:space:]]*$' <<<"$plugins" \
   || { grep -i cri <<<"$plugins" >&2 || true; die "CRI plugin is not loaded (see $LOG)"; }
 log "CRI plugin loaded"
+}
 
 # ---------------------------------------------------------------- 4. images
 # (no "ctr ... | grep -q" under pipefail: grep exiting early makes ctr die of SIGPIPE)
@@ -364,10 +399,15 @@ populate_busybox() {
   printf '%s\n' 'root:x:0:' 'nobody:x:65534:' >"$rootfs/etc/group"
 }
 
-if [ "${NODEAGENT_FORCE_IMAGES:-0}" != 1 ] && have_image "$PAUSE_IMAGE" && have_image "$BUSYBOX_IMAGE"; then
-  log "images already imported"
-else
+# build_images: the two image tars in $BUILD_DIR, built once (or again when forced).
+IMAGES_BUILT=false
+build_images() {
+  if $IMAGES_BUILT || { [ "${NODEAGENT_FORCE_IMAGES:-0}" != 1 ] && [ -s "$BUILD_DIR/pause.tar" ] && [ -s "$BUILD_DIR/busybox.tar" ]; }; then
+    return
+  fi
+  IMAGES_BUILT=true
   mkdir -p "$BUILD_DIR"
+  local arch
   arch=$(dpkg --print-architecture)
   [ "$arch" = amd64 ] || die "only amd64 is supported (got $arch)"
   PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -378,17 +418,44 @@ else
   log "building $BUSYBOX_IMAGE"
   umoci_image busybox 1.36 populate_busybox \
     --config.cmd sh --config.env "$PATH_ENV"
+}
 
+# import_images: the images into the current instance, unless it has them.
+import_images() {
+  if [ "${NODEAGENT_FORCE_IMAGES:-0}" != 1 ] && have_image "$PAUSE_IMAGE" && have_image "$BUSYBOX_IMAGE"; then
+    log "images already imported"
+    return
+  fi
+  build_images
   log "importing images into namespace $NS"
   ctr_ -n "$NS" images import --base-name registry.k8s.io/pause "$BUILD_DIR/pause.tar" >/dev/null \
     || die "importing pause image failed"
   ctr_ -n "$NS" images import --base-name docker.io/library/busybox "$BUILD_DIR/busybox.tar" >/dev/null \
     || die "importing busybox image failed"
-fi
+  for img in "$PAUSE_IMAGE" "$BUSYBOX_IMAGE"; do
+    have_image "$img" || die "image $img not found in containerd namespace $NS"
+  done
+}
 
-# ---------------------------------------------------------------- 6. verify
-for img in "$PAUSE_IMAGE" "$BUSYBOX_IMAGE"; do
-  have_image "$img" || die "image $img not found in containerd namespace $NS"
+# ---------------------------------------------------------------- 6. every instance
+for ((n = 0; n <= TEST_RUNTIMES; n++)); do
+  instance_vars "$n"
+  [ "$n" -eq 0 ] || log "test runtime $n: $SOCK (bridge $BRIDGE, $SUBNET)"
+  configure_instance
+  start_instance
+  import_images
+  log "images present in $NS: $PAUSE_IMAGE $BUSYBOX_IMAGE"
+  log "ready: CRI endpoint unix://$SOCK"
 done
-log "images present in $NS: $PAUSE_IMAGE $BUSYBOX_IMAGE"
-log "ready: CRI endpoint unix://$SOCK"
+# Test instances beyond the number asked for (an earlier run asked for more) are stopped,
+# when a number was asked for: a run without it (up.sh, a test repairing the images) leaves
+# them alone.
+[ -n "${NODEAGENT_TEST_RUNTIMES:-}" ] || exit 0
+for dir in /run/nodeagent-containerd-test*; do
+  [ -d "$dir" ] || continue
+  n=${dir##*-test}
+  if [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -gt "$TEST_RUNTIMES" ]; then
+    "$SCRIPT_DIR/stop.sh" "$n"
+    rm -rf "$dir"
+  fi
+done

@@ -5,10 +5,16 @@
 # with a fallback scan of /proc for exactly that command line.
 # Containers (their containerd-shim-runc-v2 processes) keep running, as with any
 # containerd restart; setup.sh brings the daemon back and it re-attaches.
+#
+#   deploy/runtime/stop.sh [N]    N: a test runtime (setup.sh's NODEAGENT_TEST_RUNTIMES), 0
+#                                 (the default) the main instance
 set -euo pipefail
 
-CONFIG=/etc/nodeagent/containerd/config.toml
-RUN_DIR=/run/nodeagent-containerd
+INSTANCE=${1:-0}
+sfx=""
+[ "$INSTANCE" = 0 ] || sfx="-test$INSTANCE"
+CONFIG=/etc/nodeagent/containerd$sfx/config.toml
+RUN_DIR=/run/nodeagent-containerd$sfx
 SOCK="$RUN_DIR/containerd.sock"
 PIDFILE="$RUN_DIR/containerd.pid"
 STOP_TIMEOUT=${NODEAGENT_CONTAINERD_STOP_TIMEOUT:-20}
@@ -42,7 +48,7 @@ find_our_pid() {
 # Under systemd (deploy/install.sh --runtime), stop the unit: killing the daemon would only
 # make systemd start it again.
 UNIT=nodeagent-containerd.service
-if [ -d /run/systemd/system ] && systemctl is-active --quiet "$UNIT" 2>/dev/null; then
+if [ "$INSTANCE" = 0 ] && [ -d /run/systemd/system ] && systemctl is-active --quiet "$UNIT" 2>/dev/null; then
   log "stopping $UNIT"
   systemctl stop "$UNIT"
   rm -f "$PIDFILE"

@@ -10,6 +10,9 @@
 #   - the watchdog is armed and never fired; volume shares the runtime's mount namespace
 #   - `systemctl stop kubelet.target` stops all seven cleanly (and leaves the pods running)
 #   - deploy/uninstall.sh removes the units and the binaries
+#   - kubeadm's layout (install.sh --kubeadm): kubeadm's drop-in, kubelet.service crash-loops
+#     until config.yaml exists, then runs the seven with kubeadm's flags and files;
+#     `systemctl restart/stop kubelet` restarts/stops the seven, the pods untouched
 # Prints PASS/FAIL per check, exits non-zero on any failure, always removes the container.
 #
 # Usage: deploy/systemd/test-in-container.sh [BIN_DIR]   (run as root; needs docker)
@@ -75,16 +78,22 @@ if [ $(( 0x$bnd >> 24 & 1 )) -eq 0 ]; then caps+=(--cap-drop SYS_RESOURCE); fi
 # missing path would create it on the host).
 modules=()
 if [ -d /lib/modules ]; then modules=(-v /lib/modules:/lib/modules:ro); fi
+# /dev/kmsg as a real node has it: node-status's OOM watcher reads it (DeviceAllow in its
+# unit), and the state check below writes a record to it.
 docker run -d --name "$NAME" --hostname nodeagent-node \
   "${caps[@]}" \
   --security-opt seccomp=unconfined --security-opt systempaths=unconfined \
   --device-cgroup-rule 'a *:* rwm' --cgroupns=private \
+  --device /dev/kmsg \
   --tmpfs /run:rw,nosuid,nodev,exec,mode=755 --tmpfs /tmp:rw,nosuid,nodev,exec,mode=1777 \
   "${modules[@]}" \
   -v /var/lib/nodeagent-containerd -v /var/lib/kubelet \
   -v "$stage/shutdown:/var/lib/nodeagent-shutdown-test" \
   "$IMAGE" >/dev/null
 dx() { docker exec "$NAME" "$@"; }
+# The kubelet API inside the node, with the admin certificate install.sh made (the shipped
+# configuration keeps the read-only port off, as upstream).
+KAPI="curl -sf --cacert /var/lib/kubelet/pki/kubelet.crt --cert /etc/nodeagent/pki/admin.crt --key /etc/nodeagent/pki/admin.key https://127.0.0.1:10250"
 dsh() { docker exec "$NAME" bash -c "$1"; }
 
 booted() { s=$(dx systemctl is-system-running 2>/dev/null || true); [ "$s" = running ] || [ "$s" = degraded ]; }
@@ -159,24 +168,37 @@ check "every service's gRPC socket answers grpc.health.v1 SERVING" sockets_serve
 
 # ------------------------------------------------------------------ the example pod
 dx install -m 0644 /opt/nodeagent/deploy/examples/web.yaml /etc/kubernetes/manifests/web.yaml
-pod_running() { dx curl -sf http://127.0.0.1:10255/pods | grep -q '"phase":"Running"'; }
+pod_running() { dx $KAPI/pods | grep -q '"phase":"Running"'; }
 healthz_ok() { [ "$(dx curl -sf http://127.0.0.1:10248/healthz)" = ok ]; }
 t=$SECONDS
 if wait_until 120 pod_running; then
   pass "the example static pod runs ($((SECONDS - t)) s)"
 else
   fail "the example static pod runs"
-  dx curl -s http://127.0.0.1:10255/pods | head -c 2000; echo
+  dx $KAPI/pods | head -c 2000; echo
   dsh "journalctl -u nodeagent-pod-sync -n 40 --no-pager" || true
   exit 1
 fi
 pod_serves() {
   local ip
-  ip=$(dx curl -sf http://127.0.0.1:10255/pods | grep -o '"podIP":"[0-9.]*"' | head -n1 | cut -d'"' -f4)
+  ip=$(dx $KAPI/pods | grep -o '"podIP":"[0-9.]*"' | head -n1 | cut -d'"' -f4)
   [ -n "$ip" ] && dx curl -sf "http://$ip:8080/" | grep -q 'hello from web'
 }
 check "the pod's web page answers on its pod IP" wait_until 30 pod_serves
 check "/healthz is ok" wait_until 30 healthz_ok
+# The state the README's restart promises rest on is written under ProtectSystem=strict:
+# node-status's kernel log position (a record is written to the kernel log to move it),
+# private to root; the root dir and pods/ are 0750 as upstream's.
+kmsg_state_kept() {
+  dx sh -c 'echo "nodeagent test-in-container: a kernel log record" > /dev/kmsg' || true
+  [ "$(dx stat -c %a /var/lib/kubelet/node-status/kmsg.json 2>/dev/null)" = 600 ]
+}
+check "node-status keeps its kernel log position (/var/lib/kubelet/node-status/kmsg.json, 0600)" wait_until 30 kmsg_state_kept
+private_dirs() {
+  [ "$(dx stat -c %a /var/lib/kubelet)" = 750 ] && [ "$(dx stat -c %a /var/lib/kubelet/pods)" = 750 ] \
+    && [ -z "$(dx find /var/lib/kubelet/pods -mindepth 1 -maxdepth 1 -type d ! -perm 0750)" ]
+}
+check "the root dir, pods/ and every pod dir are 0750" private_dirs
 
 snapshot() {
   dx bash -c "$CTR containers ls -q | sort; $CTR tasks ls | tail -n +2 | sort"
@@ -333,6 +355,122 @@ uninstalled() {
 }
 check "deploy/uninstall.sh removes units and binaries, keeps config and runtime" uninstalled
 
+# ------------------------------------------------------------------ kubeadm's layout
+# A kubeadm node: the kubeadm package's drop-in (kubernetes/release 10-kubeadm.conf, DEB
+# flavour, verbatim) and kubelet.service enabled before `kubeadm init` has written anything.
+# Then what `kubeadm init` writes, as it writes it (kubeadm-flags.env, the config.yaml of
+# its componentconfigs defaults with every duration 0s, kubelet.conf naming an API server
+# that is not up yet, as on a control-plane node before its static pods run), and
+# `systemctl restart kubelet` as kubeadm does.
+t=$SECONDS
+dx mkdir -p /etc/systemd/system/kubelet.service.d /etc/default /etc/kubernetes/pki /var/lib/kubelet/pki
+dx install -m 0644 /opt/nodeagent/deploy/examples/kubeadm/10-kubeadm.conf /etc/systemd/system/kubelet.service.d/10-kubeadm.conf
+if out=$(dx bash /opt/nodeagent/deploy/install.sh --kubeadm /opt/nodeagent/bin 2>&1); then
+  pass "deploy/install.sh --kubeadm, with kubeadm's drop-in in place ($((SECONDS - t)) s)"
+else
+  fail "deploy/install.sh --kubeadm"; printf '%s\n' "$out" | tail -n 20
+fi
+crash_looping() {
+  local n
+  n=$(dx systemctl show -p NRestarts --value kubelet.service)
+  [ "${n:-0}" -ge 1 ] || { echo "NRestarts=$n"; return 1; }
+  [ "$(dx systemctl is-enabled kubelet.service)" = enabled ] || return 1
+  dsh "journalctl --no-pager -u kubelet | grep -q 'failed to read kubelet config file \"/var/lib/kubelet/config.yaml\"'" \
+    || { echo "no error naming config.yaml in the journal"; return 1; }
+}
+check "without config.yaml kubelet.service restarts, naming the file (upstream's crash loop, never left dead)" wait_until 40 crash_looping
+# kubeadm init's files. The CA and the node's client certificate (kubeadm's
+# kubelet-client-current.pem, here as two files).
+dsh 'cd /etc/kubernetes/pki && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=kubernetes 2>/dev/null \
+  && openssl req -newkey rsa:2048 -nodes -keyout /var/lib/kubelet/pki/node.key -out /tmp/node.csr -subj "/O=system:nodes/CN=system:node:nodeagent-node" 2>/dev/null \
+  && printf "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n" >/tmp/node.ext \
+  && openssl x509 -req -in /tmp/node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -extfile /tmp/node.ext -out /var/lib/kubelet/pki/node.crt -days 2 2>/dev/null'
+dsh 'cat >/etc/kubernetes/kubelet.conf <<KUBECONFIG
+apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: $(base64 -w0 /etc/kubernetes/pki/ca.crt)
+    server: https://127.0.0.1:6443
+  name: kubernetes
+contexts:
+- context:
+    cluster: kubernetes
+    user: system:node:nodeagent-node
+  name: system:node:nodeagent-node@kubernetes
+current-context: system:node:nodeagent-node@kubernetes
+kind: Config
+preferences: {}
+users:
+- name: system:node:nodeagent-node
+  user:
+    client-certificate: /var/lib/kubelet/pki/node.crt
+    client-key: /var/lib/kubelet/pki/node.key
+KUBECONFIG'
+# kubeadm ≤ 1.33's kubeadm-flags.env (cmd/kubeadm/app/phases/kubelet/flags.go: the runtime
+# endpoint, the sandbox image up to 1.34), and an operator's /etc/default/kubelet.
+dsh 'echo "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/nodeagent-containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.10\"" >/var/lib/kubelet/kubeadm-flags.env'
+dsh 'echo "KUBELET_EXTRA_ARGS=--max-pods=50 --node-labels=pool=blue --fail-swap-on=false -v=2 --vmodule=sync=4" >/etc/default/kubelet'
+# kubeadm's config.yaml as captured from a kubeadm node, but cgroupDriver (systemd is not
+# supported yet: issue 30) and resolvConf (no systemd-resolved here).
+dsh 'sed -e "s/^cgroupDriver: systemd$/cgroupDriver: cgroupfs/" -e "/^resolvConf:/d" /opt/nodeagent/deploy/examples/kubeadm/config.yaml >/var/lib/kubelet/config.yaml'
+t=$SECONDS
+dx systemctl restart kubelet
+kubeadm_node_up() {
+  [ "$(dx systemctl is-active kubelet.service)" = active ] || { echo "kubelet.service $(dx systemctl is-active kubelet.service)"; return 1; }
+  units_active "${ALL_UNITS[@]}" >/dev/null || { units_active "${ALL_UNITS[@]}"; return 1; }
+  healthz_ok || { echo "/healthz not ok"; return 1; }
+}
+if wait_until 90 kubeadm_node_up; then
+  pass "kubeadm's files and systemctl restart kubelet: kubelet.service and the seven active, /healthz ok ($((SECONDS - t)) s)"
+else
+  fail "kubeadm's files and systemctl restart kubelet: kubelet.service and the seven active, /healthz ok"
+  kubeadm_node_up | sed "s/^/    /" || true
+  dsh "journalctl --no-pager -u kubelet -u 'nodeagent-*' -n 40" || true
+fi
+flags_reached() {
+  local line
+  dx grep -q -- "--config=/var/lib/kubelet/config.yaml --container-runtime-endpoint=unix:///run/nodeagent-containerd/containerd.sock" /run/nodeagent/kubelet.env \
+    || { dx cat /run/nodeagent/kubelet.env; return 1; }
+  line=$(dsh "journalctl --no-pager -u nodeagent-pod-sync | grep 'upstream kubelet flags accepted but not acted on' | tail -n 1")
+  grep -q 'flags=\["pod-infra-container-image", "vmodule"\]' <<<"$line" || { echo "pod-sync: $line"; return 1; }
+}
+check "kubeadm's and /etc/default/kubelet's flags reach the seven; the ones not acted on are named" wait_until 30 flags_reached
+check "the pods that ran before run on, untouched (containers and PIDs), under kubeadm's layout" stays_same 3 "$before" snapshot
+pids_of_seven() { local s; for s in "${NODEAGENT_SERVICES[@]}"; do dx systemctl show -p MainPID --value "nodeagent-$s.service"; done; }
+seven0=$(pids_of_seven)
+t=$SECONDS
+dx systemctl restart kubelet
+seven_restarted() {
+  local now
+  kubeadm_node_up >/dev/null || return 1
+  now=$(pids_of_seven)
+  [ -z "$(comm -12 <(sort <<<"$seven0") <(sort <<<"$now"))" ] || { echo "a service kept its PID"; return 1; }
+}
+if wait_until 90 seven_restarted && out=$(stays_same 3 "$before" snapshot); then
+  pass "systemctl restart kubelet restarts the seven (new PIDs), pods untouched ($((SECONDS - t)) s)"
+else
+  fail "systemctl restart kubelet restarts the seven (new PIDs), pods untouched"; printf '%s\n' "${out:-}" | sed 's/^/    /'
+fi
+t=$SECONDS
+dx systemctl stop kubelet
+seven_stopped() {
+  local s a
+  for s in "${NODEAGENT_SERVICES[@]}"; do
+    a=$(dx systemctl show -p ActiveState --value "nodeagent-$s.service")
+    [ "$a" = inactive ] || { echo "nodeagent-$s $a"; return 1; }
+  done
+}
+check "systemctl stop kubelet stops the seven; the pods keep running" wait_until 45 seven_stopped
+check "after systemctl stop kubelet: pod containers and PIDs untouched" stays_same 2 "$before" snapshot
+kubeadm_uninstalled() {
+  dx bash /opt/nodeagent/deploy/uninstall.sh >/dev/null || return 1
+  dx test ! -e /usr/bin/kubelet || { echo "/usr/bin/kubelet left"; return 1; }
+  dx test ! -e /etc/systemd/system/kubelet.service || { echo "kubelet.service left"; return 1; }
+}
+check "deploy/uninstall.sh removes kubelet.service and /usr/bin/kubelet" kubeadm_uninstalled
+dx rm -rf /etc/systemd/system/kubelet.service.d /var/lib/kubelet/config.yaml /var/lib/kubelet/kubeadm-flags.env /etc/default/kubelet
+dx systemctl daemon-reload
+
 # ------------------------------------------------------------------ graceful node shutdown
 # logind in the node, the agent installed again with shutdownGracePeriod 20s (8s of it for
 # critical pods), a regular and a critical pod that note their SIGTERM and their exit (3 s
@@ -362,7 +500,7 @@ shutdown_pod regular | docker exec -i "$NAME" tee /etc/kubernetes/manifests/regu
 shutdown_pod critical "priority: 2000001000" | docker exec -i "$NAME" tee /etc/kubernetes/manifests/critical.yaml >/dev/null
 pods_running() {
   local pods
-  pods=$(dx curl -sf http://127.0.0.1:10255/pods) || return 1
+  pods=$(dx $KAPI/pods) || return 1
   python3 -c 'import json, sys
 pods = json.load(sys.stdin)["items"]
 phase = {p["metadata"]["name"].split("-")[0]: p["status"].get("phase") for p in pods}
@@ -379,7 +517,7 @@ inhibitor_held() {
 }
 check "pod-sync holds logind's delay lock and raised InhibitDelayMaxSec to 20 s" wait_until 30 inhibitor_held
 # /pods, every 0.3 s, into this machine's directory while the node shuts down.
-docker exec -d "$NAME" bash -c 'd=/var/lib/nodeagent-shutdown-test; while :; do curl -sf http://127.0.0.1:10255/pods >$d/pods.tmp && mv $d/pods.tmp $d/pods.json; sleep 0.3; done'
+docker exec -d "$NAME" bash -c "d=/var/lib/nodeagent-shutdown-test; while :; do $KAPI/pods >\$d/pods.tmp && mv \$d/pods.tmp \$d/pods.json; sleep 0.3; done"
 t=$SECONDS
 dx systemctl poweroff >/dev/null 2>&1 || true
 powered_off() { [ "$(docker inspect -f '{{.State.Running}}' "$NAME" 2>/dev/null)" = false ]; }

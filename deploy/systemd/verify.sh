@@ -28,9 +28,10 @@ sysunits=/usr/lib/systemd/system
 cp -a "$sysunits" "$root/usr/lib/systemd/system"
 cp "$bin_dir/nodeagent" "$root/usr/local/bin/"
 nodeagent_link_services "$root/usr/local/bin"
+ln -s nodeagent "$root/usr/local/bin/kubelet"
 # The runtime unit names containerd and modprobe: the real ones if here, else stand-ins
 # (what is verified is our unit file).
-for b in /usr/bin/containerd /sbin/modprobe; do
+for b in /usr/bin/containerd /sbin/modprobe /usr/bin/systemctl; do
   if [ -x "$b" ]; then cp "$(readlink -f "$b")" "$root$b"; else printf '#!/bin/sh\n' >"$root$b"; chmod 0755 "$root$b"; fi
 done
 cp deploy/systemd/*.service deploy/systemd/*.target "$root/etc/systemd/system/"

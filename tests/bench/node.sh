@@ -11,14 +11,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=deploy/lib/bin-dir.sh
 . deploy/lib/bin-dir.sh
-profile=${PROFILE:-release}
-if [ "$profile" != dev ]; then
-  cargo build -p nodeagent --profile "$profile"
-  dir="$PWD/target/$profile"
-  export NODEAGENT_TEST_BIN_DIR="$dir/bench-bin"
-  nodeagent_snapshot_bins "$dir" "$NODEAGENT_TEST_BIN_DIR"
-  echo "== binary size ($profile)"
-  ls -l "$dir/nodeagent" | awk '{printf "nodeagent %.1f MB\n", $5/1e6}'
-  size -A "$dir/nodeagent" | awk '$1 ~ /^\.(text|rodata|eh_frame)$/ {printf "  %-10s %.1f MB\n", $1, $2/1e6}'
+nodeagent_bench_bins
+if [ -n "$bench_dir" ]; then
+  echo "== binary size ($bench_profile)"
+  ls -l "$bench_dir/nodeagent" | awk '{printf "nodeagent %.1f MB\n", $5/1e6}'
+  size -A "$bench_dir/nodeagent" | awk '$1 ~ /^\.(text|rodata|eh_frame)$/ {printf "  %-10s %.1f MB\n", $1, $2/1e6}'
 fi
-cargo nextest run -p nodeagent-tests --test node_bench --run-ignored only --no-capture --test-threads 1
+cargo nextest run -p nodeagent-tests --test suite --run-ignored only -E "test(/^node_bench::/)" --no-capture --test-threads 1

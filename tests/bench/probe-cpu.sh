@@ -10,4 +10,4 @@ cargo build --bins --profile "$profile"
 if [ "$profile" != dev ]; then
     export NODEAGENT_TEST_BIN_DIR="$PWD/target/$profile"
 fi
-cargo nextest run -p nodeagent-tests --test probe_bench --run-ignored only --no-capture
+cargo nextest run -p nodeagent-tests --test suite --run-ignored only -E "test(/^probe_bench::/)" --no-capture

@@ -1,44 +1,66 @@
 #!/usr/bin/env bash
 # The cross-service tests that read or write cgroups, run again on a cgroup v2 host (a
 # qemu guest, tests/cgroup2/run.sh): the pod cgroup's v2 files (memory.max, cpu.max,
-# cpu.weight, pids.max), its removal, the QoS tree, oom_score_adj, /stats/summary's v2
-# reads, and OOM kills (a container's limit, and the whole guest: the SystemOOM event).
-# deploy/test.sh runs it after the suite; it uses the test binaries that run
-# already built (it builds nothing new).
+# cpu.weight, pids.max), its removal, the QoS tree, oom_score_adj (negative values for
+# real: the guest's root may lower scores), /stats/summary's v2 reads, and OOM kills (a
+# container's limit, and the whole guest: the SystemOOM event).
+# deploy/test.sh runs it after the suite; it uses the test binary already built (it builds
+# nothing new). Each filter must select at least one test, or the run fails: a renamed
+# test never drops out of this run unnoticed.
 #
 # Under TCG (these VMs' /dev/kvm cannot boot a stock kernel) the guest is about five times
 # slower than the host: the tests chosen wait on conditions with deadlines, never on
 # timings.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+REPO=$PWD
 
-# test binary -> the tests of it to run ("" for all of them).
-declare -A TESTS=(
-  [resources]=""
-  [stats]=""
-  [skeleton]="a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal"
-  [lifecycle]="env_expansion_downward_api_and_active_deadline"
-  [oom]=""
+# libtest filters (substrings of `module::test`) of the one cross-service test binary.
+FILTERS=(
+  "resources::"
+  "stats::"
+  "skeleton::a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal"
+  "lifecycle::env_expansion_downward_api_and_active_deadline"
+  "oom::"
 )
 
-args=()
-for t in "${!TESTS[@]}"; do args+=(--test "$t"); done
-# Where cargo left each test binary (no compilation: they are up to date).
-mapfile -t lines < <(cargo test -p nodeagent-tests --no-run --message-format=json "${args[@]}" 2>/dev/null |
+# Where cargo left the test binary and the services (no compilation: they are up to date).
+mapfile -t found < <(cargo test -p nodeagent-tests --no-run --message-format=json --test suite 2>/dev/null |
   python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
-        print(m["target"]["name"], m["executable"])
+        print(m["executable"])
 ')
-[ "${#lines[@]}" -eq "${#TESTS[@]}" ] || { echo "[cgroup2] expected ${#TESTS[@]} test binaries, found: ${lines[*]}" >&2; exit 1; }
+[ "${#found[@]}" -eq 1 ] || { echo "[cgroup2] expected one test binary (suite), found: ${found[*]}" >&2; exit 1; }
+exe=${found[0]}
+
+for f in "${FILTERS[@]}"; do
+  n=$("$exe" --list "$f" 2>/dev/null | grep -c ': test$' || true)
+  [ "$n" -gt 0 ] || { echo "[cgroup2] the filter '$f' selects no test of $exe" >&2; exit 1; }
+  echo "[cgroup2] $f: $n test(s)"
+done
+
+# The guest sees only this checkout (over 9p): the binaries go there, laid out as cargo
+# lays them out (the harness finds the services beside the test binary's deps/ dir), and
+# so do the runtime's image tars, so that the guest imports them instead of building them
+# again under emulation.
+bin="$REPO/target/cgroup2/bin"
+rm -rf "$bin"
+mkdir -p "$bin/deps" "$REPO/target/cgroup2/images"
+cp "$exe" "$bin/deps/"
+for s in config-source pleg pod-sync probe volume node-status http-server; do
+  cp "$(dirname "$(dirname "$exe")")/nodeagent-$s" "$bin/"
+done
+for image in pause busybox; do
+  tar=/var/lib/nodeagent-containerd/image-build/$image.tar
+  [ -s "$tar" ] && cp "$tar" "$REPO/target/cgroup2/images/"
+done
 
 # The guest may run out of memory as a whole: oom.rs's node-wide OOM test runs here only.
-script='export NODEAGENT_TEST_NODE_OOM=1; rc=0'
-for line in "${lines[@]}"; do
-  name=${line%% *} exe=${line#* }
-  script+="; echo \"== $name on cgroup v2\"; $exe --test-threads 1 ${TESTS[$name]} || rc=1"
-done
-script+='; exit $rc'
+# One runtime there (the tests run one at a time).
+export NODEAGENT_TEST_NODE_OOM=1 NODEAGENT_TEST_RUNTIMES=0
+script="$bin/deps/$(basename "$exe") --test-threads 1"
+for f in "${FILTERS[@]}"; do script+=" $(printf '%q' "$f")"; done
 exec bash tests/cgroup2/run.sh -- bash -c "$script"

@@ -15,7 +15,8 @@
 //!   the `status` subresource (status-only updates, and spec-only updates of the main
 //!   resource), JSON merge patch and strategic merge patch (lists of conditions, container
 //!   statuses, containers, pod IPs merged by their keys);
-//! - `fieldSelector=spec.nodeName=<name>` (and `metadata.name`, `metadata.namespace`);
+//! - `fieldSelector` on any field path (`spec.nodeName`, `metadata.name`,
+//!   `involvedObject.name` for events, ...), `=`, `==` and `!=`;
 //! - deletion with a grace period: a pod with grace > 0 gets `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds` (a MODIFIED event); a later delete may only shorten
 //!   the period, and one with grace 0 removes the pod (its DELETED event says period 0);
@@ -38,8 +39,9 @@
 //! Not covered (a test needing them must extend this first): authorization of its own
 //! clients (and authentication over plain HTTP), label selectors, server-side apply, JSON
 //! patch, finalizers, any other admission, validation, other defaulting, pagination
-//! (`limit`/`continue`), protobuf encoding (except a CSR approval, which kubectl sends as
-//! protobuf), and any resource not listed above.
+//! (`limit`/`continue`), protobuf encoding (except what kubectl sends as protobuf: ConfigMaps
+//! and Secrets it creates, and CSR approvals; `apiserver_protobuf`), and any resource not
+//! listed above.
 
 use crate::apiserver_controllers::Write;
 use axum::Router;
@@ -76,10 +78,10 @@ pub(crate) const RESOURCES: [(&str, &str, &str, bool); 9] = [
 ];
 
 #[derive(Clone, Debug)]
-struct WatchEvent {
+pub(crate) struct WatchEvent {
     rv: u64,
-    plural: String,
-    kind: &'static str,
+    pub(crate) plural: String,
+    pub(crate) kind: &'static str,
     object: Value,
 }
 
@@ -112,6 +114,9 @@ pub struct ApiState {
     root_ca: Arc<crate::pki::TestCa>,
     /// Client-certificate authentication, CSR approval and signing (`apiserver_csr`).
     pub certificates: crate::apiserver_csr::Certificates,
+    /// The scheduler and the node lifecycle controller (`apiserver_nodes`), off until
+    /// enabled.
+    pub cluster: crate::apiserver_nodes::ClusterControllers,
 }
 
 impl Default for ApiState {
@@ -125,6 +130,7 @@ impl Default for ApiState {
             service_accounts: Default::default(),
             root_ca: Arc::new(crate::pki::TestCa::new("nodeagent-test-apiserver-ca")),
             certificates: Default::default(),
+            cluster: Default::default(),
         };
         {
             let mut s = state.store.lock().unwrap();
@@ -143,6 +149,8 @@ pub struct ApiServer {
     /// Served over TLS (`start_tls`).
     tls: bool,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The cluster controllers' loop (`apiserver_nodes`), stopped with the server.
+    controllers: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for ApiServer {
@@ -150,6 +158,7 @@ impl Drop for ApiServer {
         if let Some(task) = &self.task {
             task.abort();
         }
+        self.controllers.abort();
     }
 }
 
@@ -315,16 +324,19 @@ impl ApiServer {
                 while connections.try_join_next().is_some() {}
             }
         });
+        let controllers = tokio::spawn(crate::apiserver_nodes::run(state.clone()));
         Ok(ApiServer {
             state,
             port,
             tls: over_tls,
             task: Some(task),
+            controllers,
         })
     }
 
     /// Stops serving: the listener and every open connection (and watch) close.
     pub async fn stop(mut self) -> ApiState {
+        self.controllers.abort();
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;
@@ -448,6 +460,39 @@ impl ApiState {
         Some(commit(self, &mut s, &t, k, next))
     }
 
+    /// Creates an object as a controller does (an ADDED event): `metadata.name`, or a name
+    /// made from `metadata.generateName`; None when the kind is unknown there or the name
+    /// is taken.
+    pub(crate) fn add(&self, plural: &str, namespace: &str, mut object: Value) -> Option<Value> {
+        let t = target(
+            plural,
+            (!namespace.is_empty()).then(|| namespace.to_string()),
+        )?;
+        let name = match object["metadata"]["name"].as_str() {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => format!(
+                "{}{:05x}",
+                object["metadata"]["generateName"]
+                    .as_str()
+                    .unwrap_or_default(),
+                rand_suffix()
+            ),
+        };
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("generateName");
+        }
+        let mut s = self.store.lock().unwrap();
+        if s.objects.contains_key(&key(&t, &name)) {
+            return None;
+        }
+        Some(insert_new(self, &mut s, &t, &name, object))
+    }
+
+    /// Every write from now on, as watches see them.
+    pub(crate) fn changes(&self) -> broadcast::Receiver<WatchEvent> {
+        self.events.subscribe()
+    }
+
     /// Every stored object of a kind (plural), e.g. "events".
     pub fn objects(&self, plural: &str) -> Vec<Value> {
         let s = self.store.lock().unwrap();
@@ -547,14 +592,26 @@ fn matches_fields(object: &Value, selector: Option<&String>) -> bool {
                 None => return true,
             },
         };
-        let got = match key {
-            "spec.nodeName" => object["spec"]["nodeName"].as_str().unwrap_or_default(),
-            "metadata.name" => object["metadata"]["name"].as_str().unwrap_or_default(),
-            "metadata.namespace" => object["metadata"]["namespace"].as_str().unwrap_or_default(),
-            _ => return true,
-        };
-        (got == want) != negate
+        (field_value(object, key) == want) != negate
     })
+}
+
+/// The value a field selector's label names, as upstream's field sets give it: the dotted
+/// path into the object (`spec.nodeName`, `involvedObject.name`, `status.phase`), an
+/// event's `source` as its component; strings as they are, booleans and numbers printed,
+/// a missing field empty (so it matches no non-empty value, never everything).
+fn field_value(object: &Value, key: &str) -> String {
+    let key = if key == "source" {
+        "source.component"
+    } else {
+        key
+    };
+    let v = key.split('.').fold(object, |v, part| &v[part]);
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
 }
 
 async fn handle(
@@ -565,6 +622,9 @@ async fn handle(
     Query(query): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
+    if let Some(delay) = state.auth.review_delay(uri.path()) {
+        tokio::time::sleep(delay).await;
+    }
     if let Some(r) = crate::apiserver_auth::handle(&state, &method, uri.path(), &body) {
         return r;
     }
@@ -583,6 +643,17 @@ async fn handle(
     };
     let body: Value = if body.is_empty() {
         Value::Null
+    } else if crate::apiserver_protobuf::is_protobuf(&headers) {
+        match crate::apiserver_protobuf::decode(&t.plural, &body) {
+            Ok(v) => v,
+            Err(e) => {
+                return status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    e,
+                );
+            }
+        }
     } else {
         match serde_json::from_slice(&body) {
             Ok(v) => v,
@@ -926,6 +997,15 @@ pub fn strategic_merge_patch(target: &mut Value, patch: &Value) {
             (Value::Null, _) => {
                 obj.remove(k);
             }
+            // A `{"$patch": "replace"}` item: the list is the other items, whole.
+            (Value::Array(items), _) if items.iter().any(|i| i["$patch"] == "replace") => {
+                let whole = items
+                    .iter()
+                    .filter(|i| i["$patch"] != "replace")
+                    .cloned()
+                    .collect();
+                obj.insert(k.clone(), Value::Array(whole));
+            }
             (Value::Array(items), Some(mk)) => {
                 let current = obj.entry(k.clone()).or_insert_with(|| json!([]));
                 if !current.is_array() {
@@ -1151,6 +1231,29 @@ mod tests {
         let conds = pod["status"]["conditions"].as_array().unwrap();
         assert_eq!(conds.len(), 2);
         assert_eq!(conds[0], json!({"type": "Ready", "status": "True"}));
+    }
+
+    /// What `kubectl describe pod x` asks for its events (kubectl's describe:
+    /// `involvedObject.name=x,involvedObject.namespace=ns,involvedObject.uid=u`): only
+    /// that pod's events, never another's (an unknown label once matched everything).
+    #[test]
+    fn field_selectors_follow_the_field_path() {
+        let event = json!({"involvedObject": {"kind": "Pod", "name": "user1", "namespace": "default", "uid": "u1"},
+                           "source": {"component": "kubelet"}, "type": "Normal"});
+        let sel = |s: &str| matches_fields(&event, Some(&s.to_string()));
+        assert!(sel(
+            "involvedObject.name=user1,involvedObject.namespace=default,involvedObject.uid=u1"
+        ));
+        assert!(!sel("involvedObject.name=user2"));
+        assert!(sel("involvedObject.name!=user2"));
+        assert!(sel("source=kubelet,type==Normal"));
+        assert!(!sel("involvedObject.fieldPath=spec.containers{c}"));
+        let pod = json!({"spec": {"nodeName": "n1", "hostNetwork": true}, "status": {"phase": "Running"}});
+        assert!(matches_fields(
+            &pod,
+            Some(&"spec.nodeName=n1,status.phase=Running,spec.hostNetwork=true".into())
+        ));
+        assert!(!matches_fields(&pod, Some(&"spec.nodeName=".into())));
     }
 
     #[test]

@@ -30,6 +30,8 @@ struct Policy {
     allowed: Vec<(String, String, String)>,
     token_reviews: Vec<Value>,
     access_reviews: Vec<Value>,
+    /// How long each TokenReview takes to answer (a slow or loaded API server).
+    token_review_delay: Option<std::time::Duration>,
 }
 
 /// The authentication and authorization policy of a test API server; clones share it.
@@ -55,6 +57,18 @@ impl AuthPolicy {
         self.lock()
             .allowed
             .push((user.into(), verb.into(), subresource.into()));
+    }
+
+    /// Makes every TokenReview take `delay` before it is answered.
+    pub fn delay_token_reviews(&self, delay: std::time::Duration) {
+        self.lock().token_review_delay = Some(delay);
+    }
+
+    /// The delay a request to `path` gets before it is answered, if any.
+    pub(crate) fn review_delay(&self, path: &str) -> Option<std::time::Duration> {
+        (path.trim_end_matches('/') == TOKEN_REVIEWS)
+            .then(|| self.lock().token_review_delay)
+            .flatten()
     }
 
     /// The TokenReviews received so far (their specs).

@@ -239,10 +239,7 @@ pub async fn layer(State(state): State<ApiState>, req: Request, next: Next) -> R
         let bytes = axum::body::to_bytes(body, 1 << 20)
             .await
             .unwrap_or_default();
-        let protobuf = parts.headers.get("content-type").is_some_and(|v| {
-            v.as_bytes()
-                .starts_with(b"application/vnd.kubernetes.protobuf")
-        });
+        let protobuf = crate::apiserver_protobuf::is_protobuf(&parts.headers);
         let parsed = if protobuf {
             protobuf_conditions(&bytes)
                 .map(|c| json!({"status": {"conditions": c}}))
@@ -289,20 +286,23 @@ pub async fn layer(State(state): State<ApiState>, req: Request, next: Next) -> R
 }
 
 /// The `status.conditions` of a CertificateSigningRequest sent as protobuf (what
-/// kubectl's clientset sends for `certificate approve`): the `k8s\0` envelope
-/// (runtime.Unknown, its `raw` in field 2), then CertificateSigningRequest field 3
-/// (status), field 1 (conditions): type 1, reason 2, message 3, status 6.
+/// kubectl's clientset sends for `certificate approve`): the `k8s\0` envelope, then
+/// CertificateSigningRequest field 3 (status), field 1 (conditions): type 1, reason 2,
+/// message 3, status 6.
 fn protobuf_conditions(body: &[u8]) -> Option<Vec<Value>> {
-    let unknown = body.strip_prefix(b"k8s\0")?;
-    let raw = fields(unknown)?.into_iter().find(|f| f.0 == 2)?.1;
-    let status = fields(raw)?.into_iter().find(|f| f.0 == 3).map(|f| f.1);
+    use crate::apiserver_protobuf::fields;
+    let (_, _, raw) = crate::apiserver_protobuf::unwrap_envelope(body)?;
+    let status = fields(raw)?
+        .into_iter()
+        .find(|f| f.0 == 3)
+        .and_then(|f| f.1.bytes());
     let mut out = Vec::new();
     for (n, condition) in fields(status.unwrap_or_default())? {
         if n != 1 {
             continue;
         }
         let mut c = json!({});
-        for (k, v) in fields(condition)? {
+        for (k, v) in fields(condition.bytes()?)? {
             let key = match k {
                 1 => "type",
                 2 => "reason",
@@ -310,44 +310,9 @@ fn protobuf_conditions(body: &[u8]) -> Option<Vec<Value>> {
                 6 => "status",
                 _ => continue,
             };
-            c[key] = String::from_utf8_lossy(v).into_owned().into();
+            c[key] = String::from_utf8_lossy(v.bytes()?).into_owned().into();
         }
         out.push(c);
-    }
-    Some(out)
-}
-
-/// The length-delimited fields of a protobuf message, as (number, bytes); varint and
-/// fixed fields are skipped.
-fn fields(mut buf: &[u8]) -> Option<Vec<(u64, &[u8])>> {
-    fn varint(buf: &mut &[u8]) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (b, rest) = buf.split_first()?;
-            *buf = rest;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-    let mut out = Vec::new();
-    while !buf.is_empty() {
-        let key = varint(&mut buf)?;
-        match key & 7 {
-            0 => {
-                varint(&mut buf)?;
-            }
-            1 => buf = buf.get(8..)?,
-            2 => {
-                let len = usize::try_from(varint(&mut buf)?).ok()?;
-                out.push((key >> 3, buf.get(..len)?));
-                buf = buf.get(len..)?;
-            }
-            5 => buf = buf.get(4..)?,
-            _ => return None,
-        }
     }
     Some(out)
 }

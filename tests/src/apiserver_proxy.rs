@@ -159,11 +159,52 @@ pub(crate) async fn serve(state: &ApiState, target: Proxied, req: Request) -> Re
             ..
         }
     ) && is_spdy_tunnel(req.headers());
+    let log = matches!(
+        target,
+        Proxied::Pod {
+            sub: PodSubresource::Log,
+            ..
+        }
+    );
     let result = match tunnel {
         true => tunnel_port_forward(state, &location, req).await,
         false => forward(state, &location, req).await,
     };
-    result.unwrap_or_else(|failure| failure)
+    let response = result.unwrap_or_else(|failure| failure);
+    if log {
+        log_failure_as_status(response).await
+    } else {
+        response
+    }
+}
+
+/// A kubelet's failed log answer as upstream's API server gives it: a `Status` whose
+/// message is the kubelet's text (`GenericHttpResponseChecker`: 400 BadRequest, 404
+/// NotFound, 500 InternalError), which kubectl prints as `Error from server (BadRequest):
+/// container "c" in pod "p" is waiting to start: ContainerCreating`.
+async fn log_failure_as_status(response: Response) -> Response {
+    let code = response.status();
+    if (200..=206).contains(&code.as_u16()) {
+        return response;
+    }
+    let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+        response.into_body(),
+        16 << 10,
+    ))
+    .await
+    .map(|b| b.to_bytes())
+    .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).trim_end().to_string();
+    match code {
+        StatusCode::BAD_REQUEST => status(code, "BadRequest", text),
+        StatusCode::NOT_FOUND => status(code, "NotFound", text),
+        StatusCode::INTERNAL_SERVER_ERROR => status(
+            code,
+            "InternalError",
+            format!("Internal error occurred: {text}"),
+        ),
+        _ => status(code, "", text),
+    }
 }
 
 /// A Status answer (code, reason, message), made into a response where it is returned.

@@ -219,6 +219,13 @@ pub struct Records {
     pub unavailable: BTreeMap<&'static str, u64>,
     /// Changes observed in total, per view.
     pub observations: BTreeMap<&'static str, u64>,
+    /// `/pods` polls made, answered or not.
+    pub polls: u64,
+    /// When and why a `/pods` poll got no list.
+    pub unanswered: Vec<String>,
+    /// `/pods` answers that listed fewer pods than the last complete answer while the
+    /// test wanted no fewer (a half-empty list), with what they lacked.
+    pub half_empty: Vec<String>,
     started: Option<Instant>,
 }
 
@@ -464,23 +471,44 @@ pub fn follow_views(node: &Node, records: &SharedRecords, poll: Duration) -> Vie
 /// Polls `/pods` every `period` for as long as the task lives and records what it shows.
 pub async fn follow_pods_endpoint(port: u16, records: SharedRecords, period: Duration) {
     loop {
+        records.lock().unwrap().polls += 1;
         match crate::http_get(port, "/pods").await {
             Ok((200, body)) => {
                 if let Ok(list) = serde_json::from_str::<Value>(&body) {
-                    let pods = list["items"]
+                    let pods: Vec<PodView> = list["items"]
                         .as_array()
                         .map(|items| items.iter().filter_map(PodView::from_json).collect())
                         .unwrap_or_default();
-                    records.lock().unwrap().observe_all("/pods", pods);
+                    let mut r = records.lock().unwrap();
+                    // Every pod the test wants that ran long enough to be listed must be
+                    // listed: a wanted pod missing is the half-empty list a restart
+                    // must never show.
+                    let listed: std::collections::BTreeSet<&str> =
+                        pods.iter().map(|p| p.name.as_str()).collect();
+                    let missing: Vec<String> = r
+                        .last
+                        .get("/pods")
+                        .into_iter()
+                        .flat_map(|m| m.values())
+                        .filter(|p| r.wanted(p) && !listed.contains(p.name.as_str()))
+                        .map(|p| p.name.clone())
+                        .collect();
+                    if !missing.is_empty() {
+                        let at = r.elapsed().as_secs_f64();
+                        r.half_empty.push(format!("{at:.1}s: {missing:?}"));
+                    }
+                    r.observe_all("/pods", pods);
                 }
             }
-            _ => {
-                *records
-                    .lock()
-                    .unwrap()
-                    .unavailable
-                    .entry("/pods")
-                    .or_default() += 1;
+            other => {
+                let mut r = records.lock().unwrap();
+                *r.unavailable.entry("/pods").or_default() += 1;
+                let at = r.elapsed().as_secs_f64();
+                let why = match other {
+                    Ok((code, body)) => format!("{code}: {}", body.trim()),
+                    Err(e) => e,
+                };
+                r.unanswered.push(format!("{at:.1}s {why}"));
             }
         }
         tokio::time::sleep(period).await;

@@ -10,6 +10,8 @@ pub mod apiserver_csr;
 mod apiserver_discovery;
 pub mod apiserver_jwt;
 mod apiserver_kubectl;
+pub mod apiserver_nodes;
+mod apiserver_protobuf;
 pub mod apiserver_proxy;
 mod apiserver_relay;
 mod apiserver_runtimeclass;
@@ -25,18 +27,19 @@ pub mod otlp;
 pub mod pki;
 pub mod raw_pod;
 pub mod registry;
+pub mod runtime;
 pub mod spdy;
 mod status;
 pub mod websocket;
 
 pub use http::http_get;
-pub use node::{Node, NodeOptions, binary, lock_runtime, require_runtime, rss_kib, wait_serving};
+pub use node::{Node, NodeOptions, binary, free_port, require_runtime, rss_kib, wait_serving};
 pub use status::{container_status, is_running, ready_results};
 
 use std::future::Future;
 use std::time::Duration;
 
-/// The containerd the runtime setup script starts.
+/// The main containerd the runtime setup script starts (the test suite's others: [`runtime`]).
 pub const CONTAINERD_SOCKET: &str = "/run/nodeagent-containerd/containerd.sock";
 
 /// The locally built image the setup script imports (with the pause image), which no
@@ -99,6 +102,26 @@ where
         }
         if tokio::time::Instant::now() >= until {
             panic!("timed out after {deadline:?} waiting for {what}; last: {last}");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// A negative check: polls `check` every `period` for the whole `window` and panics with
+/// `what` at the first failure. A thing that must not happen is concluded absent only after
+/// it had the stated time to happen.
+pub async fn consistently<F, Fut>(what: &str, window: Duration, period: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let until = tokio::time::Instant::now() + window;
+    loop {
+        if let Err(e) = check().await {
+            panic!("{what} did not hold for {window:?}: {e}");
+        }
+        if tokio::time::Instant::now() >= until {
+            return;
         }
         tokio::time::sleep(period).await;
     }

@@ -4,6 +4,7 @@ use crate::CONTAINERD_SOCKET;
 use crate::apiserver::{ApiServer, ApiState};
 use crate::kubelet_client::{Credentials, KubeletClient};
 use crate::pki::TestCa;
+use crate::runtime::{Runtime, RuntimeLease};
 use nodeagent_config::{Address, Service};
 use nodeagent_cri::Cri;
 use std::collections::BTreeMap;
@@ -69,7 +70,7 @@ pub async fn wait_serving(address: &Address, name: &str) {
     .await;
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -91,7 +92,8 @@ pub struct NodeOptions {
     /// certificate and writes it.
     pub bootstrap_kubeconfig: Option<String>,
     /// The `authentication` and `authorization` sections of the config (YAML), instead of
-    /// the default: x509 against the node's test CA, no anonymous access, AlwaysAllow.
+    /// the default: x509 against the node's test CA, no bearer tokens, no anonymous
+    /// access, AlwaysAllow (with tokens it would be refused on a node with an API server).
     pub auth_config: Option<String>,
     /// Do not start the default probe instance (a test that runs `--probe-instance`s).
     pub no_default_probe: bool,
@@ -102,27 +104,6 @@ pub struct NodeOptions {
     /// Flags for one service only, after the shared ones (a later flag wins), e.g. pleg's
     /// `--container-runtime-endpoint` through a fault-injecting proxy.
     pub service_args: Vec<(Service, Vec<String>)>,
-}
-
-/// One node agent owns a container runtime, as upstream: its pod-sync removes runtime pods
-/// that no source of its own wants. So tests that start a node take turns on the shared
-/// containerd; this lock (across the test processes) is held for a node's lifetime.
-const RUNTIME_LOCK: &str = "/run/nodeagent-tests.lock";
-
-pub async fn lock_runtime() -> nix::fcntl::Flock<std::fs::File> {
-    tokio::task::spawn_blocking(|| {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(RUNTIME_LOCK)
-            .expect("open the runtime lock");
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .expect("lock the runtime")
-    })
-    .await
-    .expect("lock task")
 }
 
 pub struct Node {
@@ -140,6 +121,8 @@ pub struct Node {
     procs: BTreeMap<Service, Child>,
     /// Probe instances started with `--probe-instance <id>`, by id.
     probe_instances: BTreeMap<String, Child>,
+    /// More http-server instances (sharing the ports, each on its own gRPC socket), by id.
+    http_instances: BTreeMap<String, Child>,
     env: Vec<(String, String)>,
     kubeconfig: bool,
     bootstrap_kubeconfig: bool,
@@ -148,7 +131,8 @@ pub struct Node {
     stopped: bool,
     /// The image holder pod runs (`hold_images_if_collected`).
     holds_images: bool,
-    _runtime_lock: nix::fcntl::Flock<std::fs::File>,
+    /// The container runtime this node owns while the test runs (`crate::runtime`).
+    lease: RuntimeLease,
 }
 
 /// What the harness puts in every node's config unless the test's own config sets the key.
@@ -177,7 +161,12 @@ impl Node {
     /// Starts all seven services. The node name is unique, so that every pod name (which
     /// static pods suffix with it) belongs to this test alone.
     pub async fn start(test: &str, options: NodeOptions) -> Node {
-        let runtime_lock = lock_runtime().await;
+        Node::start_on(test, options, crate::runtime::lease().await).await
+    }
+
+    /// As [`Node::start`], on a runtime the test leased already (`runtime::leases`, for a
+    /// test of several nodes).
+    pub async fn start_on(test: &str, options: NodeOptions, lease: RuntimeLease) -> Node {
         let dir = tempfile::Builder::new()
             .prefix("nodeagent-test-")
             .tempdir()
@@ -215,18 +204,19 @@ impl Node {
         std::fs::write(dir.path().join("pki/ca.crt"), ca.cert_pem()).expect("write the CA");
         let auth_config = options.auth_config.clone().unwrap_or_else(|| {
             format!(
-                "authentication:\n  x509:\n    clientCAFile: {}/pki/ca.crt\n  anonymous:\n    enabled: false\n\
-                 authorization:\n  mode: AlwaysAllow\n",
+                "authentication:\n  x509:\n    clientCAFile: {}/pki/ca.crt\n  webhook:\n    enabled: false\n\
+                 \x20 anonymous:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n",
                 dir.path().display()
             )
         });
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}\n\
+             staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: {endpoint}\n\
              address: 127.0.0.1\nreadOnlyPort: {read_only_port}\nhealthzPort: {healthz_port}\n\
              fileCheckFrequency: 2s\npodLogsDir: {d}/pod-logs\nsyncFrequency: {sync}\nport: {port}\n\
              {auth_config}{defaults}{extra}",
             d = dir.path().display(),
+            endpoint = lease.runtime.endpoint(),
             defaults = harness_defaults(&options.extra_config),
             sync = options.sync_frequency.as_deref().unwrap_or("10s"),
             extra = options.extra_config,
@@ -240,7 +230,7 @@ impl Node {
                 .expect("write the bootstrap kubeconfig");
         }
         let cri = Cri::connect(
-            &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
+            &lease.runtime.endpoint().parse().unwrap(),
             Duration::from_secs(30),
         );
         let api = KubeletClient {
@@ -259,6 +249,7 @@ impl Node {
             cri,
             procs: BTreeMap::new(),
             probe_instances: BTreeMap::new(),
+            http_instances: BTreeMap::new(),
             env: options.env.clone(),
             kubeconfig: options.kubeconfig.is_some() || options.bootstrap_kubeconfig.is_some(),
             bootstrap_kubeconfig: options.bootstrap_kubeconfig.is_some(),
@@ -269,7 +260,7 @@ impl Node {
             service_args: options.service_args.iter().cloned().collect(),
             stopped: false,
             holds_images: false,
-            _runtime_lock: runtime_lock,
+            lease,
         };
         node.hold_images_if_collected(&options.extra_config).await;
         if !options.no_services {
@@ -307,6 +298,11 @@ impl Node {
     /// Waits until the service answers its gRPC health check.
     pub async fn wait_serving(&self, service: Service) {
         wait_serving(&self.socket(service), service.name()).await;
+    }
+
+    /// The container runtime this node owns.
+    pub fn runtime(&self) -> &Runtime {
+        &self.lease.runtime
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -350,6 +346,58 @@ impl Node {
 
     pub fn socket(&self, service: Service) -> Address {
         Address::Unix(self.path(&format!("sockets/{}.sock", service.name())))
+    }
+
+    /// The next relist pleg reports after the one at `after` (unix nanos, as pleg's Health
+    /// gives it): (its time, its duration in ms); 60 s at most.
+    pub async fn next_relist(&self, after: i64) -> (i64, f64) {
+        crate::eventually_every(
+            "pleg's next relist",
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            || async {
+                let mut pleg = nodeagent_proto::api::pleg_client::PlegClient::new(
+                    nodeagent_transport::connect(&self.socket(Service::Pleg)),
+                );
+                let h = pleg
+                    .health(nodeagent_proto::api::PlegHealthRequest {})
+                    .await
+                    .map_err(|e| e.message().to_string())?
+                    .into_inner();
+                (h.last_relist_unix_nanos > after)
+                    .then_some((
+                        h.last_relist_unix_nanos,
+                        h.last_relist_duration_seconds * 1000.0,
+                    ))
+                    .ok_or_else(|| "no new relist yet".to_string())
+            },
+        )
+        .await
+    }
+
+    /// Waits until pleg has finished `count` relists that started after this call (each
+    /// one a complete look at the runtime). A relist's time is when it started: one that
+    /// started before this call may have missed what happened since.
+    pub async fn wait_relists(&self, count: usize) {
+        let mut after = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        for _ in 0..count {
+            after = self.next_relist(after).await.0;
+        }
+    }
+
+    /// Sets the flags `service` gets after the shared ones (for services started after this).
+    pub fn set_service_args(&mut self, service: Service, args: Vec<String>) {
+        self.service_args.insert(service, args);
+    }
+
+    /// Starts every service (a node started with `no_services`).
+    pub fn spawn_all(&mut self) {
+        for s in Service::ALL {
+            self.spawn(s);
+        }
     }
 
     /// Starts (or restarts) one service, appending to its log.
@@ -412,6 +460,45 @@ impl Node {
         if let Some(mut old) = self.probe_instances.insert(id.to_string(), child) {
             let _ = old.kill();
             let _ = old.wait();
+        }
+    }
+
+    /// Starts (or restarts) another http-server instance `id`: the same ports (SO_REUSEPORT)
+    /// and its own gRPC socket (`sockets/http-server-<id>.sock`), logging to
+    /// `logs/http-server-<id>.log`.
+    pub fn spawn_http_server_instance(&mut self, id: &str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("logs/http-server-{id}.log")))
+            .expect("open log");
+        let socket = self.path(&format!("sockets/http-server-{id}.sock"));
+        let child = Command::new(binary(Service::HttpServer))
+            .args(self.args())
+            .arg("--service-endpoint")
+            .arg(format!("http-server=unix://{}", socket.display()))
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn an http-server instance");
+        if let Some(mut old) = self.http_instances.insert(id.to_string(), child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+    }
+
+    /// Where http-server instance `id` serves gRPC health.
+    pub fn http_server_instance_socket(&self, id: &str) -> Address {
+        Address::Unix(self.path(&format!("sockets/http-server-{id}.sock")))
+    }
+
+    /// SIGKILLs http-server instance `id` and waits for it to exit.
+    pub fn kill_http_server_instance(&mut self, id: &str) {
+        if let Some(mut child) = self.http_instances.remove(id) {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 
@@ -492,6 +579,29 @@ impl Node {
                     .is_some_and(|n| n.ends_with(&suffix))
             })
             .collect()
+    }
+
+    /// The CRI container ids (any state, sorted) of pod `namespace/pod_name` in this node's
+    /// runtime, static or not (an API pod's name has no node suffix; the runtime is this
+    /// node's alone while the test holds its lease).
+    pub async fn runtime_container_ids(&self, namespace: &str, pod_name: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .cri
+            .list_containers(None)
+            .await
+            .expect("ListContainers")
+            .into_iter()
+            .filter(|c| {
+                c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(pod_name)
+                    && c.labels
+                        .get("io.kubernetes.pod.namespace")
+                        .map(String::as_str)
+                        == Some(namespace)
+            })
+            .map(|c| c.id)
+            .collect();
+        ids.sort();
+        ids
     }
 
     /// The CRI container ids (any state, sorted) of the pod whose full name is `pod_name`.
@@ -623,6 +733,10 @@ impl Node {
             self.signal_probe_instance(&id, nix::sys::signal::Signal::SIGTERM)
                 .await;
         }
+        let instances: Vec<String> = self.http_instances.keys().cloned().collect();
+        for id in instances {
+            self.kill_http_server_instance(&id);
+        }
         self.force_cleanup().await;
         self.stopped = true;
     }
@@ -689,7 +803,10 @@ impl Drop for Node {
                 }
             }
         }
-        for (_, mut child) in std::mem::take(&mut self.probe_instances) {
+        for (_, mut child) in std::mem::take(&mut self.probe_instances)
+            .into_iter()
+            .chain(std::mem::take(&mut self.http_instances))
+        {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -699,6 +816,7 @@ impl Drop for Node {
         }
         // A failed test: remove its pods on a runtime of our own (the test's is unwinding).
         let name = self.name.clone();
+        let endpoint = self.runtime().endpoint();
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -707,10 +825,7 @@ impl Drop for Node {
                 return;
             };
             rt.block_on(async {
-                let cri = Cri::connect(
-                    &format!("unix://{CONTAINERD_SOCKET}").parse().unwrap(),
-                    Duration::from_secs(30),
-                );
+                let cri = Cri::connect(&endpoint.parse().unwrap(), Duration::from_secs(30));
                 remove_sandboxes_of(&cri, &name).await;
             });
         })

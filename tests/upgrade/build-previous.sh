@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the seven binaries of the previous release (UPGRADE_BASE, default: the last commit
-# before the schema grew for issue 8) into target/previous/, for tests/tests/upgrade.rs.
+# before the schema grew for issue 8) into target/previous/, for tests/tests/suite/upgrade.rs.
 #
 # The old sources are built in the workspace's own target dir: every dependency that did not
 # change is reused, so only our own crates compile again (about 2 minutes on 2 cores instead

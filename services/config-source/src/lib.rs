@@ -44,14 +44,15 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         tasks.spawn(source.run(shutdown.clone(), heartbeat));
     }
     if let Some(url) = config.kubelet.static_pod_url.clone() {
-        tracing::info!(%url, "fetching static pods from URL");
-        let source = http::HttpSource {
+        tracing::info!(url = %http::loggable_url(&url), "fetching static pods from URL");
+        let source = http::HttpSource::new(
             url,
-            headers: config.kubelet.static_pod_url_header.clone(),
-            node_name: config.node_name.clone(),
-            period: config.kubelet.http_check_frequency,
-            store: store.clone(),
-        };
+            config.kubelet.static_pod_url_header.clone(),
+            config.node_name.clone(),
+            config.kubelet.http_check_frequency,
+            store.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
         let heartbeat = loops.register("http source", source.max_silence());
         tasks.spawn(source.run(shutdown.clone(), heartbeat));
     }

@@ -1,7 +1,7 @@
 //! The upstream validation rules that matter on a node, with upstream's error wording
 //! (`field.ErrorList`: "<path>: <type>: <detail>").
 
-use k8s_openapi::api::core::v1::{Container, Pod, Probe, Volume};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe, Volume, VolumeMount};
 use nodeagent_transport::MAX_POD_JSON_BYTES;
 use std::collections::HashSet;
 
@@ -202,6 +202,29 @@ fn validate_volumes(volumes: &[Volume], errs: &mut Vec<String>) -> HashSet<Strin
     names
 }
 
+/// upstream `validateMountPropagation`: one of the three modes, and `Bidirectional` (whose
+/// mounts reach the host) only in a privileged container.
+fn validate_mount_propagation(c: &Container, m: &VolumeMount, path: &str, errs: &mut Vec<String>) {
+    let Some(mode) = m.mount_propagation.as_deref() else {
+        return;
+    };
+    if !matches!(mode, "Bidirectional" | "HostToContainer" | "None") {
+        errs.push(format!(
+            "{path}: Unsupported value: {mode:?}: supported values: \"Bidirectional\", \"HostToContainer\", \"None\""
+        ));
+    }
+    let privileged = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.privileged)
+        .unwrap_or(false);
+    if mode == "Bidirectional" && !privileged {
+        errs.push(format!(
+            "{path}: Forbidden: Bidirectional mount propagation is available only to privileged containers"
+        ));
+    }
+}
+
 /// Every mount names a volume, mount paths are unique and have no ':', subPaths stay in
 /// their volume (upstream `ValidateVolumeMounts`, `ValidateVolumeDevices`).
 fn validate_volume_mounts(
@@ -241,6 +264,7 @@ fn validate_volume_mounts(
             ));
         }
         local_descending_path(expr, &format!("{mp}.subPathExpr"), errs);
+        validate_mount_propagation(c, m, &format!("{mp}.mountPropagation"), errs);
     }
     for (j, d) in c.volume_devices.iter().flatten().enumerate() {
         let dp = format!("{p}.volumeDevices[{j}]");
@@ -312,6 +336,42 @@ mod tests {
         assert_eq!(
             with(r#"{"grpc":{"port":70000}}"#).unwrap_err(),
             "spec.containers[0].livenessProbe.grpc.port: Invalid value: 70000: must be between 1 and 65535, inclusive"
+        );
+    }
+
+    /// upstream: pkg/apis/core/validation/validation_test.go TestValidateMountPropagation,
+    /// every case (a nil container is the API server's defaulting pass, not a pod we get).
+    #[test]
+    fn mount_propagation_is_validated_as_upstream() {
+        let with = |mode: &str, privileged: bool| {
+            validate_pod(&pod(&format!(
+                r#"{{"metadata":{{"name":"a"}},"spec":{{
+                   "volumes":[{{"name":"v","hostPath":{{"path":"/tmp"}}}}],
+                   "containers":[{{"name":"c","image":"i",
+                     "securityContext":{{"privileged":{privileged}}},
+                     "volumeMounts":[{{"name":"v","mountPath":"/v","mountPropagation":"{mode}"}}]}}]}}}}"#
+            )))
+        };
+        let path = "spec.containers[0].volumeMounts[0].mountPropagation";
+        // "default" (None) and HostToContainer, privileged or not: valid.
+        assert_eq!(with("None", false), Ok(()));
+        assert_eq!(with("HostToContainer", false), Ok(()));
+        assert_eq!(with("HostToContainer", true), Ok(()));
+        // "privileged container + Bidirectional": valid.
+        assert_eq!(with("Bidirectional", true), Ok(()));
+        // "non-privileged container + Bidirectional": forbidden.
+        assert_eq!(
+            with("Bidirectional", false),
+            Err(format!(
+                "{path}: Forbidden: Bidirectional mount propagation is available only to privileged containers"
+            ))
+        );
+        // "invalid propagation mode".
+        assert_eq!(
+            with("something", true),
+            Err(format!(
+                "{path}: Unsupported value: \"something\": supported values: \"Bidirectional\", \"HostToContainer\", \"None\""
+            ))
         );
     }
 

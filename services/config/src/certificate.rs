@@ -531,10 +531,24 @@ pub fn kubeconfig_usable(path: &Path) -> bool {
     let Ok(kubeconfig) = kube::config::Kubeconfig::read_from(path) else {
         return false;
     };
-    match crate::kube_client::certificate_files(&kubeconfig).first() {
-        Some(cert) => Pair::read(cert).is_ok_and(|p| p.valid_now()),
-        None => true,
+    let mut files = crate::kube_client::certificate_files(&kubeconfig);
+    if files.is_empty() {
+        return true;
     }
+    // `client-certificate` and `client-key`: one file (kubeadm's
+    // kubelet-client-current.pem) or two (a certificate and its key apart).
+    files.dedup();
+    let mut text = String::new();
+    for f in &files {
+        match std::fs::read_to_string(f) {
+            Ok(t) => {
+                text.push_str(&t);
+                text.push('\n');
+            }
+            Err(_) => return false,
+        }
+    }
+    Pair::parse(&text).is_ok_and(|p| p.valid_now())
 }
 
 /// The client certificate bootstrap (upstream `LoadClientCert`): when `--kubeconfig` is
@@ -715,9 +729,42 @@ mod tests {
         );
         assert_eq!(
             crate::kube_client::certificate_files(&k),
-            vec![cert.clone(), cert]
+            vec![cert.clone(), cert.clone()]
         );
         // No pair yet: not usable.
         assert!(!kubeconfig_usable(&out));
+        // The pair written: usable.
+        std::fs::create_dir_all(cert.parent().unwrap()).unwrap();
+        let pem = self_signed(Duration::from_secs(3600));
+        std::fs::write(&cert, &pem).unwrap();
+        assert!(kubeconfig_usable(&out));
+    }
+
+    /// kubeadm init's kubelet.conf may name the certificate and the key as two files
+    /// (`client-certificate` and `client-key`): usable, so the missing
+    /// bootstrap-kubelet.conf (which kubeadm init never writes) is not needed.
+    #[test]
+    fn a_kubeconfig_with_the_key_apart_is_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = self_signed(Duration::from_secs(3600));
+        let pair = Pair::parse(&pem).unwrap();
+        let (crt, key) = (dir.path().join("node.crt"), dir.path().join("node.key"));
+        std::fs::write(&crt, &pair.cert_pem).unwrap();
+        std::fs::write(&key, &pair.key_pem).unwrap();
+        let kubeconfig = dir.path().join("kubelet.conf");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n\
+                 users:\n- name: n\n  user:\n    client-certificate: {}\n    client-key: {}\n\
+                 contexts:\n- name: k\n  context:\n    cluster: k\n    user: n\ncurrent-context: k\n",
+                crt.display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        assert!(kubeconfig_usable(&kubeconfig));
+        std::fs::remove_file(&key).unwrap();
+        assert!(!kubeconfig_usable(&kubeconfig));
     }
 }

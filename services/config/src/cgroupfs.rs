@@ -12,6 +12,8 @@ pub struct Memory {
     pub usage: u64,
     pub working_set: u64,
     pub rss: Option<u64>,
+    /// Page cache (cAdvisor's `container_memory_cache`: v1's `total_cache`, v2's `file`).
+    pub cache: Option<u64>,
     pub page_faults: Option<u64>,
     pub major_page_faults: Option<u64>,
     /// Processes the OOM killer killed in the cgroup (`oom_kill` of v2's `memory.events`
@@ -54,6 +56,33 @@ fn swap_v1(memsw_usage: Option<u64>, memsw_limit: Option<u64>, memory: &Memory) 
     })
 }
 
+/// CFS bandwidth control of a cgroup with a CPU quota (cpu.stat), as cAdvisor reports it in
+/// `container_cpu_cfs_*` (google/cadvisor metrics/prometheus.go: only when the spec's
+/// `Cpu.Quota != 0`, i.e. v1 `cpu.cfs_quota_us` is not -1, v2 `cpu.max` is not `max`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cfs {
+    /// `nr_periods`: enforcement periods that have elapsed.
+    pub periods: u64,
+    /// `nr_throttled`: periods in which the cgroup was throttled.
+    pub throttled_periods: u64,
+    /// Time throttled, in nanoseconds (v1 `throttled_time`, v2 `throttled_usec` × 1000).
+    pub throttled_ns: u64,
+}
+
+/// [`Cfs`] from a cpu.stat text, with the keys of v1 or v2.
+pub fn cfs_from(stat: &str, v2: bool) -> Option<Cfs> {
+    let throttled_ns = if v2 {
+        stat_value(stat, "throttled_usec")?.saturating_mul(1000)
+    } else {
+        stat_value(stat, "throttled_time")?
+    };
+    Some(Cfs {
+        periods: stat_value(stat, "nr_periods")?,
+        throttled_periods: stat_value(stat, "nr_throttled")?,
+        throttled_ns,
+    })
+}
+
 #[derive(Debug, Clone)]
 pub struct Cgroups {
     root: PathBuf,
@@ -75,12 +104,13 @@ fn stat_value(text: &str, key: &str) -> Option<u64> {
 /// Memory from a cgroup's usage, limit and memory.stat, with the stat keys of v1
 /// (hierarchical `total_*`) or v2.
 pub fn memory_from(usage: u64, limit: Option<u64>, stat: &str, v2: bool) -> Memory {
-    let (inactive, rss, faults, major) = if v2 {
-        ("inactive_file", "anon", "pgfault", "pgmajfault")
+    let (inactive, rss, cache, faults, major) = if v2 {
+        ("inactive_file", "anon", "file", "pgfault", "pgmajfault")
     } else {
         (
             "total_inactive_file",
             "total_rss",
+            "total_cache",
             "total_pgfault",
             "total_pgmajfault",
         )
@@ -90,6 +120,7 @@ pub fn memory_from(usage: u64, limit: Option<u64>, stat: &str, v2: bool) -> Memo
         usage,
         working_set: usage.saturating_sub(inactive),
         rss: stat_value(stat, rss),
+        cache: stat_value(stat, cache),
         page_faults: stat_value(stat, faults),
         major_page_faults: stat_value(stat, major),
         oom_kills: None,
@@ -146,6 +177,26 @@ impl Cgroups {
         } else {
             read_u64(&self.dir("cpuacct", rel).join("cpuacct.usage"))
         }
+    }
+
+    /// CFS throttling of a cgroup that has a CPU quota; None without one (as cAdvisor,
+    /// which leaves the `container_cpu_cfs_*` series out then) or when unreadable.
+    pub fn cpu_cfs(&self, rel: &str) -> Option<Cfs> {
+        let dir = self.dir("cpu", rel);
+        let quota = if self.v2 {
+            let max = std::fs::read_to_string(dir.join("cpu.max")).ok()?;
+            max.split_whitespace().next()? != "max"
+        } else {
+            let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok()?;
+            quota.trim().parse::<i64>().ok()? > 0
+        };
+        if !quota {
+            return None;
+        }
+        cfs_from(
+            &std::fs::read_to_string(dir.join("cpu.stat")).ok()?,
+            self.v2,
+        )
     }
 
     pub fn memory(&self, rel: &str) -> Option<Memory> {
@@ -255,6 +306,7 @@ mod tests {
                 usage: 10_000,
                 working_set: 10_000 - 4096,
                 rss: Some(8192),
+                cache: None,
                 page_faults: Some(7),
                 major_page_faults: Some(1),
                 oom_kills: None,
@@ -275,6 +327,7 @@ mod tests {
         let m = memory_from(1000, Some(4096), v2, true);
         assert_eq!(m.working_set, 400);
         assert_eq!(m.rss, Some(300));
+        assert_eq!(m.cache, Some(700));
         assert_eq!(m.limit, Some(4096));
         // More inactive pages than usage (racy reads) floors at zero.
         assert_eq!(memory_from(10, None, v2, true).working_set, 0);
@@ -395,6 +448,52 @@ mod tests {
         assert_eq!(cg.pids(pod), Some(2));
         assert_eq!(cg.first_pid(pod), Some(4242));
         assert_eq!(cg.pod_cgroup("/", "missing"), None);
+    }
+
+    /// CFS counters only for a cgroup with a quota, on v2 (`cpu.max`, `throttled_usec`) and
+    /// v1 (`cpu.cfs_quota_us`, `throttled_time` in ns).
+    #[test]
+    fn cfs_throttling_only_under_a_quota_on_v2_and_v1() {
+        let (limited, free) = ("kubepods/burstable/poda", "kubepods/besteffort/podb");
+        let v2 = tempfile::tempdir().unwrap();
+        write(v2.path(), "cgroup.controllers", "cpu memory\n");
+        let stat = "usage_usec 9000\nnr_periods 40\nnr_throttled 7\nthrottled_usec 1500000\n";
+        write(v2.path(), &format!("{limited}/cpu.max"), "50000 100000\n");
+        write(v2.path(), &format!("{limited}/cpu.stat"), stat);
+        write(v2.path(), &format!("{free}/cpu.max"), "max 100000\n");
+        write(v2.path(), &format!("{free}/cpu.stat"), stat);
+        let cg = Cgroups::at(v2.path().to_path_buf());
+        assert_eq!(
+            cg.cpu_cfs(limited),
+            Some(Cfs {
+                periods: 40,
+                throttled_periods: 7,
+                throttled_ns: 1_500_000_000
+            })
+        );
+        assert_eq!(cg.cpu_cfs(free), None);
+        assert_eq!(cg.cpu_cfs("nowhere"), None);
+
+        let v1 = tempfile::tempdir().unwrap();
+        let stat = "nr_periods 40\nnr_throttled 7\nthrottled_time 1500000000\n";
+        write(
+            v1.path(),
+            &format!("cpu/{limited}/cpu.cfs_quota_us"),
+            "50000\n",
+        );
+        write(v1.path(), &format!("cpu/{limited}/cpu.stat"), stat);
+        write(v1.path(), &format!("cpu/{free}/cpu.cfs_quota_us"), "-1\n");
+        write(v1.path(), &format!("cpu/{free}/cpu.stat"), stat);
+        let cg = Cgroups::at(v1.path().to_path_buf());
+        assert_eq!(
+            cg.cpu_cfs(limited),
+            Some(Cfs {
+                periods: 40,
+                throttled_periods: 7,
+                throttled_ns: 1_500_000_000
+            })
+        );
+        assert_eq!(cg.cpu_cfs(free), None);
     }
 
     #[test]

@@ -80,8 +80,30 @@ pub struct KubeletConfiguration {
     pub server_tls_bootstrap: bool,
     pub authentication: KubeletAuthentication,
     pub authorization: KubeletAuthorization,
-    /// Serves `/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs` and `/logs/`.
+    /// Serves `/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs`, `/logs/`,
+    /// `/runningpods/` and `/configz` (upstream's `InstallDebuggingHandlers`).
     pub enable_debugging_handlers: bool,
+    /// Serves the node's log files under `/logs/` (upstream: on by default).
+    pub enable_system_log_handler: bool,
+    /// A container (and sandbox) whose pod sets no seccomp profile runs RuntimeDefault
+    /// instead of Unconfined.
+    pub seccomp_default: bool,
+    /// The lowest TLS version port 10250 accepts: `VersionTLS12` or `VersionTLS13` (Go's
+    /// names; empty: TLS 1.2).
+    pub tls_min_version: String,
+    /// The cipher suites port 10250 offers for TLS 1.2 (Go's IANA names; empty: the TLS
+    /// library's defaults). A suite this node cannot offer is refused at start.
+    pub tls_cipher_suites: Vec<String>,
+    /// Refuse to start while swap is on (upstream's default).
+    pub fail_swap_on: bool,
+    /// Register the Node with the API server (upstream's default); false: only update a
+    /// Node someone else created.
+    pub register_node: bool,
+    /// Taints the Node is registered with (`--register-with-taints`).
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// The Node's `spec.providerID` at registration (`--provider-id`).
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
     /// Leave the kernel tunables the agent would set alone and only warn when they differ
     /// (upstream: fail). The one tunable set today is `net.ipv4.tcp_migrate_req`.
     pub protect_kernel_defaults: bool,
@@ -89,6 +111,9 @@ pub struct KubeletConfiguration {
     pub container_log_max_size: String,
     /// How many log files (the live one included) to keep per container.
     pub container_log_max_files: i32,
+    /// How often container logs are checked for rotation.
+    #[serde(with = "serde_go")]
+    pub container_log_monitor_interval: Duration,
     /// An exec, attach or port-forward stream with no bytes either way for this long is
     /// closed (0: never).
     #[serde(with = "serde_go")]
@@ -259,9 +284,18 @@ impl Default for KubeletConfiguration {
             authentication: KubeletAuthentication::default(),
             authorization: KubeletAuthorization::default(),
             enable_debugging_handlers: true,
+            enable_system_log_handler: true,
+            seccomp_default: false,
+            tls_min_version: String::new(),
+            tls_cipher_suites: Vec::new(),
             protect_kernel_defaults: false,
+            fail_swap_on: true,
+            register_node: true,
+            register_with_taints: Vec::new(),
+            provider_id: String::new(),
             container_log_max_size: "10Mi".into(),
             container_log_max_files: 5,
+            container_log_monitor_interval: Duration::from_secs(10),
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
             volume_stats_agg_period: Duration::from_secs(60),
             eviction_hard: None,
@@ -283,15 +317,146 @@ impl Default for KubeletConfiguration {
     }
 }
 
-/// Every top-level field name this struct knows, as written in the file.
-pub(crate) fn known_fields() -> Vec<String> {
+/// The document of a default configuration: every field this struct knows, at every
+/// depth, as written in the file.
+pub(crate) fn default_document() -> serde_json::Map<String, serde_json::Value> {
     match serde_json::to_value(KubeletConfiguration::default()) {
-        Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
-        _ => Vec::new(),
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
     }
 }
 
+/// `staticPodURL` is http:// or https://, and `staticPodURLHeader` names are HTTP tokens
+/// whose values hold no CR, LF or NUL: a header may never add another header or a request
+/// of its own. The URL's query string is never repeated (it may hold a token).
+fn static_pod_url_errors(
+    url: Option<&str>,
+    headers: &BTreeMap<String, Vec<String>>,
+) -> Vec<String> {
+    let mut errs = Vec::new();
+    if let Some(url) = url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        let shown = url.split_once('?').map_or(url, |(base, _)| base);
+        errs.push(format!(
+            "staticPodURL: unsupported value {shown:?}: want an http:// or https:// URL"
+        ));
+    }
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    for (name, values) in headers {
+        if name.is_empty() || !name.chars().all(token) {
+            errs.push(format!(
+                "staticPodURLHeader: invalid header name {name:?}: want an HTTP token"
+            ));
+        }
+        if values.iter().any(|v| v.contains(['\r', '\n', '\0'])) {
+            errs.push(format!(
+                "staticPodURLHeader[{name}]: a value may not contain CR, LF or NUL"
+            ));
+        }
+    }
+    errs
+}
+
 impl KubeletConfiguration {
+    /// Upstream's defaulting of a decoded file (pkg/kubelet/apis/config/v1beta1/defaults.go,
+    /// `SetDefaults_KubeletConfiguration`): a field whose Go type is a plain value (not a
+    /// pointer) and holds its zero value takes the default, so `syncFrequency: 0s`, which
+    /// kubeadm writes for every duration it leaves alone, is one minute, not an error.
+    /// Fields upstream keeps as pointers (healthzPort, readOnlyPort's 0 = off,
+    /// imageMaximumGCAge, shutdownGracePeriod) keep an explicit zero.
+    pub fn apply_upstream_defaults(&mut self) {
+        let d = Self::default();
+        let zero = Duration::ZERO;
+        for (field, default) in [
+            (&mut self.sync_frequency, d.sync_frequency),
+            (&mut self.file_check_frequency, d.file_check_frequency),
+            (&mut self.http_check_frequency, d.http_check_frequency),
+            (&mut self.runtime_request_timeout, d.runtime_request_timeout),
+            (
+                &mut self.node_status_update_frequency,
+                d.node_status_update_frequency,
+            ),
+            (
+                &mut self.node_status_report_frequency,
+                d.node_status_report_frequency,
+            ),
+            (
+                &mut self.streaming_connection_idle_timeout,
+                d.streaming_connection_idle_timeout,
+            ),
+            (&mut self.volume_stats_agg_period, d.volume_stats_agg_period),
+            (
+                &mut self.eviction_pressure_transition_period,
+                d.eviction_pressure_transition_period,
+            ),
+            (&mut self.image_minimum_gc_age, d.image_minimum_gc_age),
+            (
+                &mut self.authentication.webhook.cache_ttl,
+                d.authentication.webhook.cache_ttl,
+            ),
+            (
+                &mut self.authorization.webhook.cache_authorized_ttl,
+                d.authorization.webhook.cache_authorized_ttl,
+            ),
+            (
+                &mut self.authorization.webhook.cache_unauthorized_ttl,
+                d.authorization.webhook.cache_unauthorized_ttl,
+            ),
+        ] {
+            if *field == zero {
+                *field = default;
+            }
+        }
+        for (field, default) in [
+            (&mut self.address, d.address),
+            (&mut self.healthz_bind_address, d.healthz_bind_address),
+            (
+                &mut self.container_runtime_endpoint,
+                d.container_runtime_endpoint,
+            ),
+            (&mut self.cgroup_driver, d.cgroup_driver),
+            (&mut self.container_log_max_size, d.container_log_max_size),
+            (&mut self.authorization.mode, d.authorization.mode),
+        ] {
+            if field.is_empty() {
+                *field = default;
+            }
+        }
+        if self.port == 0 {
+            self.port = d.port;
+        }
+        if self.max_pods == 0 {
+            self.max_pods = d.max_pods;
+        }
+        if self.node_lease_duration_seconds == 0 {
+            self.node_lease_duration_seconds = d.node_lease_duration_seconds;
+        }
+        // Unset: upstream's DefaultEvictionHard (also merged in under
+        // mergeDefaultEvictionSettings); `{}` stays empty, as upstream's non-nil map.
+        if self.eviction_hard.is_none() || self.merge_default_eviction_settings {
+            let hard = self.eviction_hard.get_or_insert_default();
+            for (signal, value) in crate::eviction::DEFAULT_EVICTION_HARD {
+                hard.entry(signal.to_string())
+                    .or_insert_with(|| value.to_string());
+            }
+        }
+    }
+
+    /// The configuration as `/configz` shows it: every defaulted field with its value
+    /// (evictionHard included), and, as upstream's `omitempty`, no field that is unset.
+    pub fn effective_document(&self) -> serde_json::Value {
+        fn drop_nulls(v: &mut serde_json::Value) {
+            if let serde_json::Value::Object(map) = v {
+                map.retain(|_, v| !v.is_null());
+                map.values_mut().for_each(drop_nulls);
+            }
+        }
+        let mut doc = serde_json::to_value(self).unwrap_or_default();
+        drop_nulls(&mut doc);
+        doc
+    }
+
     /// Checks what upstream's validation checks for the fields we honour.
     pub fn validate(&self) -> Result<(), String> {
         let mut errs = Vec::new();
@@ -307,6 +472,10 @@ impl KubeletConfiguration {
                 self.kind
             ));
         }
+        errs.extend(static_pod_url_errors(
+            self.static_pod_url.as_deref(),
+            &self.static_pod_url_header,
+        ));
         for (name, d) in [
             ("syncFrequency", self.sync_frequency),
             ("fileCheckFrequency", self.file_check_frequency),

@@ -13,6 +13,8 @@ mod kubelet_config;
 pub mod machine;
 pub mod quantity;
 pub mod state;
+pub mod status_patch;
+pub mod upstream_flags;
 mod vsock;
 
 pub use address::Address;
@@ -22,6 +24,7 @@ pub use kubelet_config::{
     KubeletConfiguration, KubeletWebhookAuthentication, KubeletWebhookAuthorization,
     KubeletX509Authentication,
 };
+pub use upstream_flags::UpstreamFlags;
 pub use vsock::VsockAuth;
 
 use clap::Args;
@@ -101,9 +104,10 @@ pub struct KubeletFlags {
     #[arg(long = "service-endpoint", value_name = "NAME=ADDRESS")]
     pub service_endpoints: Vec<String>,
     /// Peer CIDs allowed to connect to our vsock endpoints, comma-separated (required with
-    /// any vsock endpoint).
-    #[arg(long, value_delimiter = ',', value_name = "CID,...")]
-    pub vsock_allowed_cids: Vec<u32>,
+    /// any vsock endpoint); `CID=SERVICE+SERVICE` limits a CID to those gRPC services
+    /// (`kubelet.v1.Prober`; health checks always pass).
+    #[arg(long, value_delimiter = ',', value_name = "CID[=SERVICE+...],...")]
+    pub vsock_allowed_cids: Vec<String>,
     /// File holding the shared secret that every call over vsock carries (required with
     /// any vsock endpoint; not readable by others).
     #[arg(long, value_name = "PATH")]
@@ -131,19 +135,27 @@ pub struct KubeletFlags {
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
     /// Allow anonymous requests to port 10250 (overrides authentication.anonymous.enabled).
-    #[arg(long)]
+    /// A boolean as pflag reads it: bare for true, `=false` for false.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub anonymous_auth: Option<bool>,
     /// AlwaysAllow or Webhook (overrides authorization.mode).
     #[arg(long)]
     pub authorization_mode: Option<String>,
+    /// Accept `authorization.mode: AlwaysAllow` together with webhook (bearer token)
+    /// authentication on a node with an API server, which lets any token the API server
+    /// accepts (any pod's service account token) exec into every pod of the node; refused
+    /// without this flag (node-agent specific).
+    #[arg(long)]
+    pub insecure_always_allow_tokens: bool,
     /// Period of pleg's relist (node-agent specific; upstream hard-codes 1s).
     #[arg(long, default_value = "1s", value_parser = duration::parse_go_duration)]
     pub pleg_relist_period: Duration,
     /// Log format: "text" or "json" (upstream --logging-format).
     #[arg(long, default_value = "text")]
     pub logging_format: String,
-    /// Log verbosity, as upstream: 0 info, 4 debug, 6 trace. RUST_LOG overrides.
-    #[arg(long, default_value_t = 0)]
+    /// Log verbosity, as upstream (`-v 2`, `--v=2`): 0 info, 4 debug, 6 trace. RUST_LOG
+    /// overrides.
+    #[arg(short = 'v', long, default_value_t = 0)]
     pub v: u8,
     /// OTLP/gRPC endpoint for traces; unset disables export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -159,6 +171,35 @@ pub struct KubeletFlags {
     /// hard-codes 5m).
     #[arg(long, default_value = "5m", value_parser = duration::parse_go_duration)]
     pub image_gc_period: Duration,
+    /// How often the container GC runs (node-agent specific; upstream hard-codes
+    /// `ContainerGCPeriod`, 1m).
+    #[arg(long, default_value = "1m", value_parser = duration::parse_go_duration)]
+    pub container_gc_period: Duration,
+    /// How often the eviction manager and node-status read the pressure signals
+    /// (node-agent specific; upstream hard-codes `evictionMonitoringPeriod`, 10s).
+    #[arg(long, default_value = "10s", value_parser = duration::parse_go_duration)]
+    pub eviction_monitoring_period: Duration,
+    /// How long a kubelet API connection with no request under way stays open (node-agent
+    /// specific; upstream hard-codes its server's IdleTimeout, 90s; 0: never closed).
+    #[arg(long, default_value = "90s", value_parser = duration::parse_go_duration)]
+    pub http_idle_timeout: Duration,
+    /// The node's IP addresses (upstream --node-ip): one, or an IPv4 and an IPv6 one
+    /// comma-separated, each an address of this host; the first is the node's InternalIP.
+    /// Unset: the address of the default route's interface, as upstream's.
+    #[arg(long, value_name = "IP[,IP]")]
+    pub node_ip: Option<String>,
+    /// Labels the Node is registered with (upstream --node-labels), `key=value,...`.
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE,...")]
+    pub node_labels: Vec<String>,
+    /// `external` (upstream --cloud-provider): the Node is registered with the
+    /// `node.cloudprovider.kubernetes.io/uninitialized` taint, and addresses a cloud
+    /// controller set are left alone.
+    #[arg(long)]
+    pub cloud_provider: Option<String>,
+    /// Upstream kubelet flags found on the command line besides ours (see
+    /// [`upstream_flags::split`]).
+    #[arg(skip)]
+    pub upstream: UpstreamFlags,
 }
 
 /// A configuration that cannot be used; the message says which setting and why.
@@ -201,17 +242,29 @@ pub struct Config {
     pub maximum_dead_containers_per_container: i32,
     pub minimum_container_ttl_duration: Duration,
     pub image_gc_period: Duration,
+    /// See [`KubeletFlags::http_idle_timeout`].
+    pub http_idle_timeout: Duration,
+    /// See [`KubeletFlags::container_gc_period`].
+    pub container_gc_period: Duration,
+    /// See [`KubeletFlags::eviction_monitoring_period`].
+    pub eviction_monitoring_period: Duration,
     /// Config-file fields this node agent accepts but does not act on.
     pub ignored_fields: Vec<String>,
+    /// Upstream kubelet flags this node agent accepts but does not act on.
+    pub ignored_flags: Vec<String>,
+    /// `--node-ip`: the node's addresses, the primary first (empty: detected).
+    pub node_ips: Vec<std::net::IpAddr>,
+    /// `--node-labels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// `--cloud-provider=external`.
+    pub external_cloud_provider: bool,
 }
 
 impl Config {
     /// Reads the config file (if any), applies the flags, and validates the result.
     pub fn load(flags: &KubeletFlags) -> Result<Self, ConfigError> {
-        let (mut kubelet, ignored_fields) = match &flags.config {
-            Some(path) => read_file(path)?,
-            None => (KubeletConfiguration::default(), Vec::new()),
-        };
+        let (mut kubelet, ignored_fields, ignored_flags) =
+            load_document(flags.config.as_deref(), &flags.upstream)?;
         if let Some(p) = &flags.pod_manifest_path {
             kubelet.static_pod_path = Some(p.clone());
         }
@@ -243,6 +296,22 @@ impl Config {
             kubelet.authorization.mode = m.clone();
         }
         kubelet.validate().map_err(ConfigError::Invalid)?;
+        let has_api_server = flags.kubeconfig.is_some() || flags.bootstrap_kubeconfig.is_some();
+        if has_api_server
+            && kubelet.authorization.mode == "AlwaysAllow"
+            && kubelet.authentication.webhook.enabled
+            && !flags.insecure_always_allow_tokens
+        {
+            return Err(ConfigError::Invalid(
+                "authorization.mode AlwaysAllow with authentication.webhook.enabled on a node \
+                 with an API server lets any bearer token the API server accepts (any pod's \
+                 service account token) exec into every pod of this node: use \
+                 authorization.mode: Webhook (upstream's default), or set \
+                 authentication.webhook.enabled: false, or pass \
+                 --insecure-always-allow-tokens to accept it"
+                    .into(),
+            ));
+        }
 
         let runtime_endpoint = kubelet
             .container_runtime_endpoint
@@ -265,10 +334,19 @@ impl Config {
                 "--pleg-relist-period must be greater than zero".into(),
             ));
         }
-        if flags.image_gc_period.is_zero() {
-            return Err(ConfigError::Invalid(
-                "--image-gc-period must be greater than zero".into(),
-            ));
+        for (flag, period) in [
+            ("--image-gc-period", flags.image_gc_period),
+            ("--container-gc-period", flags.container_gc_period),
+            (
+                "--eviction-monitoring-period",
+                flags.eviction_monitoring_period,
+            ),
+        ] {
+            if period.is_zero() {
+                return Err(ConfigError::Invalid(format!(
+                    "{flag} must be greater than zero"
+                )));
+            }
         }
         let node_name = match &flags.hostname_override {
             Some(name) => name.trim().to_lowercase(),
@@ -300,7 +378,22 @@ impl Config {
             maximum_dead_containers_per_container: flags.maximum_dead_containers_per_container,
             minimum_container_ttl_duration: flags.minimum_container_ttl_duration,
             image_gc_period: flags.image_gc_period,
+            http_idle_timeout: flags.http_idle_timeout,
+            container_gc_period: flags.container_gc_period,
+            eviction_monitoring_period: flags.eviction_monitoring_period,
             ignored_fields,
+            ignored_flags,
+            node_ips: node_ips(flags.node_ip.as_deref())?,
+            node_labels: node_labels(&flags.node_labels)?,
+            external_cloud_provider: match flags.cloud_provider.as_deref() {
+                None | Some("") => false,
+                Some("external") => true,
+                Some(other) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "--cloud-provider {other:?}: only \"external\" (or none) is supported, as upstream since in-tree cloud providers were removed"
+                    )));
+                }
+            },
         })
     }
 
@@ -311,20 +404,45 @@ impl Config {
     }
 }
 
-fn read_file(path: &Path) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    parse(&text).map_err(|reason| ConfigError::Parse {
-        path: path.to_owned(),
-        reason,
-    })
+/// The config file (if any) with the upstream flags' values over it: the configuration,
+/// the file's fields accepted but not acted on, and the flags likewise.
+fn load_document(
+    path: Option<&Path>,
+    upstream: &UpstreamFlags,
+) -> Result<(KubeletConfiguration, Vec<String>, Vec<String>), ConfigError> {
+    let doc = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            document(&text).map_err(|reason| ConfigError::Parse {
+                path: path.to_owned(),
+                reason,
+            })?
+        }
+        None => serde_json::Map::new(),
+    };
+    let parse_error = |reason| match path {
+        Some(path) => ConfigError::Parse {
+            path: path.to_owned(),
+            reason,
+        },
+        None => ConfigError::Invalid(reason),
+    };
+    let (config, ignored_fields, mut ignored_flags) = from_document(doc, &upstream.fields)
+        .map_err(|e| match e {
+            DocumentError::Flag(why) => ConfigError::Invalid(why),
+            DocumentError::Field(why) => parse_error(why),
+        })?;
+    ignored_flags.extend(upstream.ignored.iter().cloned());
+    ignored_flags.sort();
+    ignored_flags.dedup();
+    Ok((config, ignored_fields, ignored_flags))
 }
 
-/// Parses a KubeletConfiguration document (YAML or JSON). Returns it with the names of
-/// top-level fields that are accepted but not acted on.
-pub fn parse(text: &str) -> Result<(KubeletConfiguration, Vec<String>), String> {
+/// A KubeletConfiguration document (YAML or JSON) as a JSON object.
+fn document(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
     let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
         // The first line names the place; the rest is a source snippet.
         let text = e.to_string();
@@ -334,14 +452,138 @@ pub fn parse(text: &str) -> Result<(KubeletConfiguration, Vec<String>), String> 
             .trim_start_matches("error: ")
             .to_string()
     })?;
-    let serde_json::Value::Object(map) = &value else {
-        return Err("the document is not a mapping".into());
-    };
-    let known = kubelet_config::known_fields();
-    let ignored = map.keys().filter(|k| !known.contains(k)).cloned().collect();
-    let config = serde_path_to_error::deserialize(value)
-        .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
+    match value {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err("the document is not a mapping".into()),
+    }
+}
+
+enum DocumentError {
+    /// A flag's value does not fit its field.
+    Flag(String),
+    /// The document (with the flags' values) is not a KubeletConfiguration.
+    Field(String),
+}
+
+fn from_document(
+    mut doc: serde_json::Map<String, serde_json::Value>,
+    flag_fields: &[(String, String, String)],
+) -> Result<(KubeletConfiguration, Vec<String>, Vec<String>), DocumentError> {
+    let defaults = kubelet_config::default_document();
+    let ignored_fields = upstream_flags::unknown_fields(&doc, &defaults);
+    let ignored_flags =
+        upstream_flags::apply(&mut doc, &defaults, flag_fields).map_err(DocumentError::Flag)?;
+    let mut config: KubeletConfiguration =
+        serde_path_to_error::deserialize(serde_json::Value::Object(doc))
+            .map_err(|e| DocumentError::Field(format!("{}: {}", e.path(), e.inner())))?;
+    config.apply_upstream_defaults();
+    Ok((config, ignored_fields, ignored_flags))
+}
+
+/// Parses a KubeletConfiguration document (YAML or JSON). Returns it with the names of the
+/// fields, at any depth, that are accepted but not acted on.
+pub fn parse(text: &str) -> Result<(KubeletConfiguration, Vec<String>), String> {
+    let (config, ignored, _) = from_document(document(text)?, &[]).map_err(|e| match e {
+        DocumentError::Flag(why) | DocumentError::Field(why) => why,
+    })?;
     Ok((config, ignored))
+}
+
+/// `--node-ip`: one address, or one of each family, as upstream's `ParseNodeIPArgument`;
+/// `0.0.0.0` or `::` alone means "detect" (only the family is kept upstream; we detect).
+fn node_ips(flag: Option<&str>) -> Result<Vec<std::net::IpAddr>, ConfigError> {
+    let Some(flag) = flag.filter(|f| !f.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let bad = |why: &str| ConfigError::Invalid(format!("--node-ip {flag:?}: {why}"));
+    let ips = flag
+        .split(',')
+        .map(|s| s.trim().parse::<std::net::IpAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| bad("could not parse as an IP address"))?;
+    match ips.as_slice() {
+        [ip] if ip.is_unspecified() => Ok(Vec::new()),
+        [_] => Ok(ips),
+        [a, b] if a.is_ipv4() != b.is_ipv4() && !a.is_unspecified() && !b.is_unspecified() => {
+            Ok(ips)
+        }
+        [_, _] => Err(bad(
+            "dual-stack --node-ip must be one IPv4 and one IPv6 address",
+        )),
+        _ => Err(bad(
+            "must contain either a single IP or a dual-stack pair of IPs",
+        )),
+    }
+}
+
+/// `--node-labels key=value,...` (a key may carry a prefix: `node-role.kubernetes.io/x=`).
+fn node_labels(flag: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
+    flag.iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.split_once('=').ok_or_else(|| {
+                ConfigError::Invalid(format!("--node-labels {l:?}: want key=value"))
+            })?;
+            if k.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "--node-labels {l:?}: the key is empty"
+                )));
+            }
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect::<Result<BTreeMap<_, _>, _>>()
+        .and_then(|labels| {
+            let unknown = upstream_forbidden_labels(&labels);
+            if unknown.is_empty() {
+                Ok(labels)
+            } else {
+                Err(ConfigError::Invalid(format!(
+                    "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {unknown:?}\n\
+                     --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix ({}) or be in the specifically allowed set ({})",
+                    KUBELET_LABEL_NAMESPACES.join(", "),
+                    KUBELET_LABELS.join(", ")
+                )))
+            }
+        })
+}
+
+/// The label namespaces and labels a kubelet may set on its own Node (upstream's
+/// `kubeletapis.KubeletLabelNamespaces` and `KubeletLabels`, which the NodeRestriction
+/// admission plugin also enforces).
+const KUBELET_LABEL_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
+const KUBELET_LABELS: [&str; 11] = [
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+];
+
+/// Labels in the `kubernetes.io` or `k8s.io` namespaces a kubelet may not set (upstream's
+/// `ValidateKubeletFlags`): `node-role.kubernetes.io/control-plane` is one (kubeadm sets
+/// it through the API).
+fn upstream_forbidden_labels(labels: &BTreeMap<String, String>) -> Vec<String> {
+    labels
+        .keys()
+        .filter(|k| {
+            let namespace = k.split_once('/').map_or("", |(ns, _)| ns);
+            let reserved = ["kubernetes.io", "k8s.io"]
+                .iter()
+                .any(|r| namespace == *r || namespace.ends_with(&format!(".{r}")));
+            let allowed = KUBELET_LABEL_NAMESPACES
+                .iter()
+                .any(|a| namespace == *a || namespace.ends_with(&format!(".{a}")))
+                || KUBELET_LABELS.contains(&k.as_str());
+            reserved && !allowed
+        })
+        .cloned()
+        .collect()
 }
 
 fn endpoints(

@@ -99,28 +99,118 @@ pub fn rlimit() -> (Option<i64>, Option<i64>) {
     (max, cur)
 }
 
-/// The node's primary address: the first global IPv4 address on an interface that is not
-/// loopback or a container bridge.
+/// The node's primary address as upstream's `ChooseHostInterface` picks it: a global
+/// address of the interface that holds the default route (IPv4's, else IPv6's), so never
+/// a container bridge or an overlay's; without a default route, the first global IPv4
+/// address on an interface that is neither loopback nor a bridge or overlay.
 pub fn host_ip() -> String {
     let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
         return String::new();
     };
-    for a in addrs {
-        let name = a.interface_name.as_str();
-        if name == "lo"
-            || name.starts_with("docker")
-            || name.starts_with("veth")
-            || name.starts_with("nodeagent")
-            || name.starts_with("cni")
-            || name.starts_with("br-")
-        {
-            continue;
+    let addrs: Vec<(String, std::net::IpAddr)> = addrs
+        .filter_map(|a| {
+            let sa = a.address?;
+            let ip = match (sa.as_sockaddr_in(), sa.as_sockaddr_in6()) {
+                (Some(v4), _) => std::net::IpAddr::V4(v4.ip()),
+                (_, Some(v6)) => std::net::IpAddr::V6(v6.ip()),
+                _ => return None,
+            };
+            Some((a.interface_name, ip))
+        })
+        .collect();
+    let route4 = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let route6 = std::fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default();
+    choose_host_ip(&addrs, &route4, &route6)
+        .map(|ip| ip.to_string())
+        .unwrap_or_default()
+}
+
+/// The node's addresses: the configured ones (`--node-ip`), else the detected one
+/// ([`host_ip`]); empty when there is none. The first is the node's primary address
+/// (its InternalIP, the pods' hostIP).
+pub fn node_ips(configured: &[std::net::IpAddr]) -> Vec<String> {
+    if configured.is_empty() {
+        let ip = host_ip();
+        if ip.is_empty() { Vec::new() } else { vec![ip] }
+    } else {
+        configured.iter().map(|ip| ip.to_string()).collect()
+    }
+}
+
+/// Interfaces that are never the node's: loopback, container bridges and veths, overlays.
+fn virtual_interface(name: &str) -> bool {
+    name == "lo"
+        || [
+            "docker",
+            "veth",
+            "nodeagent",
+            "cni",
+            "br-",
+            "flannel",
+            "cilium",
+            "vxlan",
+            "tunl",
+            "kube-ipvs",
+            "weave",
+            "cali",
+            "genev",
+            "kube-bridge",
+            "lxc",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+fn global(ip: &std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified()
         }
-        if let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return ip.ip().to_string();
+        std::net::IpAddr::V6(v6) => {
+            !v6.is_loopback() && !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80
         }
     }
-    String::new()
+}
+
+/// The choice [`host_ip`] makes from the host's addresses and its routing tables
+/// (`/proc/net/route` and `/proc/net/ipv6_route` texts).
+pub fn choose_host_ip(
+    addrs: &[(String, std::net::IpAddr)],
+    route4: &str,
+    route6: &str,
+) -> Option<std::net::IpAddr> {
+    // /proc/net/route: "Iface Destination Gateway Flags ..." with the default route's
+    // destination 00000000 and mask 00000000; /proc/net/ipv6_route: the destination and
+    // its prefix length (0) first, the interface last.
+    let default4 = route4.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 7 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_string())
+    });
+    let default6 = route6.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 10 && f[0].bytes().all(|b| b == b'0') && f[1] == "00" && f[9] != "lo")
+            .then(|| f[9].to_string())
+    });
+    let on = |iface: &str, v4: bool| {
+        addrs
+            .iter()
+            .find(|(name, ip)| name == iface && ip.is_ipv4() == v4 && global(ip))
+            .map(|(_, ip)| *ip)
+    };
+    default4
+        .and_then(|i| on(&i, true))
+        .or_else(|| default6.and_then(|i| on(&i, false)))
+        .or_else(|| {
+            addrs
+                .iter()
+                .find(|(name, ip)| ip.is_ipv4() && global(ip) && !virtual_interface(name))
+                .map(|(_, ip)| *ip)
+        })
+}
+
+/// Whether swap is on: `/proc/swaps` lists a device or file below its header.
+pub fn swap_on(swaps: &str) -> bool {
+    swaps.lines().skip(1).any(|l| !l.trim().is_empty())
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`), "" if it cannot be read.
@@ -187,6 +277,45 @@ mod tests {
         assert_eq!(meminfo("MemFree: 1 kB\n", "MemTotal"), None);
         assert!(super::memory_bytes() > 0);
         assert!(super::cpus() >= 1);
+    }
+
+    /// The node address upstream's `ChooseHostInterface` gives (k8s.io/apimachinery
+    /// `util/net/interface_test.go`'s idea: the default route's interface): an overlay or
+    /// a bridge that comes first in the interface list is passed over.
+    #[test]
+    fn the_host_ip_is_the_default_routes_interfaces() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let addrs = vec![
+            ("lo".to_string(), ip("127.0.0.1")),
+            ("flannel.1".to_string(), ip("10.244.0.0")),
+            ("cni0".to_string(), ip("10.244.0.1")),
+            ("eth0".to_string(), ip("fe80::1")),
+            ("eth0".to_string(), ip("192.168.1.20")),
+            ("eth0".to_string(), ip("2001:db8::20")),
+            ("eth1".to_string(), ip("172.16.0.5")),
+        ];
+        let route4 = "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n\
+                      eth1\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\n\
+                      eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\n";
+        assert_eq!(choose_host_ip(&addrs, route4, ""), Some(ip("192.168.1.20")));
+        // No IPv4 default route: IPv6's.
+        let route6 = "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003 eth0\n";
+        assert_eq!(
+            choose_host_ip(&addrs, "Iface\tDestination\n", route6),
+            Some(ip("2001:db8::20"))
+        );
+        // Neither: the first global IPv4 address that is not a bridge's or an overlay's.
+        assert_eq!(choose_host_ip(&addrs, "", ""), Some(ip("192.168.1.20")));
+        assert_eq!(choose_host_ip(&addrs[..3], "", ""), None);
+    }
+
+    #[test]
+    fn swap_is_on_when_proc_swaps_lists_one() {
+        let header = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
+        assert!(!swap_on(header));
+        assert!(swap_on(&format!(
+            "{header}/swapfile  file  1048572  0  -2\n"
+        )));
     }
 
     #[test]

@@ -3,17 +3,60 @@
 //! crash, finds the old file or the new one, never a part of either.
 
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+/// The mode of the root directory, `pods/` and each pod's directory (upstream's
+/// `setupDataDirs` and `makePodDataDirs`: 0750). What lies below (emptyDirs a container of
+/// any uid writes, secret and token volumes a container of any uid reads) is kept from the
+/// node's other users by these directories alone.
+pub const PRIVATE_DIR_MODE: u32 = 0o750;
+
+/// Makes `dir` (and any missing parent) with [`PRIVATE_DIR_MODE`], and sets that mode on
+/// `dir` if it existed with another (an older agent made it 0755).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    if meta.permissions().mode() & 0o7777 != PRIVATE_DIR_MODE {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))?;
+    }
+    Ok(())
+}
+
+/// The node's root directory and its `pods/`, private to root (see [`PRIVATE_DIR_MODE`]).
+pub fn prepare_root_dir(root: &Path) -> std::io::Result<()> {
+    private_dir(root)?;
+    private_dir(&root.join("pods"))
+}
+
 /// Writes `bytes` to `path` through `<path>.tmp` (synced), renamed over it; makes the
-/// directory first.
+/// directory first (0700). The file is 0600 whatever the umask: state files hold pod
+/// specs and node details that only the agent reads.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp_name);
-    let mut file = std::fs::File::create(&tmp)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
@@ -40,5 +83,26 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn private_dirs_are_made_and_mended_to_0750() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_root_dir(&root).unwrap();
+        private_dir(&root.join("pods/u1")).unwrap();
+        for d in ["root", "root/pods", "root/pods/u1"] {
+            let mode = std::fs::metadata(dir.path().join(d))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o7777, 0o750, "{d}");
+        }
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        assert!(private_dir(&dir.path().join("file")).is_err());
     }
 }

@@ -15,7 +15,10 @@ const MAX_SECRET_BYTES: u64 = 4096;
 pub struct VsockAuth {
     /// Peer CIDs whose connections are accepted; others are closed on accept.
     pub allowed_cids: Vec<u32>,
-    /// The shared secret sent in every call's metadata.
+    /// CID -> the gRPC services (`kubelet.v1.Prober`) it may call; a CID not here may call
+    /// every service (`--vsock-allowed-cids 3=kubelet.v1.Prober+kubelet.v1.PodSync,4`).
+    pub scopes: std::collections::BTreeMap<u32, Vec<String>>,
+    /// The shared secret both ends prove they hold (a challenge-response; never sent).
     pub secret: Arc<[u8]>,
 }
 
@@ -24,15 +27,29 @@ impl std::fmt::Debug for VsockAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VsockAuth")
             .field("allowed_cids", &self.allowed_cids)
+            .field("scopes", &self.scopes)
             .field("secret", &"<redacted>")
             .finish()
     }
 }
 
 impl VsockAuth {
+    /// Whether peer `cid` may call gRPC service `service` (health checks always).
+    pub fn allows(&self, cid: u32, service: &str) -> bool {
+        service == "grpc.health.v1.Health"
+            || self
+                .scopes
+                .get(&cid)
+                .is_none_or(|allowed| allowed.iter().any(|s| s == service))
+    }
+
     /// Reads the secret file: its first line, which must not be empty, and a file that
     /// only its owner (and group) may read.
-    pub fn load(allowed_cids: Vec<u32>, secret_file: &Path) -> Result<Self, ConfigError> {
+    pub fn load(
+        allowed_cids: Vec<u32>,
+        scopes: std::collections::BTreeMap<u32, Vec<String>>,
+        secret_file: &Path,
+    ) -> Result<Self, ConfigError> {
         let invalid = |why: String| {
             ConfigError::Invalid(format!(
                 "--vsock-secret-file {}: {why}",
@@ -56,7 +73,7 @@ impl VsockAuth {
         if secret.is_empty() {
             return Err(invalid("the secret is empty".into()));
         }
-        // It travels as gRPC metadata, which takes visible ASCII only.
+        // One line of visible ASCII, as it is written and copied between hosts.
         if !secret.iter().all(|b| b.is_ascii_graphic()) {
             return Err(invalid(
                 "the secret must be visible ASCII (no spaces or control characters)".into(),
@@ -64,6 +81,7 @@ impl VsockAuth {
         }
         Ok(Self {
             allowed_cids,
+            scopes,
             secret: secret.into(),
         })
     }
@@ -72,7 +90,7 @@ impl VsockAuth {
 /// vsock settings for a set of endpoints: required as soon as any endpoint is vsock.
 pub(crate) fn resolve<'a>(
     endpoints: impl IntoIterator<Item = &'a Address>,
-    allowed_cids: &[u32],
+    allowed_cids: &[String],
     secret_file: Option<&Path>,
 ) -> Result<Option<VsockAuth>, ConfigError> {
     let Some(vsock) = endpoints
@@ -91,7 +109,44 @@ pub(crate) fn resolve<'a>(
             "{vsock} is a vsock endpoint: give --vsock-allowed-cids, the peer CIDs that may connect"
         )));
     }
-    VsockAuth::load(allowed_cids.to_vec(), file).map(Some)
+    let (cids, scopes) = parse_allowed(allowed_cids)?;
+    VsockAuth::load(cids, scopes, file).map(Some)
+}
+
+/// `--vsock-allowed-cids` entries: `CID` (every service) or `CID=SERVICE+SERVICE...`.
+#[allow(clippy::type_complexity)]
+fn parse_allowed(
+    entries: &[String],
+) -> Result<(Vec<u32>, std::collections::BTreeMap<u32, Vec<String>>), ConfigError> {
+    let mut cids = Vec::new();
+    let mut scopes = std::collections::BTreeMap::new();
+    for entry in entries {
+        let (cid, services) = match entry.split_once('=') {
+            Some((cid, services)) => (cid, Some(services)),
+            None => (entry.as_str(), None),
+        };
+        let cid: u32 = cid.trim().parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "--vsock-allowed-cids {entry:?}: want CID or CID=SERVICE+SERVICE"
+            ))
+        })?;
+        cids.push(cid);
+        if let Some(services) = services {
+            let list: Vec<String> = services
+                .split('+')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect();
+            if list.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "--vsock-allowed-cids {entry:?}: name at least one gRPC service"
+                )));
+            }
+            scopes.insert(cid, list);
+        }
+    }
+    Ok((cids, scopes))
 }
 
 #[cfg(test)]
@@ -141,6 +196,7 @@ mod tests {
         let c = Config::load(&args(path)).unwrap();
         let auth = c.vsock_auth.expect("vsock auth");
         assert_eq!(auth.allowed_cids, vec![3, 7]);
+        assert!(auth.scopes.is_empty());
         assert_eq!(&auth.secret[..], b"s3cret");
         assert!(
             !format!("{auth:?}").contains("s3cret"),
@@ -155,6 +211,33 @@ mod tests {
             let f = secret_file(text, mode);
             let err = Config::load(&args(f.path().to_str().unwrap())).unwrap_err();
             assert!(err.to_string().contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_cid_may_be_scoped_to_some_services() {
+        let good = secret_file("s3cret\n", 0o600);
+        let load = |allowed: &str| {
+            Config::load(&flags(&[
+                "--service-endpoint",
+                "probe=vsock://3:1024",
+                "--vsock-secret-file",
+                good.path().to_str().unwrap(),
+                "--vsock-allowed-cids",
+                allowed,
+            ]))
+        };
+        let auth = load("3=kubelet.v1.Prober+kubelet.v1.PodSync,4")
+            .unwrap()
+            .vsock_auth
+            .unwrap();
+        assert_eq!(auth.allowed_cids, vec![3, 4]);
+        assert!(auth.allows(3, "kubelet.v1.PodSync"));
+        assert!(!auth.allows(3, "kubelet.v1.Pleg"));
+        assert!(auth.allows(3, "grpc.health.v1.Health"));
+        assert!(auth.allows(4, "kubelet.v1.Pleg"));
+        for bad in ["x", "3=", "3=+"] {
+            assert!(load(bad).is_err(), "{bad}");
         }
     }
 

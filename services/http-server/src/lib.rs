@@ -19,7 +19,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use nodeagent_config::{Config, Service, certificate};
 use nodeagent_proto::api::WatchPodStatusRequest;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
@@ -43,6 +43,35 @@ pub struct AppState {
     pub health: health::HealthChecks,
     /// Exec, attach, port-forward and log-follow streams open at once.
     pub streams: streaming::StreamLimit,
+    /// The last complete pod list pod-sync gave, served (marked) while pod-sync restarts.
+    pub last_pods: LastPods,
+}
+
+/// How long after pod-sync last answered `/pods` still serves its last complete list.
+/// A restarted pod-sync serves again within its status gate (45 s at most); past this the
+/// list is too old to stand for the node, and `/pods` answers 503.
+pub const LAST_PODS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// pod-sync's last complete pod list and when it was had: kept current by
+/// [`follow_pod_statuses`], which holds pod-sync's status stream open, so the list is as
+/// new as pod-sync's last word before it went away (not as old as the last `/pods` request
+/// this instance happened to serve, which with several instances sharing the port may be
+/// minutes old and lack pods that run).
+#[derive(Default)]
+pub struct LastPods(std::sync::Mutex<Option<(Vec<Vec<u8>>, std::time::Instant)>>);
+
+impl LastPods {
+    fn keep(&self, pods: Vec<Vec<u8>>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((pods, std::time::Instant::now()));
+    }
+
+    /// The last list and its age, if it is younger than [`LAST_PODS_MAX_AGE`].
+    fn recent(&self) -> Option<(Vec<Vec<u8>>, std::time::Duration)> {
+        let last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (pods, at) = last.as_ref()?;
+        let age = at.elapsed();
+        (age < LAST_PODS_MAX_AGE).then(|| (pods.clone(), age))
+    }
 }
 
 /// The handlers the read-only port serves (upstream's default handlers, no debugging
@@ -56,20 +85,63 @@ fn read_only_routes() -> Router<Arc<AppState>> {
         .merge(stats::routes())
 }
 
-/// Everything port 10250 serves, before authentication.
+/// Everything port 10250 serves, before authentication. As upstream's `NewServer`:
+/// `enableDebuggingHandlers` installs the handlers that run commands, stream logs and show
+/// the configuration (`/configz` included), and `/logs/` only with
+/// `enableSystemLogHandler` too; a disabled endpoint answers 405 with upstream's words.
 fn secure_routes(config: &Config) -> Router<Arc<AppState>> {
-    let mut router = read_only_routes().route("/configz", get(configz));
-    if config.kubelet.enable_debugging_handlers {
+    let router = read_only_routes();
+    if !config.kubelet.enable_debugging_handlers {
+        // upstream `InstallDebuggingDisabledHandlers`.
+        return disabled(
+            router,
+            &[
+                "/run",
+                "/exec",
+                "/attach",
+                "/portForward",
+                "/containerLogs",
+                "/runningpods",
+                "/debug/pprof",
+                "/logs",
+            ],
+            "Debug endpoints are disabled.",
+        );
+    }
+    let router = router
+        .route("/configz", get(configz))
+        .merge(logs::routes())
+        .merge(streaming::routes())
+        .merge(stats::running_pods_routes());
+    if config.kubelet.enable_system_log_handler {
+        router.merge(logs::system_log_routes())
+    } else {
+        disabled(router, &["/logs"], "logs endpoint is disabled.")
+    }
+}
+
+/// Every path under each prefix answers 405 with `message` (upstream's
+/// `getHandlerForDisabledEndpoint`).
+fn disabled(
+    mut router: Router<Arc<AppState>>,
+    prefixes: &[&str],
+    message: &'static str,
+) -> Router<Arc<AppState>> {
+    for prefix in prefixes {
+        let answer =
+            move || async move { (StatusCode::METHOD_NOT_ALLOWED, format!("{message}\n")) };
         router = router
-            .merge(logs::routes())
-            .merge(streaming::routes())
-            .merge(stats::running_pods_routes());
+            .route(&format!("{prefix}/"), any(answer))
+            .route(&format!("{prefix}/{{*rest}}"), any(answer));
     }
     router
 }
 
 /// Runs the http-server until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    // Upstream's kubelet registers these at start: `/metrics` serves them from here.
+    nodeagent_telemetry::metrics::kubelet::set_node_name(&config.node_name);
+    nodeagent_telemetry::metrics::kubelet::set_build_info();
     let peers: BTreeMap<Service, Channel> = Service::ALL
         .into_iter()
         .filter(|s| *s != Service::HttpServer)
@@ -90,6 +162,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = Arc::new(AppState {
         client_ca: tls.as_ref().and_then(|t| t.client_ca.clone()),
         streams: streaming::StreamLimit::default(),
+        last_pods: LastPods::default(),
         pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()).with_limits(),
         peers,
         cri,
@@ -104,6 +177,16 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         )?,
     });
     let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (client, state, stop) = (state.pod_sync.clone(), state.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = follow_pod_statuses(client, state) => {}
+                _ = stop.wait() => {}
+            }
+            Ok(())
+        });
+    }
     if config.kubelet.healthz_port > 0 {
         let addr = format!(
             "{}:{}",
@@ -112,7 +195,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         let app = Router::new()
             .route("/healthz", get(healthz))
             .with_state(state.clone());
-        tasks.spawn(serve_http(addr, app, shutdown.clone()));
+        tasks.spawn(serve_http(
+            addr,
+            app,
+            shutdown.clone(),
+            config.http_idle_timeout,
+        ));
     }
     if config.kubelet.read_only_port > 0 {
         let addr = format!(
@@ -120,7 +208,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             config.kubelet.address, config.kubelet.read_only_port
         );
         let app = read_only_routes().with_state(state.clone());
-        tasks.spawn(serve_http(addr, app, shutdown.clone()));
+        tasks.spawn(serve_http(
+            addr,
+            app,
+            shutdown.clone(),
+            config.http_idle_timeout,
+        ));
     }
     if let (Some(tls), Some(client)) = (&tls, &state.api)
         && tls::bootstraps_serving(&config)
@@ -156,13 +249,20 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         let addr = format!("{}:{}", config.kubelet.address, config.kubelet.port);
         let kubelet_auth =
             auth::KubeletAuth::new(&config, state.client_ca.clone(), state.api.clone());
-        let app = secure_routes(&config)
+        // Authorization first, then the in-flight cap: only authorized requests take a slot.
+        let app = listener::with_inflight_cap(secure_routes(&config))
             .layer(axum::middleware::from_fn_with_state(
                 Arc::new(kubelet_auth),
                 auth::filter,
             ))
             .with_state(state.clone());
-        tasks.spawn(listener::serve_tls(addr, tls.server, app, shutdown.clone()));
+        tasks.spawn(listener::serve_tls(
+            addr,
+            tls.server,
+            app,
+            shutdown.clone(),
+            config.http_idle_timeout,
+        ));
     }
     // Bind failures surface here before we report ready.
     tokio::task::yield_now().await;
@@ -182,8 +282,13 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_http(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
-    listener::serve_plain(addr, app, shutdown).await
+async fn serve_http(
+    addr: String,
+    app: Router,
+    shutdown: Shutdown,
+    idle_timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    listener::serve_plain(addr, app, shutdown, idle_timeout).await
 }
 
 #[derive(serde::Deserialize)]
@@ -226,8 +331,97 @@ pub async fn pod_statuses(
     ))
 }
 
+/// The pod list pod-sync's status stream gives, as (uid, pod JSON) in pod-sync's order:
+/// a snapshot replaces it, a delta replaces or appends the pods it carries and drops the
+/// removed uids.
+#[derive(Default)]
+struct FollowedPods(Vec<(String, Vec<u8>)>);
+
+impl FollowedPods {
+    fn apply(&mut self, update: &nodeagent_proto::api::PodStatusUpdate) {
+        let uid_of = |json: &[u8]| {
+            serde_json::from_slice::<serde_json::Value>(json)
+                .ok()
+                .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+                .unwrap_or_default()
+        };
+        if update.snapshot {
+            self.0 = update
+                .pods_json
+                .iter()
+                .map(|j| (uid_of(j), j.clone()))
+                .collect();
+            return;
+        }
+        for json in &update.pods_json {
+            let uid = uid_of(json);
+            match self.0.iter_mut().find(|(u, _)| *u == uid) {
+                Some(entry) => entry.1 = json.clone(),
+                None => self.0.push((uid, json.clone())),
+            }
+        }
+        self.0.retain(|(u, _)| !update.removed_uids.contains(u));
+    }
+
+    fn list(&self) -> Vec<Vec<u8>> {
+        self.0.iter().map(|(_, j)| j.clone()).collect()
+    }
+}
+
+/// Follows pod-sync's status stream for as long as this server runs, keeping
+/// `last_pods` current after every snapshot and delta; reconnects (every 200 ms) while
+/// pod-sync is away, keeping the last list.
+async fn follow_pod_statuses(client: PodSyncClient<Channel>, state: Arc<AppState>) {
+    loop {
+        let mut client = client.clone();
+        let request = WatchPodStatusRequest {
+            accept_chunked_snapshot: true,
+        };
+        if let Ok(stream) = client.watch_pod_status(request).await {
+            let mut stream = stream.into_inner();
+            let mut assembler = Assembler::default();
+            let mut pods = FollowedPods::default();
+            let mut have_snapshot = false;
+            while let Ok(Some(message)) = stream.message().await {
+                match assembler.push(message) {
+                    Ok(Some(update)) => {
+                        have_snapshot |= update.snapshot;
+                        if have_snapshot {
+                            pods.apply(&update);
+                            state.last_pods.keep(pods.list());
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// `/pods`: pod-sync's complete list. While pod-sync restarts (its status stream refused
+/// or its gate shut), the last complete list it gave, up to [`LAST_PODS_MAX_AGE`] old,
+/// marked with a `Warning` header (as the API server marks a response, and kubectl shows
+/// it); never a half-empty list.
 async fn pods(State(state): State<Arc<AppState>>) -> Response {
-    match pod_statuses(state.pod_sync.clone()).await {
+    let mut warning = None;
+    let answer = match pod_statuses(state.pod_sync.clone()).await {
+        Ok(pods_json) => Ok(pods_json),
+        Err(e) => match state.last_pods.recent() {
+            Some((pods_json, age)) => {
+                tracing::debug!(error = %e.message(), ?age, "/pods: the last complete list while pod-sync is away");
+                warning = Some(format!(
+                    "299 - \"pod-sync is not available ({}): the last complete pod list, {}s old\"",
+                    e.code(),
+                    age.as_secs()
+                ));
+                Ok(pods_json)
+            }
+            None => Err(e),
+        },
+    };
+    match answer {
         Ok(pods_json) => {
             let items: Vec<serde_json::Value> = pods_json
                 .iter()
@@ -239,11 +433,17 @@ async fn pods(State(state): State<Arc<AppState>>) -> Response {
                 })
                 .collect();
             let list = serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
-            (
+            let mut response = (
                 [(axum::http::header::CONTENT_TYPE, "application/json")],
                 list.to_string(),
             )
-                .into_response()
+                .into_response();
+            if let Some(w) = warning.and_then(|w| axum::http::HeaderValue::from_str(&w).ok()) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::WARNING, w);
+            }
+            response
         }
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -255,7 +455,7 @@ async fn pods(State(state): State<Arc<AppState>>) -> Response {
 
 /// `/configz`: the configuration in effect, as upstream (`{"kubeletconfig": {...}}`).
 async fn configz(State(state): State<Arc<AppState>>) -> Response {
-    let body = serde_json::json!({ "kubeletconfig": state.config.kubelet });
+    let body = serde_json::json!({ "kubeletconfig": state.config.kubelet.effective_document() });
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         body.to_string(),

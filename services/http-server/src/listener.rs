@@ -5,10 +5,14 @@
 //! chain ([`PeerCertificates`]) for the authenticator, and connections may be upgraded
 //! (exec, attach, port-forward).
 //!
-//! Limits, so that one client cannot starve the others or `/healthz`:
-//! - a connection cap per listener ([`MAX_CONNECTIONS`]); past it, connections wait in
-//!   the kernel's backlog;
-//! - the TLS handshake within [`HANDSHAKE_TIMEOUT`];
+//! Limits, so that one client cannot starve the others or `/healthz`, and nothing is
+//! capped before a client has shown who it is (upstream's kubelet caps nothing at all):
+//! - the TLS handshake within [`HANDSHAKE_TIMEOUT`], with no cap on handshakes under way
+//!   (a flood of slow handshakes holds nothing a real client needs);
+//! - a cap on established connections per listener ([`MAX_CONNECTIONS`]), taken after
+//!   the handshake: past it a new connection is closed at once, never queued;
+//! - an idle connection is closed after the idle timeout (upstream's `IdleTimeout`, 90 s;
+//!   `--http-idle-timeout`): HTTP/2 keep-alive pings do not keep an idle one open;
 //! - HTTP/1 request heads within [`HEADER_READ_TIMEOUT`] (hyper's timer starts when the
 //!   connection is served and again whenever it goes idle, so a client that sends nothing
 //!   or half a head is cut off) and at most [`MAX_HEADER_BYTES`] (431 past it);
@@ -54,7 +58,9 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 250;
 /// Requests handled at once per listener, `/healthz` aside: past it a request waits for
 /// its turn (at most [`INFLIGHT_WAIT`], then 429), so a flood cannot queue so many calls
 /// on the services' channels that `/healthz`'s own checks time out behind them. Only the
-/// handler's work counts: a response body that streams (logs, exec) holds no slot.
+/// handler's work counts: a response body that streams (logs, exec) holds no slot. On port
+/// 10250 only authorized requests take a slot ([`inflight_cap`] sits after authorization):
+/// a flood of bogus credentials never delays an authorized client.
 pub const MAX_INFLIGHT_REQUESTS: usize = 16;
 /// How long a request waits for a slot before 429.
 pub const INFLIGHT_WAIT: Duration = Duration::from_secs(30);
@@ -89,14 +95,14 @@ pub async fn serve_tls(
     tls: Arc<rustls::ServerConfig>,
     app: Router,
     shutdown: Shutdown,
+    idle_timeout: Duration,
 ) -> anyhow::Result<()> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let app = with_inflight_cap(app);
     serve(
         addr,
         "the kubelet API over TLS",
         shutdown.clone(),
-        move |tcp, peer| {
+        move |tcp, peer, slots| {
             let acceptor = acceptor.clone();
             let app = app.clone();
             let shutdown = shutdown.clone();
@@ -113,6 +119,9 @@ pub async fn serve_tls(
                         return;
                     }
                 };
+                let Some(_slot) = established(&slots, peer) else {
+                    return;
+                };
                 let session = stream.get_ref().1;
                 let h2 = session.alpn_protocol() == Some(b"h2");
                 let certs = PeerCertificates(Arc::new(
@@ -122,25 +131,52 @@ pub async fn serve_tls(
                         .unwrap_or_default(),
                 ));
                 let app = app.layer(axum::Extension(certs));
-                serve_connection(stream, peer, h2, app, shutdown).await;
+                serve_connection(stream, peer, h2, app, shutdown, idle_timeout).await;
             }
         },
     )
     .await
 }
 
+/// A slot among the established connections, or None (the connection is closed: the cap
+/// is full).
+fn established(
+    slots: &Arc<Semaphore>,
+    peer: SocketAddr,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    match slots.clone().try_acquire_owned() {
+        Ok(slot) => Some(slot),
+        Err(_) => {
+            tracing::warn!(%peer, "closing a new connection: {MAX_CONNECTIONS} are open already");
+            None
+        }
+    }
+}
+
 /// Serves `app` over plain HTTP/1 on `addr` until `shutdown` (healthz, read-only port).
-pub async fn serve_plain(addr: String, app: Router, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn serve_plain(
+    addr: String,
+    app: Router,
+    shutdown: Shutdown,
+    idle_timeout: Duration,
+) -> anyhow::Result<()> {
     let app = with_inflight_cap(app);
-    serve(addr, "HTTP", shutdown.clone(), move |tcp, peer| {
-        serve_connection(tcp, peer, false, app.clone(), shutdown.clone())
+    serve(addr, "HTTP", shutdown.clone(), move |tcp, peer, slots| {
+        let (app, shutdown) = (app.clone(), shutdown.clone());
+        async move {
+            let Some(_slot) = established(&slots, peer) else {
+                return;
+            };
+            serve_connection(tcp, peer, false, app, shutdown, idle_timeout).await;
+        }
     })
     .await
 }
 
 /// The accept loop: binds (a failure ends the process, since running without the port
-/// would look healthy and serve nothing), runs `connection` for each accepted one under
-/// the connection cap, and drains on shutdown.
+/// would look healthy and serve nothing), runs `connection` for each accepted one with the
+/// listener's connection slots (which it takes once the client is established), and drains
+/// on shutdown.
 async fn serve<F, Fut>(
     addr: String,
     what: &str,
@@ -148,7 +184,7 @@ async fn serve<F, Fut>(
     connection: F,
 ) -> anyhow::Result<()>
 where
-    F: Fn(TcpStream, SocketAddr) -> Fut,
+    F: Fn(TcpStream, SocketAddr, Arc<Semaphore>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let listener = match resolve(&addr).and_then(bind_reuseport) {
@@ -162,20 +198,12 @@ where
     tracing::info!(%addr, "serving {what}");
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
-    let start = |connections: &mut tokio::task::JoinSet<()>, tcp: TcpStream, peer, permit| {
+    let start = |connections: &mut tokio::task::JoinSet<()>, tcp: TcpStream, peer| {
         let _ = tcp.set_nodelay(true);
-        let served = connection(tcp, peer);
-        connections.spawn(async move {
-            let _permit: tokio::sync::OwnedSemaphorePermit = permit;
-            served.await;
-        });
+        connections.spawn(connection(tcp, peer, slots.clone()));
     };
     loop {
         while connections.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            _ = shutdown.wait() => break,
-            p = slots.clone().acquire_owned() => p?,
-        };
         let (tcp, peer) = tokio::select! {
             _ = shutdown.wait() => break,
             r = listener.accept() => match r {
@@ -188,17 +216,14 @@ where
                 }
             },
         };
-        start(&mut connections, tcp, peer, permit);
+        start(&mut connections, tcp, peer);
     }
     // Connections already in the accept queue would be reset when the listener closes:
     // take them first. (A SYN that lands after this and before the close is handed to
     // another SO_REUSEPORT listener by net.ipv4.tcp_migrate_req=1, see
     // `ensure_request_migration`; with 0 it is reset.)
     while let Some(Ok((tcp, peer))) = futures::FutureExt::now_or_never(listener.accept()) {
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            break;
-        };
-        start(&mut connections, tcp, peer, permit);
+        start(&mut connections, tcp, peer);
     }
     drop(listener);
     if !connections.is_empty() {
@@ -216,15 +241,27 @@ where
 }
 
 /// Serves one connection with HTTP/2 (`h2`) or HTTP/1 and upgrades, finishing gracefully
-/// on shutdown.
-async fn serve_connection<I>(io: I, peer: SocketAddr, h2: bool, app: Router, shutdown: Shutdown)
-where
+/// on shutdown or once it has been idle (no request under way) for `idle_timeout`.
+async fn serve_connection<I>(
+    io: I,
+    peer: SocketAddr,
+    h2: bool,
+    app: Router,
+    shutdown: Shutdown,
+    idle_timeout: Duration,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let activity = Activity::default();
     let app = app
         .layer(axum::middleware::from_fn(limit_body))
+        .layer(axum::middleware::from_fn_with_state(
+            activity.clone(),
+            track_activity,
+        ))
         .layer(axum::Extension(peer));
     let service = hyper_util::service::TowerToHyperService::new(app);
+    let idle = activity.idle_for(idle_timeout);
     let result = if h2 {
         let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         builder
@@ -238,7 +275,12 @@ where
         tokio::pin!(conn);
         tokio::select! {
             r = conn.as_mut() => r,
-            _ = shutdown.wait() => finish(conn).await
+            _ = shutdown.wait() => finish(conn).await,
+            _ = idle => {
+                tracing::debug!(%peer, "closing an idle HTTP/2 connection");
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
         }
     } else {
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -254,7 +296,11 @@ where
         tokio::pin!(conn);
         tokio::select! {
             r = conn.as_mut() => r,
-            _ = shutdown.wait() => finish(conn).await
+            _ = shutdown.wait() => finish(conn).await,
+            _ = idle => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
         }
     };
     if let Err(e) = result {
@@ -309,9 +355,65 @@ where
     }
 }
 
-fn with_inflight_cap(app: Router) -> Router {
+/// The requests under way on one connection and when the last one began or ended.
+#[derive(Clone)]
+struct Activity(Arc<std::sync::Mutex<(usize, tokio::time::Instant)>>);
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity(Arc::new(std::sync::Mutex::new((
+            0,
+            tokio::time::Instant::now(),
+        ))))
+    }
+}
+
+impl Activity {
+    fn update(&self, delta: isize) {
+        let mut a = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        a.0 = a.0.saturating_add_signed(delta);
+        a.1 = tokio::time::Instant::now();
+    }
+
+    /// Completes once no request has been under way for `timeout` (never if zero).
+    async fn idle_for(&self, timeout: Duration) {
+        if timeout.is_zero() {
+            return std::future::pending().await;
+        }
+        loop {
+            let (active, since) = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if active == 0 && since.elapsed() >= timeout {
+                return;
+            }
+            tokio::time::sleep_until(since.max(tokio::time::Instant::now() - timeout) + timeout)
+                .await;
+            if active > 0 {
+                // Busy: look again a timeout later (its end moves the mark anyway).
+                tokio::time::sleep(timeout.min(Duration::from_secs(1))).await;
+            }
+        }
+    }
+}
+
+/// Counts a request as under way until its response head is ready (an upgraded stream is
+/// its own connection from then on; a streaming body keeps its HTTP/2 stream, which a
+/// graceful shutdown lets finish).
+async fn track_activity(
+    axum::extract::State(activity): axum::extract::State<Activity>,
+    request: Request,
+    next: Next,
+) -> Response {
+    activity.update(1);
+    let response = next.run(request).await;
+    activity.update(-1);
+    response
+}
+
+/// `router` under the in-flight cap ([`MAX_INFLIGHT_REQUESTS`], one semaphore per call):
+/// on port 10250 it goes inside authorization, so only authorized requests take a slot.
+pub fn with_inflight_cap<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
     let slots = Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS));
-    app.layer(axum::middleware::from_fn_with_state(slots, cap_inflight))
+    router.layer(axum::middleware::from_fn_with_state(slots, cap_inflight))
 }
 
 async fn cap_inflight(
@@ -519,6 +621,7 @@ mod tests {
             false,
             app,
             Shutdown::never(),
+            Duration::ZERO,
         ));
         client.write_all(&request).await.unwrap();
         let mut reply = Vec::new();

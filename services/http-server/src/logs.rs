@@ -17,11 +17,15 @@ use axum::routing::get;
 use std::sync::Arc;
 
 pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route(
+        "/containerLogs/{namespace}/{pod}/{container}",
+        get(container::container_logs),
+    )
+}
+
+/// The node's log files (`enableSystemLogHandler`).
+pub fn system_log_routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route(
-            "/containerLogs/{namespace}/{pod}/{container}",
-            get(container::container_logs),
-        )
         .route("/logs/", get(node::root))
         .route("/logs/{*path}", get(node::path))
 }

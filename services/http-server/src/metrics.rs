@@ -7,6 +7,8 @@
 
 mod devices;
 pub mod exposition;
+#[cfg(test)]
+mod mixin;
 mod resource;
 
 use crate::AppState;

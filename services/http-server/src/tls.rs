@@ -45,6 +45,19 @@ pub fn server_config(config: &Config) -> anyhow::Result<Tls> {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         _ => {
             let (c, k) = self_signed_paths(&config.cert_dir);
+            // Several instances may start at once on a fresh node: one makes the pair,
+            // under a lock, and the others take it (never a key of one with the
+            // certificate of another).
+            std::fs::create_dir_all(&config.cert_dir)
+                .with_context(|| format!("--cert-dir {}", config.cert_dir.display()))?;
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(config.cert_dir.join(".kubelet-self-signed.lock"))
+                .context("the self-signed pair's lock")?;
+            let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+                .map_err(|(_, e)| anyhow::anyhow!("locking the self-signed pair: {e}"))?;
             if !c.exists() || !k.exists() {
                 write_self_signed(config, &c, &k)?;
             }
@@ -75,8 +88,12 @@ pub fn server_config(config: &Config) -> anyhow::Result<Tls> {
         Some(path) => Some(client_ca_verifier(path)?),
         None => None,
     };
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?;
+    let policy = TlsPolicy::from_config(
+        &config.kubelet.tls_min_version,
+        &config.kubelet.tls_cipher_suites,
+    )?;
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::new(policy.provider))
+        .with_protocol_versions(&policy.versions)?;
     let builder = match &client_ca {
         Some(inner) => builder.with_client_cert_verifier(Arc::new(RequestClientCert {
             inner: inner.clone(),
@@ -90,6 +107,57 @@ pub fn server_config(config: &Config) -> anyhow::Result<Tls> {
         serving,
         client_ca,
     })
+}
+
+/// `tlsMinVersion` and `tlsCipherSuites` as this node honours them: never weaker than
+/// asked. Versions below TLS 1.2 are not offered at all (a lower minimum gets 1.2); TLS 1.3
+/// suites are not configurable (as in Go); a TLS 1.2 suite the TLS library does not offer,
+/// or an unknown version name, is refused at start.
+pub struct TlsPolicy {
+    pub versions: Vec<&'static rustls::SupportedProtocolVersion>,
+    pub provider: rustls::crypto::CryptoProvider,
+}
+
+impl TlsPolicy {
+    pub fn from_config(min_version: &str, suites: &[String]) -> anyhow::Result<TlsPolicy> {
+        let versions = match min_version {
+            "" | "VersionTLS10" | "VersionTLS11" | "VersionTLS12" => {
+                vec![&rustls::version::TLS13, &rustls::version::TLS12]
+            }
+            "VersionTLS13" => vec![&rustls::version::TLS13],
+            other => anyhow::bail!(
+                "tlsMinVersion {other:?}: want one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"
+            ),
+        };
+        let mut provider = rustls::crypto::ring::default_provider();
+        if !suites.is_empty() {
+            let name = |s: &rustls::SupportedCipherSuite| format!("{:?}", s.suite());
+            let unknown: Vec<&String> = suites
+                .iter()
+                .filter(|want| {
+                    !provider
+                        .cipher_suites
+                        .iter()
+                        .any(|s| s.version() == &rustls::version::TLS12 && &name(s) == *want)
+                })
+                .collect();
+            if !unknown.is_empty() {
+                let offered: Vec<String> = provider
+                    .cipher_suites
+                    .iter()
+                    .filter(|s| s.version() == &rustls::version::TLS12)
+                    .map(name)
+                    .collect();
+                anyhow::bail!(
+                    "tlsCipherSuites: {unknown:?} cannot be offered by this node; it offers {offered:?} for TLS 1.2"
+                );
+            }
+            provider
+                .cipher_suites
+                .retain(|s| s.version() == &rustls::version::TLS13 || suites.contains(&name(s)));
+        }
+        Ok(TlsPolicy { versions, provider })
+    }
 }
 
 /// Whether http-server requests its serving certificate (`serverTLSBootstrap`, no
@@ -299,5 +367,58 @@ impl ClientCertVerifier for RequestClientCert {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// upstream: the kubelet's --tls-min-version and --tls-cipher-suites take Go's names
+    /// (crypto/tls, `cliflag.TLSCipherSuites`): each value is honoured or refused.
+    #[test]
+    fn tls_min_version_and_cipher_suites_are_honoured_or_refused() {
+        let versions = |v: &str| {
+            TlsPolicy::from_config(v, &[])
+                .unwrap()
+                .versions
+                .iter()
+                .map(|v| format!("{:?}", v.version))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(versions(""), vec!["TLSv1_3", "TLSv1_2"]);
+        assert_eq!(versions("VersionTLS10"), vec!["TLSv1_3", "TLSv1_2"]);
+        assert_eq!(versions("VersionTLS13"), vec!["TLSv1_3"]);
+        assert!(TlsPolicy::from_config("TLS1.3", &[]).is_err());
+
+        let one = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string()];
+        let policy = TlsPolicy::from_config("", &one).unwrap();
+        let tls12: Vec<String> = policy
+            .provider
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS12)
+            .map(|s| format!("{:?}", s.suite()))
+            .collect();
+        assert_eq!(tls12, one.to_vec());
+        // TLS 1.3's suites stay, as in Go.
+        assert!(
+            policy
+                .provider
+                .cipher_suites
+                .iter()
+                .any(|s| s.version() == &rustls::version::TLS13)
+        );
+        // A weak suite Go still knows, and a made-up one: refused, never ignored.
+        for bad in ["TLS_RSA_WITH_3DES_EDE_CBC_SHA", "TLS_NOPE"] {
+            let err = TlsPolicy::from_config("", &[bad.to_string()])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                err.contains(bad) && err.contains("cannot be offered"),
+                "{err}"
+            );
+        }
     }
 }

@@ -7,7 +7,7 @@ use crate::NodeStatusService;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use nodeagent_transport::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +52,7 @@ impl NodeReporter {
         let renew = Duration::from_millis(self.lease_seconds.max(1) as u64 * 250);
         let mut lease_tick = tokio::time::interval(renew);
         let mut node_uid: Option<String> = None;
+        let mut lease: Option<Lease> = None;
         let mut last: Option<(serde_json::Value, std::time::Instant)> = None;
         loop {
             tokio::select! {
@@ -64,7 +65,7 @@ impl NodeReporter {
                 }
                 _ = lease_tick.tick() => {
                     if let Some(uid) = &node_uid
-                        && let Err(e) = self.renew_lease(uid).await {
+                        && let Err(e) = self.renew_lease(uid, &mut lease).await {
                             tracing::warn!(error = %e, "renewing the node lease failed; will retry");
                         }
                 }
@@ -72,8 +73,11 @@ impl NodeReporter {
         }
     }
 
-    /// Registers the Node if it is missing, then writes its status when it changed or
-    /// `report_every` has passed since the last write; returns its uid.
+    /// Registers the Node if it is missing (and `registerNode`), then writes its status
+    /// when it changed or `report_every` has passed since the last write, as upstream's
+    /// `PatchNodeStatus`: the Node read from the API server's cache (resourceVersion=0),
+    /// and a two-way strategic merge patch to the status [`merged_status`] gives, so what
+    /// other writers set is never sent. Returns the Node's uid.
     async fn report_status(
         &self,
         last: &mut Option<(serde_json::Value, std::time::Instant)>,
@@ -81,15 +85,15 @@ impl NodeReporter {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let node = self.service.build().await;
         let name = self.service.node_name.clone();
-        let existing = match nodes.get_opt(&name).await? {
-            Some(n) => n,
-            None => {
-                let mut fresh = node.clone();
-                fresh.status = None;
+        let existing = match nodes.get_with(&name, &GetParams::any()).await {
+            Ok(n) => n,
+            Err(kube::Error::Api(s)) if s.is_not_found() && self.service.kubelet.register_node => {
+                let fresh = self.service.registration(node.clone());
                 let created = nodes.create(&PostParams::default(), &fresh).await?;
                 tracing::info!(node = %name, "registered the Node with the API server");
                 created
             }
+            Err(e) => return Err(e),
         };
         let uid = existing.metadata.uid.clone().unwrap_or_default();
         let now = without_heartbeats(&node.status);
@@ -100,47 +104,90 @@ impl NodeReporter {
         if repeat && existing.status.is_some() {
             return Ok(uid);
         }
-        let patch = serde_json::json!({"status": node.status});
-        nodes
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        let status = crate::merged_status(
+            existing.status.as_ref(),
+            node.status.clone().unwrap_or_default(),
+            self.service.external_cloud_provider,
+        );
+        let diff = nodeagent_config::status_patch::two_way(
+            &serde_json::to_value(existing.status.clone().unwrap_or_default()).unwrap_or_default(),
+            &serde_json::to_value(status).unwrap_or_default(),
+        );
+        if diff.as_object().is_some_and(|d| !d.is_empty()) {
+            nodes
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(serde_json::json!({ "status": diff })),
+                )
+                .await?;
+        }
         *last = Some((now, std::time::Instant::now()));
         Ok(uid)
     }
 
-    async fn renew_lease(&self, node_uid: &str) -> Result<(), kube::Error> {
+    /// Renews the node Lease as upstream's lease controller does: one update (PUT) of the
+    /// Lease last seen, with a new renewTime; only when there is none, or the update
+    /// conflicted or found it gone, is it read again (or created).
+    async fn renew_lease(
+        &self,
+        node_uid: &str,
+        seen: &mut Option<Lease>,
+    ) -> Result<(), kube::Error> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
         let name = &self.service.node_name;
-        let spec = LeaseSpec {
-            holder_identity: Some(name.clone()),
-            lease_duration_seconds: Some(self.lease_seconds),
-            renew_time: Some(now_micro()),
-            ..Default::default()
+        let renewed = |lease: &Lease| {
+            let mut next = lease.clone();
+            let spec = next.spec.get_or_insert_default();
+            spec.holder_identity = Some(name.clone());
+            spec.lease_duration_seconds = Some(self.lease_seconds);
+            spec.renew_time = Some(now_micro());
+            next
         };
-        if leases.get_opt(name).await?.is_some() {
-            let patch = serde_json::json!({"spec": spec});
-            leases
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        } else {
-            let lease = Lease {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(LEASE_NAMESPACE.into()),
-                    owner_references: Some(vec![OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Node".into(),
-                        name: name.clone(),
-                        uid: node_uid.to_string(),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                },
-                spec: Some(spec),
-            };
-            leases.create(&PostParams::default(), &lease).await?;
-            tracing::info!(node = %name, "created the node lease");
+        if let Some(lease) = seen.take() {
+            match leases
+                .replace(name, &PostParams::default(), &renewed(&lease))
+                .await
+            {
+                Ok(updated) => {
+                    *seen = Some(updated);
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 || s.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
         }
+        let current = match leases.get_opt(name).await? {
+            Some(lease) => lease,
+            None => {
+                let lease = Lease {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(LEASE_NAMESPACE.into()),
+                        owner_references: Some(vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Node".into(),
+                            name: name.clone(),
+                            uid: node_uid.to_string(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec::default()),
+                };
+                let created = leases
+                    .create(&PostParams::default(), &renewed(&lease))
+                    .await?;
+                tracing::info!(node = %name, "created the node lease");
+                *seen = Some(created);
+                return Ok(());
+            }
+        };
+        *seen = Some(
+            leases
+                .replace(name, &PostParams::default(), &renewed(&current))
+                .await?,
+        );
         Ok(())
     }
 }

@@ -39,6 +39,12 @@ pub struct NodeStatusService {
     monitor: Arc<pressure::Monitor>,
     /// Each condition's last status and when it took it (lastTransitionTime).
     transitions: std::sync::Mutex<BTreeMap<String, (String, Time)>>,
+    /// `--node-ip` (empty: detected).
+    node_ips: Vec<std::net::IpAddr>,
+    /// `--node-labels`, `registerWithTaints`, `providerID`, `--cloud-provider=external`:
+    /// what the Node is registered with.
+    node_labels: BTreeMap<String, String>,
+    external_cloud_provider: bool,
 }
 
 /// Runs node-status until `shutdown`.
@@ -93,7 +99,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     let monitor = Arc::new(pressure::Monitor::new(&config, cri.clone(), events)?);
-    let watching = tokio::spawn(monitor.clone().run(shutdown.clone()));
+    let watching = tokio::spawn(
+        monitor
+            .clone()
+            .run(shutdown.clone(), config.eviction_monitoring_period),
+    );
     let service = Arc::new(NodeStatusService {
         cri,
         pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg)))
@@ -105,6 +115,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         kubelet: config.kubelet.clone(),
         monitor,
         transitions: Default::default(),
+        node_ips: config.node_ips.clone(),
+        node_labels: config.node_labels.clone(),
+        external_cloud_provider: config.external_cloud_provider,
     });
     let reporter = match client {
         Some(client) => {
@@ -142,21 +155,62 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
 const MAX_IMAGES: usize = 50;
 const MAX_NAMES_PER_IMAGE: usize = 5;
 
-/// The node's addresses: its primary IPv4 address (InternalIP) and its name (Hostname).
-fn addresses(node_name: &str) -> Vec<NodeAddress> {
-    let ip = nodeagent_config::machine::host_ip();
-    let mut out = Vec::new();
-    if !ip.is_empty() {
-        out.push(NodeAddress {
+/// The taint a node registered with `--cloud-provider=external` carries until the cloud
+/// controller initialises it (upstream's `TaintExternalCloudProvider`).
+const CLOUD_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The annotation that hands `--node-ip` to the cloud controller (upstream's
+/// `AnnotationAlphaProvidedIPAddr`).
+const PROVIDED_IP: &str = "alpha.kubernetes.io/provided-node-ip";
+
+/// The node's addresses as upstream's `NodeAddress` setter gives them without a cloud
+/// provider: each `--node-ip` (or the detected one) as InternalIP, then the Hostname.
+fn addresses(node_name: &str, node_ips: &[std::net::IpAddr]) -> Vec<NodeAddress> {
+    nodeagent_config::machine::node_ips(node_ips)
+        .into_iter()
+        .map(|address| NodeAddress {
             type_: "InternalIP".into(),
-            address: ip,
-        });
+            address,
+        })
+        .chain([NodeAddress {
+            type_: "Hostname".into(),
+            address: node_name.to_string(),
+        }])
+        .collect()
+}
+
+/// The status to write over `existing` (what the API server has): ours, except that a
+/// condition type we do not set (node-problem-detector's, a CNI's) stays, in its place,
+/// and so does an address of a type we do not set (a cloud controller's ExternalIP); with
+/// `--cloud-provider=external`, addresses the Node already has are the cloud
+/// controller's and stay whole (upstream's `NodeAddress` setter).
+pub fn merged_status(
+    existing: Option<&NodeStatus>,
+    mut ours: NodeStatus,
+    external: bool,
+) -> NodeStatus {
+    let Some(existing) = existing else {
+        return ours;
+    };
+    let mine = ours.conditions.take().unwrap_or_default();
+    let mut conditions = existing.conditions.clone().unwrap_or_default();
+    for c in mine {
+        match conditions.iter_mut().find(|e| e.type_ == c.type_) {
+            Some(e) => *e = c,
+            None => conditions.push(c),
+        }
     }
-    out.push(NodeAddress {
-        type_: "Hostname".into(),
-        address: node_name.to_string(),
-    });
-    out
+    ours.conditions = Some(conditions);
+    let theirs = existing.addresses.clone().unwrap_or_default();
+    if external && !theirs.is_empty() {
+        ours.addresses = Some(theirs);
+    } else {
+        let mine = ours.addresses.take().unwrap_or_default();
+        let others = theirs
+            .into_iter()
+            .filter(|a| !mine.iter().any(|m| m.type_ == a.type_));
+        ours.addresses = Some(mine.iter().cloned().chain(others).collect());
+    }
+    ours
 }
 
 impl NodeStatusService {
@@ -260,7 +314,7 @@ impl NodeStatusService {
                 allocatable: Some(pressure::quantities(&allocatable)),
                 capacity: Some(pressure::quantities(&capacity)),
                 conditions: Some(conditions),
-                addresses: Some(addresses(&self.node_name)),
+                addresses: Some(addresses(&self.node_name, &self.node_ips)),
                 images: Some(self.images().await),
                 daemon_endpoints: Some(NodeDaemonEndpoints {
                     kubelet_endpoint: Some(DaemonEndpoint {
@@ -284,6 +338,40 @@ impl NodeStatusService {
                 ..Default::default()
             }),
         }
+    }
+
+    /// The Node to register: the one [`build`](Self::build) gives, with `--node-labels`,
+    /// `registerWithTaints` (and the cloud controller's taint under
+    /// `--cloud-provider=external`), `providerID`, and the provided-IP annotation, as
+    /// upstream's `initialNode`. Labels and taints are set at registration only: after
+    /// that they are the cluster's.
+    fn registration(&self, mut node: Node) -> Node {
+        let labels = node.metadata.labels.get_or_insert_default();
+        labels.extend(self.node_labels.clone());
+        let mut taints = self.kubelet.register_with_taints.clone();
+        if self.external_cloud_provider {
+            taints.push(k8s_openapi::api::core::v1::Taint {
+                key: CLOUD_TAINT.into(),
+                value: Some("true".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            });
+            if !self.node_ips.is_empty() {
+                let ips: Vec<String> = self.node_ips.iter().map(|ip| ip.to_string()).collect();
+                node.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(PROVIDED_IP.into(), ips.join(","));
+            }
+        }
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: (!taints.is_empty()).then_some(taints),
+            provider_id: (!self.kubelet.provider_id.is_empty())
+                .then(|| self.kubelet.provider_id.clone()),
+            ..Default::default()
+        });
+        node.status = None;
+        node
     }
 
     /// The node's images as upstream lists them: the 50 largest, each with at most 5 names

@@ -151,9 +151,10 @@ impl Monitor {
         report.conditions
     }
 
-    /// Observes every [`MONITORING_INTERVAL`] until `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
-        let mut tick = tokio::time::interval(MONITORING_INTERVAL);
+    /// Observes every `period` (upstream's [`MONITORING_INTERVAL`] by default) until
+    /// `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: Shutdown, period: Duration) {
+        let mut tick = tokio::time::interval(period);
         loop {
             tokio::select! {
                 _ = shutdown.wait() => return,

@@ -41,6 +41,11 @@ fn main() -> ExitCode {
         .and_then(|a| Path::new(a).file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // `kubelet ...` (a link, as kubeadm's kubelet.service runs it): the launcher of the
+    // seven units.
+    if called == "kubelet" {
+        return nodeagent_transport::kubelet_main(args);
+    }
     // `nodeagent-pleg ...` (a link): the name says which service.
     if let Some(service) = called.strip_prefix("nodeagent-")
         && let Some(code) = run(service, args.clone())

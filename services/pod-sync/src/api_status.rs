@@ -101,7 +101,7 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
                 (false, Some(sent)) => Some(sent.clone()),
                 _ => api_view,
             };
-            let diff = crate::status_patch::two_way(
+            let diff = nodeagent_config::status_patch::two_way(
                 &serde_json::to_value(&old).unwrap_or_default(),
                 &serde_json::to_value(&status).unwrap_or_default(),
             );
@@ -266,7 +266,7 @@ pub async fn patch_terminal_status(
     if !from_api(pod) {
         return;
     }
-    let diff = crate::status_patch::two_way(
+    let diff = nodeagent_config::status_patch::two_way(
         &serde_json::to_value(&pod.status).unwrap_or_default(),
         &serde_json::to_value(status).unwrap_or_default(),
     );

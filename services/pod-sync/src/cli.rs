@@ -2,14 +2,10 @@
 //! service run until SIGTERM (`nodeagent-pod-sync` and the multi-call `nodeagent` binary both
 //! start here).
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 #[derive(Parser)]
-#[command(
-    name = "nodeagent-pod-sync",
-    version,
-    about = "Pod sync loop of the node agent"
-)]
+#[command(name = "nodeagent-pod-sync", about = "Pod sync loop of the node agent")]
 struct Cli {
     #[command(flatten)]
     flags: nodeagent_config::KubeletFlags,
@@ -24,7 +20,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::parse_from(args);
+    let cli: Cli =
+        nodeagent_transport::parse_command_line(Cli::command(), args, |c: &mut Cli| &mut c.flags);
     if cli.runonce {
         nodeagent_transport::run_main("pod-sync", &cli.flags, crate::run_once)
     } else {

@@ -447,7 +447,8 @@ impl Keyring {
     }
 
     /// Every credential whose key covers `repository` (a normalized repository name, see
-    /// [`repository`]), most specific key first; Docker Hub's when none does.
+    /// [`crate::image_ref::Reference::repository`]), most specific key first; Docker Hub's
+    /// when none does.
     pub fn lookup(&self, repository: &str) -> Vec<Credential> {
         let mut found = Vec::new();
         for key in &self.index {
@@ -463,58 +464,6 @@ impl Keyring {
         }
         found
     }
-}
-
-/// The repository an image reference pulls from, normalized as docker's
-/// `ParseNormalizedNamed` (upstream `parsers.ParseImageName`): `busybox:1.36` is
-/// `docker.io/library/busybox`, `index.docker.io/x/y` is `docker.io/x/y`; tag and digest
-/// dropped.
-pub fn repository(image: &str) -> Result<String, String> {
-    let invalid = || format!("invalid image reference {image:?}");
-    if image.is_empty() {
-        return Err(invalid());
-    }
-    if image.len() == 64 && image.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')) {
-        return Err(format!(
-            "invalid repository name ({image}), cannot specify 64-byte hexadecimal strings"
-        ));
-    }
-    let name = image.split('@').next().unwrap_or_default();
-    let (domain, remainder) = match name.find('/') {
-        Some(i) => {
-            let first = &name[..i];
-            if !first.contains(['.', ':']) && first != "localhost" && first.to_lowercase() == first
-            {
-                ("docker.io", name)
-            } else {
-                (first, &name[i + 1..])
-            }
-        }
-        None => ("docker.io", name),
-    };
-    let domain = if domain == "index.docker.io" {
-        "docker.io"
-    } else {
-        domain
-    };
-    let remainder = match remainder.rfind(':') {
-        Some(i) if !remainder[i..].contains('/') => &remainder[..i],
-        _ => remainder,
-    };
-    if remainder.is_empty() || domain.is_empty() {
-        return Err(invalid());
-    }
-    if remainder.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err(format!(
-            "invalid reference format: repository name ({remainder}) must be lowercase"
-        ));
-    }
-    let remainder = if domain == "docker.io" && !remainder.contains('/') {
-        format!("library/{remainder}")
-    } else {
-        remainder.to_string()
-    };
-    Ok(format!("{domain}/{remainder}"))
 }
 
 /// Which format a node docker config file has.
@@ -766,7 +715,9 @@ mod tests {
             assert_eq!(hub.lookup(image), vec![cred("foo", "bar")], "{image}");
         }
         // Through the normalization pull names get first.
-        let repo = repository("busybox:1.36").unwrap();
+        let repo = crate::image_ref::parse_normalized_named("busybox:1.36")
+            .unwrap()
+            .repository();
         assert_eq!(hub.lookup(&repo), vec![cred("foo", "bar")]);
         // A key of "docker.io" matches normalized names by URL.
         let docker_io = single("docker.io");
@@ -917,36 +868,6 @@ mod tests {
             ("good.example.com".into(), cred("g", "h")),
         ]);
         assert_eq!(dk.index, vec!["good.example.com".to_string()]);
-    }
-
-    #[test]
-    fn repositories_are_normalized_as_docker_does() {
-        for (image, want) in [
-            ("busybox", "docker.io/library/busybox"),
-            ("busybox:1.36", "docker.io/library/busybox"),
-            (
-                "docker.io/library/busybox:1.36",
-                "docker.io/library/busybox",
-            ),
-            (
-                "index.docker.io/library/busybox",
-                "docker.io/library/busybox",
-            ),
-            ("docker.io/busybox", "docker.io/library/busybox"),
-            ("team/app:v1", "docker.io/team/app"),
-            ("quay.io/team/app@sha256:abcd", "quay.io/team/app"),
-            (
-                "127.0.0.1:5000/private/busybox:1.36",
-                "127.0.0.1:5000/private/busybox",
-            ),
-            ("localhost/app", "localhost/app"),
-            ("registry:5000/app", "registry:5000/app"),
-        ] {
-            assert_eq!(repository(image).as_deref(), Ok(want), "{image}");
-        }
-        assert!(repository("Team/App").is_err());
-        assert!(repository("").is_err());
-        assert!(repository(&"a".repeat(64)).is_err());
     }
 
     fn dockerconfigjson_secret(ty: &str, key: &str, body: &str) -> Secret {

@@ -57,6 +57,9 @@ impl PodSync {
             &message,
         );
         self.stop_everything(pod, rt, EVICTED, Some(0)).await;
+        nodeagent_telemetry::metrics::kubelet::record_eviction(
+            crate::eviction::SIGNAL_EMPTY_DIR_FS_LIMIT,
+        );
         true
     }
 

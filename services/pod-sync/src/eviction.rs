@@ -30,8 +30,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// upstream's eviction monitoring interval.
-pub const INTERVAL: Duration = Duration::from_secs(10);
+/// upstream's `signalEphemeralPodFsLimit`: the `eviction_signal` of `kubelet_evictions` for a
+/// pod over its containers' summed `ephemeral-storage` limits (eviction_manager.go).
+pub const SIGNAL_EPHEMERAL_POD_FS_LIMIT: &str = "ephemeralpodfs.limit";
+/// upstream's `signalEphemeralContainerFsLimit`: a container over its own limit.
+pub const SIGNAL_EPHEMERAL_CONTAINER_FS_LIMIT: &str = "ephemeralcontainerfs.limit";
+/// upstream's `signalEmptyDirFsLimit`: an emptyDir over its `sizeLimit`.
+pub const SIGNAL_EMPTY_DIR_FS_LIMIT: &str = "emptydirfs.limit";
+
 /// upstream's `immediateEvictionGracePeriodSeconds` (hard thresholds).
 const HARD_GRACE: i64 = 1;
 
@@ -155,7 +161,7 @@ pub fn has_storage_limit(pod: &Pod) -> bool {
 /// The eviction message when the pod uses more local storage than its containers' limits
 /// allow in all (the pod's total: containers and emptyDirs), or a container more than its
 /// own limit (its logs and writable layer): upstream's messages.
-pub fn local_storage_violation(pod: &Pod, usage: &Candidate) -> Option<String> {
+pub fn local_storage_violation(pod: &Pod, usage: &Candidate) -> Option<(&'static str, String)> {
     let spec = pod.spec.as_ref()?;
     let limits: Vec<(&str, String, u64)> = spec
         .containers
@@ -164,17 +170,21 @@ pub fn local_storage_violation(pod: &Pod, usage: &Candidate) -> Option<String> {
         .collect();
     let pod_limit: u64 = limits.iter().map(|l| l.2).sum();
     if !limits.is_empty() && usage.usage > pod_limit {
-        return Some(format!(
-            "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
-            format_quantity(pod_limit)
+        return Some((
+            SIGNAL_EPHEMERAL_POD_FS_LIMIT,
+            format!(
+                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                format_quantity(pod_limit)
+            ),
         ));
     }
     for (name, used, _) in &usage.containers {
         if let Some((_, text, bytes)) = limits.iter().find(|l| l.0 == name)
             && used > bytes
         {
-            return Some(format!(
-                "Container {name} exceeded its local ephemeral storage limit {text:?}. "
+            return Some((
+                SIGNAL_EPHEMERAL_CONTAINER_FS_LIMIT,
+                format!("Container {name} exceeded its local ephemeral storage limit {text:?}. "),
             ));
         }
     }
@@ -334,6 +344,8 @@ impl PodSync {
             let text = message(&threshold, &observed, &c);
             self.evict(&pod, &text, annotations(&threshold, &c), grace)
                 .await;
+            // upstream counts the eviction under the threshold's signal (eviction_manager.go).
+            nodeagent_telemetry::metrics::kubelet::record_eviction(threshold.signal.name());
             return;
         }
         tracing::warn!(signal = threshold.signal.name(), "no pod could be evicted");
@@ -350,9 +362,10 @@ impl PodSync {
         for c in pods {
             let pod = self.lock().desired.get(&c.uid).cloned();
             let Some(pod) = pod else { continue };
-            if let Some(message) = local_storage_violation(&pod, &c) {
+            if let Some((signal, message)) = local_storage_violation(&pod, &c) {
                 let annotations = std::collections::BTreeMap::new();
                 self.evict(&pod, &message, annotations, 0).await;
+                nodeagent_telemetry::metrics::kubelet::record_eviction(signal);
                 evicted = true;
             }
         }
@@ -558,9 +571,10 @@ fn per_container(
         .collect()
 }
 
-/// Runs a pass every [`INTERVAL`] until shutdown.
-pub async fn run(sync: Arc<PodSync>, mut manager: Manager) {
-    let mut tick = tokio::time::interval(INTERVAL);
+/// Runs a pass every `period` (`--eviction-monitoring-period`, upstream's 10s by default)
+/// until shutdown.
+pub async fn run(sync: Arc<PodSync>, mut manager: Manager, period: Duration) {
+    let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
             _ = sync.shutdown.wait() => return,

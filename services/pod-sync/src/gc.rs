@@ -12,9 +12,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// upstream's `ContainerGCPeriod`.
-pub const PERIOD: Duration = Duration::from_secs(60);
-
 const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
 const SANDBOX_READY: i32 = cri::PodSandboxState::SandboxReady as i32;
 
@@ -123,9 +120,10 @@ impl PodSync {
     }
 }
 
-/// Runs a pass every [`PERIOD`] until shutdown.
-pub async fn run(sync: Arc<PodSync>, policy: Policy) {
-    let mut tick = tokio::time::interval(PERIOD);
+/// Runs a pass every `period` (`--container-gc-period`, upstream's `ContainerGCPeriod` of
+/// 1m by default) until shutdown.
+pub async fn run(sync: Arc<PodSync>, policy: Policy, period: std::time::Duration) {
+    let mut tick = tokio::time::interval(period);
     tick.tick().await;
     loop {
         tokio::select! {

@@ -124,7 +124,7 @@ impl PodSync {
                         name,
                         nodeagent_config::events::EventType::Warning,
                         "FailedPreStopHook",
-                        &format!("PreStopHook failed: {e}"),
+                        crate::sync::PRE_STOP_HOOK_FAILED,
                     );
                 }
                 None => {

@@ -156,6 +156,13 @@ impl ImageGc {
     }
 }
 
+/// The name containerd lists an image pulled as `image` under (in its repo tags, or its repo
+/// digests for a digested reference): `ParseDockerRef`, so `pause` is
+/// `docker.io/library/pause:latest` and `localhost:5000/pause:3.9` stays as it is.
+pub fn sandbox_image_name(image: &str) -> Result<String, String> {
+    Ok(crate::image_ref::parse_normalized_named(image)?.docker_ref())
+}
+
 impl PodSync {
     /// Every image with whether it must be kept, from CRI.
     async fn images(&self) -> Result<Vec<Image>, String> {
@@ -197,7 +204,7 @@ impl PodSync {
     }
 
     /// The runtime's sandbox (pause) image, from containerd's verbose CRI status (its
-    /// config's `sandboxImage`), normalized to a full reference.
+    /// config's `sandboxImage`), named as containerd lists it (see [`sandbox_image_name`]).
     async fn sandbox_image(&self) -> Option<String> {
         let mut runtime = self.cri.runtime.clone();
         let status = runtime
@@ -207,16 +214,13 @@ impl PodSync {
             .into_inner();
         let config: serde_json::Value = serde_json::from_str(status.info.get("config")?).ok()?;
         let image = config["sandboxImage"].as_str()?;
-        // "registry.k8s.io/pause:3.9" is listed as such; a short name gets docker.io's.
-        Some(
-            if image.contains('/') && image.split('/').next()?.contains('.') {
-                image.to_string()
-            } else if image.contains('/') {
-                format!("docker.io/{image}")
-            } else {
-                format!("docker.io/library/{image}")
-            },
-        )
+        match sandbox_image_name(image) {
+            Ok(name) => Some(name),
+            Err(e) => {
+                tracing::warn!(image, error = %e, "image GC: the runtime's sandbox image does not parse");
+                None
+            }
+        }
     }
 
     /// The image filesystem's capacity and available bytes (CRI ImageFsInfo's mountpoint).
@@ -416,5 +420,31 @@ mod tests {
         records.get_mut("fresh").unwrap().last_used = 500;
         let (ids, _) = plan(&images, &records, &p, 700, None);
         assert_eq!(ids, ["stale"]);
+    }
+
+    /// Issue 31: the sandbox image kept from GC is named as containerd lists it, whatever
+    /// its registry (a port without a dot was taken for a Docker Hub namespace before).
+    #[test]
+    fn sandbox_image_named_as_containerd_lists_it() {
+        for (configured, listed) in [
+            ("localhost:5000/pause:3.9", "localhost:5000/pause:3.9"),
+            ("pause", "docker.io/library/pause:latest"),
+            ("pause:3.9", "docker.io/library/pause:3.9"),
+            ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
+            ("registry.k8s.io/pause", "registry.k8s.io/pause:latest"),
+            ("registry:5000/pause:3.9", "registry:5000/pause:3.9"),
+            ("index.docker.io/k8s/pause:3.9", "docker.io/k8s/pause:3.9"),
+            (
+                "registry.k8s.io/pause:3.9@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097",
+                "registry.k8s.io/pause@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097",
+            ),
+        ] {
+            assert_eq!(
+                sandbox_image_name(configured).as_deref(),
+                Ok(listed),
+                "{configured}"
+            );
+        }
+        assert!(sandbox_image_name("Pause:3.9").is_err());
     }
 }

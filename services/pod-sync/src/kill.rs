@@ -139,6 +139,7 @@ impl PodSync {
         st.runtime.remove(uid);
         st.waiting.remove(uid);
         st.pod_failed.remove(uid);
+        st.admitted.remove(uid);
         st.sandbox_ips.remove(uid);
         st.pull_backoff.retain(|(u, _), _| u != uid);
         let ids: Vec<String> = rt.containers.iter().map(|c| c.id.clone()).collect();

@@ -5,6 +5,8 @@
 
 pub mod cli;
 
+mod admission;
+
 mod aggregate;
 mod api_status;
 mod cgroups;
@@ -15,6 +17,7 @@ mod expansion;
 mod gc;
 mod hooks;
 mod image_gc;
+mod image_ref;
 mod init_plan;
 mod inputs;
 mod kill;
@@ -33,7 +36,6 @@ mod server;
 mod shutdown;
 mod state;
 mod status;
-mod status_patch;
 mod sync;
 mod termination;
 mod workers;
@@ -103,13 +105,25 @@ impl PodSync {
 
 /// Runs pod-sync until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    // The root directory and pods/ are 0750, as upstream's: below them lie every pod's
+    // volumes. Both owners of pods/ make sure of it at start.
+    nodeagent_config::state::prepare_root_dir(&config.root_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "preparing the root directory {}: {e}",
+            config.root_dir.display()
+        )
+    })?;
     let cri = Cri::connect_limited(
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
         EXPENSIVE_CRI_CALLS,
     );
     let api = config.api_client().await?;
-    let host_ip = nodeagent_config::machine::host_ip();
+    // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
+    let host_ip = nodeagent_config::machine::node_ips(&config.node_ips)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
     tracing::info!(%host_ip, "node address");
     // Its slots are allocated at once (136 B each); a watcher more than 1024 messages
     // behind is cut off and resubscribes for a fresh snapshot.
@@ -138,6 +152,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             root_dir: config.root_dir.clone(),
             pod_pids_limit: config.kubelet.pod_pids_limit,
             memory_capacity: nodeagent_config::machine::memory_bytes(),
+            seccomp_default: config.kubelet.seccomp_default,
+            allocatable: admission::NodeResources::of_this_node(&config.kubelet),
         },
         state: Mutex::new(State {
             readiness: saved.ready,
@@ -164,6 +180,26 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             &config.root_dir,
         )),
     });
+    // What the runtime says it supports (CRI Status `features`), for the pod admission of
+    // `supplementalGroupsPolicy: Strict`; asked until the runtime answers.
+    {
+        let supported = sync.host_security.supplemental_groups_policy.clone();
+        let mut runtime = sync.cri.runtime.clone();
+        tokio::spawn(async move {
+            loop {
+                let request = nodeagent_proto::cri::StatusRequest { verbose: false };
+                if let Ok(status) = runtime.status(request).await {
+                    let features = status.into_inner().features.unwrap_or_default();
+                    supported.store(
+                        features.supplemental_groups_policy,
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
 
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(inputs::follow_config_source(
@@ -212,7 +248,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         log_rotation::Policy::from_config(&config).map_err(anyhow::Error::msg)?,
         shutdown.clone(),
     ));
-    tasks.spawn(gc::run(sync.clone(), sync.gc));
+    tasks.spawn(gc::run(sync.clone(), sync.gc, config.container_gc_period));
     tasks.spawn(image_gc::run(sync.clone()));
     if let Some(policy) = shutdown::Policy::from_config(&config.kubelet) {
         tasks.spawn(shutdown::run(sync.clone(), policy));
@@ -220,6 +256,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     tasks.spawn(eviction::run(
         sync.clone(),
         eviction::Manager::new(&config)?,
+        config.eviction_monitoring_period,
     ));
     tasks.spawn(inputs::ticks(
         sync.clone(),

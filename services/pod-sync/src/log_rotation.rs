@@ -20,8 +20,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Upstream's `containerLogMonitorInterval` default.
-const MONITOR_PERIOD: Duration = Duration::from_secs(10);
 /// The suffix format of a rotated file (Go's `20060102-150405`).
 const TIMESTAMP_FORMAT: &str = "%Y%m%d-%H%M%S";
 /// Left by an interrupted compression (upstream's), never in use.
@@ -34,6 +32,8 @@ const COMPRESS_SUFFIX: &str = ".gz";
 pub struct Policy {
     pub max_size: u64,
     pub max_files: usize,
+    /// `containerLogMonitorInterval`.
+    pub monitor_interval: Duration,
 }
 
 impl Policy {
@@ -42,21 +42,27 @@ impl Policy {
             nodeagent_config::quantity::parse_bytes(&config.kubelet.container_log_max_size)?;
         let max_files = usize::try_from(config.kubelet.container_log_max_files)
             .map_err(|_| "containerLogMaxFiles must be positive".to_string())?;
+        // upstream's validation: containerLogMonitorInterval >= 3s.
+        if config.kubelet.container_log_monitor_interval < Duration::from_secs(3) {
+            return Err("containerLogMonitorInterval must be at least 3s".into());
+        }
         Ok(Self {
             max_size,
             max_files,
+            monitor_interval: config.kubelet.container_log_monitor_interval,
         })
     }
 }
 
 /// The rotation loop; runs until `shutdown`.
 pub async fn run(cri: Cri, logs_dir: PathBuf, policy: Policy, shutdown: Shutdown) {
+    let period = policy.monitor_interval;
     tracing::info!(
         max_size = policy.max_size,
         max_files = policy.max_files,
         "container log rotation"
     );
-    let mut tick = tokio::time::interval(MONITOR_PERIOD);
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

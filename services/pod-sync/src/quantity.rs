@@ -7,6 +7,8 @@ pub struct ContainerResources {
     pub cpu_request: Option<i64>,
     pub cpu_limit: Option<i64>,
     pub memory_limit: Option<i64>,
+    /// The memory request, or the limit where no request is set (the API's defaulting).
+    pub memory_request: Option<i64>,
 }
 
 impl ContainerResources {
@@ -22,6 +24,10 @@ impl ContainerResources {
                 .or(cpu_limit),
             cpu_limit,
             memory_limit: limits.get("memory").and_then(|q| bytes(&q.0)),
+            memory_request: requests
+                .get("memory")
+                .or_else(|| limits.get("memory"))
+                .and_then(|q| bytes(&q.0)),
         }
     }
 }

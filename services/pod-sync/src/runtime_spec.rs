@@ -11,8 +11,8 @@ use nodeagent_proto::api::SubPathMount;
 use nodeagent_proto::cri::{
     Capability, ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
-    PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, MountPropagation, NamespaceMode,
+    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol,
 };
 use nodeagent_proto::k8s::{self, labels};
 use sha2::{Digest, Sha256};
@@ -37,6 +37,10 @@ pub struct NodeContext {
     /// The machine's memory (`MemTotal`), which Burstable containers' OOM scores are
     /// relative to.
     pub memory_capacity: u64,
+    /// `seccompDefault`: RuntimeDefault where a pod sets no seccomp profile.
+    pub seccomp_default: bool,
+    /// What pods are admitted against: `maxPods` and allocatable cpu and memory.
+    pub allocatable: crate::admission::NodeResources,
 }
 
 #[cfg(test)]
@@ -56,6 +60,12 @@ impl NodeContext {
             root_dir: std::env::temp_dir().join(root),
             pod_pids_limit: -1,
             memory_capacity: 8 << 30,
+            seccomp_default: false,
+            allocatable: crate::admission::NodeResources {
+                pods: 110,
+                cpu_millis: 2000,
+                memory: 4 << 30,
+            },
         }
     }
 }
@@ -233,8 +243,10 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> PodSandbox
                         .and_then(|s| s.privileged)
                         .unwrap_or(false)
                 }),
-                seccomp: security::pod_seccomp(pod, &node.root_dir),
+                seccomp: security::pod_seccomp(pod, &node.root_dir, node.seccomp_default),
                 supplemental_groups: security::supplemental_groups(pod),
+                supplemental_groups_policy: security::supplemental_groups_policy(pod),
+                selinux_options: security::selinux_options(pod, None),
                 ..Default::default()
             }),
             sysctls: security::sandbox_sysctls(pod),
@@ -560,6 +572,27 @@ fn read_only_volume(pod: &Pod, name: &str) -> bool {
     })
 }
 
+/// The CRI propagation of a volume mount (upstream's `translateMountPropagation`), and
+/// upstream's validation again: `Bidirectional` only for a privileged container, since
+/// its mounts reach the host (config-source refuses such a pod first, for every source).
+fn mount_propagation(c: &Container, m: &VolumeMount) -> Result<MountPropagation, String> {
+    let privileged = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.privileged)
+        .unwrap_or(false);
+    match m.mount_propagation.as_deref() {
+        None | Some("None") => Ok(MountPropagation::PropagationPrivate),
+        Some("HostToContainer") => Ok(MountPropagation::PropagationHostToContainer),
+        Some("Bidirectional") if privileged => Ok(MountPropagation::PropagationBidirectional),
+        Some("Bidirectional") => Err(format!(
+            "volumeMount {:?}: Bidirectional mount propagation is available only to privileged containers",
+            m.name
+        )),
+        Some(other) => Err(format!("invalid MountPropagation mode: {other:?}")),
+    }
+}
+
 pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, String> {
     let c = i.container;
     let env = container_env(i.pod, c, i.node, i.pod_ip, i.env_refs)?;
@@ -593,11 +626,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
             container_path: m.mount_path.clone(),
             host_path,
             readonly: m.read_only.unwrap_or(false) || read_only_volume(i.pod, &m.name),
-            propagation: match m.mount_propagation.as_deref() {
-                Some("HostToContainer") => 2,
-                Some("Bidirectional") => 1,
-                _ => 0,
-            },
+            propagation: mount_propagation(c, &m)? as i32,
             ..Default::default()
         });
     }
@@ -688,7 +717,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         tty: c.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
             resources: Some(linux_resources(i.pod, c, i.node.memory_capacity)),
-            security_context: Some(security_context(i.pod, c, &i.node.root_dir)?),
+            security_context: Some(security_context(i.pod, c, i.node)?),
         }),
         ..Default::default()
     })
@@ -760,6 +789,11 @@ pub fn set_sub_path_mounts(
 /// An empty file any container user can write its termination message into.
 fn create_world_writable(file: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
+    // `<root>/pods/<uid>/containers/<name>/<attempt>`: the pod's directory is private, so
+    // the file is writable by the container's user and by no other user of the node.
+    if let Some(pod_dir) = file.ancestors().nth(4) {
+        nodeagent_config::state::private_dir(pod_dir)?;
+    }
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -774,6 +808,7 @@ pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxC
         cpu_request,
         cpu_limit,
         memory_limit,
+        ..
     } = quantity::ContainerResources::of(c);
     let memory_limit = memory_limit.unwrap_or(0);
     const PERIOD: i64 = 100_000;
@@ -795,7 +830,7 @@ pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxC
 fn security_context(
     pod: &Pod,
     c: &Container,
-    root_dir: &Path,
+    node: &NodeContext,
 ) -> Result<LinuxContainerSecurityContext, String> {
     let pod_sc = pod
         .spec
@@ -822,8 +857,15 @@ fn security_context(
             .map(|value| nodeagent_proto::cri::Int64Value { value }),
         readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
         supplemental_groups: security::supplemental_groups(pod),
+        supplemental_groups_policy: security::supplemental_groups_policy(pod),
+        selinux_options: security::selinux_options(pod, Some(c)),
         no_new_privs: sc.allow_privilege_escalation == Some(false),
-        seccomp: Some(security::container_seccomp(pod, c, root_dir)?),
+        seccomp: Some(security::container_seccomp(
+            pod,
+            c,
+            &node.root_dir,
+            node.seccomp_default,
+        )?),
         apparmor: security::container_apparmor(pod, c),
         ..Default::default()
     })

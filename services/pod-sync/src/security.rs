@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext,
 };
-use nodeagent_proto::cri::{SecurityProfile, security_profile::ProfileType};
+use nodeagent_proto::cri::{SeLinuxOption, SecurityProfile, security_profile::ProfileType};
 use nodeagent_proto::k8s;
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,6 +35,9 @@ pub struct HostSecurity {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `/sys/module/apparmor/parameters/enabled` reads `Y`.
     pub apparmor_enabled: bool,
+    /// The runtime's CRI `Status` says it supports `supplementalGroupsPolicy` (its
+    /// `features`); false until the runtime has said so, as upstream's runtime state.
+    pub supplemental_groups_policy: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl HostSecurity {
@@ -44,6 +47,7 @@ impl HostSecurity {
         Self {
             allowed_unsafe_sysctls,
             apparmor_enabled: enabled,
+            supplemental_groups_policy: Default::default(),
         }
     }
 }
@@ -81,7 +85,49 @@ pub fn admit(pod: &Pod, host: &HostSecurity) -> Result<(), Refusal> {
     admit_sysctls(pod, host)?;
     admit_apparmor(pod, host)?;
     admit_user_namespaces(pod)?;
+    admit_supplemental_groups_policy(pod, host)?;
     admit_seccomp_paths(pod)
+}
+
+/// upstream's `supplementalGroupsPolicy` admission (since 1.33): a pod asking for `Strict`
+/// on a node whose runtime cannot ensure it is refused, never run as `Merge` silently.
+fn admit_supplemental_groups_policy(pod: &Pod, host: &HostSecurity) -> Result<(), Refusal> {
+    let strict = pod_sc(pod).supplemental_groups_policy.as_deref() == Some("Strict");
+    if strict
+        && !host
+            .supplemental_groups_policy
+            .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return refuse(
+            "SupplementalGroupsPolicyNotSupported",
+            "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+        );
+    }
+    Ok(())
+}
+
+/// The CRI `SupplementalGroupsPolicy` of the pod (Merge 0, Strict 1; admission refused
+/// Strict where the runtime cannot do it).
+pub fn supplemental_groups_policy(pod: &Pod) -> i32 {
+    match pod_sc(pod).supplemental_groups_policy.as_deref() {
+        Some("Strict") => nodeagent_proto::cri::SupplementalGroupsPolicy::Strict as i32,
+        _ => nodeagent_proto::cri::SupplementalGroupsPolicy::Merge as i32,
+    }
+}
+
+/// The SELinux labels for CRI, the container's over the pod's, as upstream passes them
+/// (`None` for the sandbox's own: `c` unset). The runtime applies them where SELinux is on.
+pub fn selinux_options(pod: &Pod, c: Option<&Container>) -> Option<SeLinuxOption> {
+    let own = c
+        .and_then(|c| c.security_context.as_ref())
+        .and_then(|s| s.se_linux_options.clone());
+    let o = own.or(pod_sc(pod).se_linux_options)?;
+    Some(SeLinuxOption {
+        user: o.user.unwrap_or_default(),
+        role: o.role.unwrap_or_default(),
+        r#type: o.type_.unwrap_or_default(),
+        level: o.level.unwrap_or_default(),
+    })
 }
 
 fn sysctl_allowed(name: &str, allowed: &[String]) -> bool {
@@ -202,22 +248,32 @@ fn admit_seccomp_paths(pod: &Pod) -> Result<(), Refusal> {
         .chain(container_profiles)
         .flatten()
     {
-        if let Err(message) = seccomp(Some(&p), Path::new("/")) {
+        if let Err(message) = seccomp(Some(&p), Path::new("/"), false) {
             return refuse("InvalidSeccompProfile", message);
         }
     }
     Ok(())
 }
 
-/// A seccomp profile for CRI. Unset is Unconfined, as upstream without SeccompDefault.
-/// Localhost profiles live under `<root-dir>/seccomp/` and may not leave it.
-pub fn seccomp(p: Option<&SeccompProfile>, root_dir: &Path) -> Result<SecurityProfile, String> {
+/// A seccomp profile for CRI. Unset is Unconfined, or RuntimeDefault with `seccompDefault`
+/// (upstream `getSeccompProfile`'s `fallbackToRuntimeDefault`). Localhost profiles live
+/// under `<root-dir>/seccomp/` and may not leave it.
+pub fn seccomp(
+    p: Option<&SeccompProfile>,
+    root_dir: &Path,
+    seccomp_default: bool,
+) -> Result<SecurityProfile, String> {
     let profile = |t: ProfileType, localhost_ref: String| SecurityProfile {
         profile_type: t as i32,
         localhost_ref,
     };
     let Some(p) = p else {
-        return Ok(profile(ProfileType::Unconfined, String::new()));
+        let t = if seccomp_default {
+            ProfileType::RuntimeDefault
+        } else {
+            ProfileType::Unconfined
+        };
+        return Ok(profile(t, String::new()));
     };
     match p.type_.as_str() {
         "RuntimeDefault" => Ok(profile(ProfileType::RuntimeDefault, String::new())),
@@ -246,8 +302,13 @@ pub fn seccomp(p: Option<&SeccompProfile>, root_dir: &Path) -> Result<SecurityPr
 }
 
 /// The pod-level seccomp profile, for the sandbox.
-pub fn pod_seccomp(pod: &Pod, root_dir: &Path) -> Option<SecurityProfile> {
-    seccomp(pod_sc(pod).seccomp_profile.as_ref(), root_dir).ok()
+pub fn pod_seccomp(pod: &Pod, root_dir: &Path, seccomp_default: bool) -> Option<SecurityProfile> {
+    seccomp(
+        pod_sc(pod).seccomp_profile.as_ref(),
+        root_dir,
+        seccomp_default,
+    )
+    .ok()
 }
 
 /// The container's seccomp profile: its own, else the pod's.
@@ -255,12 +316,17 @@ pub fn container_seccomp(
     pod: &Pod,
     c: &Container,
     root_dir: &Path,
+    seccomp_default: bool,
 ) -> Result<SecurityProfile, String> {
     let own = c
         .security_context
         .as_ref()
         .and_then(|s| s.seccomp_profile.clone());
-    seccomp(own.or(pod_sc(pod).seccomp_profile).as_ref(), root_dir)
+    seccomp(
+        own.or(pod_sc(pod).seccomp_profile).as_ref(),
+        root_dir,
+        seccomp_default,
+    )
 }
 
 /// The container's AppArmor profile for CRI; `None` leaves the runtime's default.

@@ -74,6 +74,8 @@ pub struct State {
     pub pull_backoff: HashMap<(String, String), Backoff>,
     /// uid -> why the whole pod failed (e.g. activeDeadlineSeconds): nothing runs again.
     pub pod_failed: HashMap<String, Waiting>,
+    /// Pods admitted against the node's resources (`admission`), until they are gone.
+    pub admitted: HashSet<String>,
     /// The node's pressure conditions whose thresholds the eviction manager found met at
     /// its last pass (new pods are admitted against them).
     pub pressure: std::collections::BTreeSet<nodeagent_config::eviction::Condition>,
@@ -105,8 +107,14 @@ pub struct State {
     pub published_since_probe: HashSet<String>,
 }
 
-/// How long at most statuses stay hidden after both snapshots arrived.
+/// How long statuses stay hidden, after both snapshots arrived, waiting for probe's
+/// results (a dead probe service must not hide every status for long).
 const STATUS_GATE_MAX: Duration = Duration::from_secs(15);
+/// How long at most they stay hidden while a desired pod has no status at all (its
+/// runtime state cannot be read: pleg or containerd restarting). Until then http-server
+/// serves its last complete list (marked, up to 60 s old); serving earlier would list the
+/// node without a pod that runs (the chaos suite saw it vanish from `/pods`).
+const STATUS_GATE_HARD_MAX: Duration = Duration::from_secs(45);
 
 impl State {
     /// Every pod uid anyone knows of.
@@ -122,8 +130,10 @@ impl State {
     }
 
     /// Whether statuses may be served; latches once every desired pod has a status computed
-    /// after the config, runtime and probe snapshots arrived (or after a bounded wait, so
-    /// that a dead probe service or a slow pod cannot hide every status for long).
+    /// after the config, runtime and probe snapshots arrived, or after a bounded wait once
+    /// every desired pod has some status (a dead probe service cannot hide every status
+    /// for long), or after a longer bound whatever is missing (nor can one pod whose
+    /// runtime state cannot be read).
     pub fn statuses_servable(&mut self) -> bool {
         // Until every source has listed, the desired set is partial (config-source is
         // restarting): even an empty one says nothing, so nothing is served yet.
@@ -138,7 +148,15 @@ impl State {
                 .desired
                 .keys()
                 .all(|uid| self.published_since_probe.contains(uid));
-        if complete || since.elapsed() >= STATUS_GATE_MAX {
+        let every_pod_listed = self
+            .desired
+            .keys()
+            .all(|uid| self.statuses.contains_key(uid));
+        let waited = since.elapsed();
+        if complete
+            || (every_pod_listed && waited >= STATUS_GATE_MAX)
+            || waited >= STATUS_GATE_HARD_MAX
+        {
             self.statuses_complete = true;
         }
         self.statuses_complete
@@ -196,8 +214,34 @@ mod tests {
             ..State::default()
         };
         st.desired.insert("slow".into(), Pod::default());
+        st.desired.insert("unread".into(), Pod::default());
+        st.statuses.insert("slow".into(), Default::default());
         assert!(!st.statuses_servable());
         st.snapshots_seen_at = Some(Instant::now() - STATUS_GATE_MAX);
+        assert!(
+            !st.statuses_servable(),
+            "a desired pod without any status would vanish from the list"
+        );
+        st.statuses.insert("unread".into(), Default::default());
+        assert!(
+            st.statuses_servable(),
+            "every pod listed: probe's missing results hide nothing longer"
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_state_cannot_be_read_hides_the_others_for_a_bounded_time_only() {
+        let mut st = State {
+            config_synced: true,
+            sources_served: true,
+            pleg_synced: true,
+            probe_synced: true,
+            ..State::default()
+        };
+        st.desired.insert("unread".into(), Pod::default());
+        st.snapshots_seen_at = Some(Instant::now() - STATUS_GATE_MAX);
+        assert!(!st.statuses_servable());
+        st.snapshots_seen_at = Some(Instant::now() - STATUS_GATE_HARD_MAX);
         assert!(st.statuses_servable());
     }
 }

@@ -12,6 +12,10 @@ use nodeagent_proto::api::{RuntimeContainer, RuntimePodStatus};
 use nodeagent_proto::cri;
 use std::collections::HashMap;
 
+mod phase;
+pub(crate) use phase::may_start;
+use phase::pod_phase;
+
 /// Why a container is waiting, as recorded by the last sync (e.g. ErrImagePull).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {
@@ -98,13 +102,54 @@ fn state_of(c: &RuntimeContainer, messages: &HashMap<String, String>) -> Contain
             }),
             ..Default::default()
         },
+        // Upstream: a created container waits with no reason, and so does one in an unknown
+        // state (but see `container_status` for one that was running).
         _ => ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some("ContainerCreating".into()),
-                message: None,
-            }),
+            waiting: Some(ContainerStateWaiting::default()),
             ..Default::default()
         },
+    }
+}
+
+/// Upstream `kubetypes.PodConditionByKubelet`: the condition types the kubelet owns.
+const KUBELET_OWNED: [&str; 7] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+    "PodResizePending",
+    "PodResizeInProgress",
+];
+
+/// Upstream `kubecontainer.ContainerReasonStatusUnknown`.
+const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+
+/// Upstream `ShouldContainerBeRestarted` (with `ContainerShouldRestart` for a container's
+/// own restartPolicy): whether the next sync starts this container again, so a recorded
+/// start failure is what its status shows.
+fn should_restart(pod: &Pod, c: &Container, latest: Option<&RuntimeContainer>) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(latest) = latest else {
+        return true;
+    };
+    match cri::ContainerState::try_from(latest.state) {
+        Ok(cri::ContainerState::ContainerRunning) => false,
+        Ok(cri::ContainerState::ContainerExited) => {
+            let policy = c
+                .restart_policy
+                .as_deref()
+                .or_else(|| pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()));
+            match policy.unwrap_or("Always") {
+                "Never" => false,
+                "OnFailure" => latest.exit_code != 0,
+                _ => true,
+            }
+        }
+        // Created or unknown: always (re)started.
+        _ => true,
     }
 }
 
@@ -112,28 +157,125 @@ fn container_status(
     c: &Container,
     inputs: &StatusInputs<'_>,
     default_waiting: &str,
+    old: Option<&ContainerStatus>,
+    is_init: bool,
+    finished: bool,
 ) -> ContainerStatus {
     let all = instances(inputs.runtime, &c.name);
     let latest = all.first().copied();
     let previous = all.get(1).copied();
-    let waiting = inputs.waiting.get(&c.name);
     let msgs = inputs.termination_messages;
+    let default_state = || ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(default_waiting.into()),
+            message: None,
+        }),
+        ..Default::default()
+    };
+    // Upstream `convertToAPIContainerStatuses`: a container the runtime does not know
+    // (any more) keeps what its previous status said: all of it when it had terminated,
+    // else its restart count and last state; one that was running has terminated in a
+    // way nobody saw. Only with a runtime view (without one nothing is known to be gone),
+    // or once the pod has finished: its containers are gone for good (removed by the
+    // container GC with its sandbox) and their last words stand.
+    let known = inputs.runtime.is_some() || finished;
+    let old = old.filter(|_| known);
+    if latest.is_none()
+        && let Some(o) = old.filter(|o| o.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+    {
+        let mut s = o.clone();
+        if should_restart(inputs.pod, c, None)
+            && let Some(w) = inputs.waiting.get(&c.name)
+        {
+            s.last_state = s.state.take();
+            s.state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(w.reason.clone()),
+                    message: (!w.message.is_empty()).then(|| w.message.clone()),
+                }),
+                ..Default::default()
+            });
+        }
+        return s;
+    }
+    let mut restart_count = latest.map(|l| l.attempt as i32).unwrap_or(0);
     let mut state = latest
         .map(|l| state_of(l, msgs))
-        .unwrap_or_else(|| ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some(default_waiting.into()),
-                message: None,
+        .unwrap_or_else(default_state);
+    let old_running = old.is_some_and(|o| o.state.as_ref().is_some_and(|s| s.running.is_some()));
+    let mut last_state = previous.map(|p| state_of(p, msgs));
+    if latest.is_some_and(|l| l.state == cri::ContainerState::ContainerUnknown as i32)
+        && old_running
+    {
+        // Upstream: a container that was running and whose state is now unknown has
+        // terminated, not gone back to waiting.
+        state = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(STATUS_UNKNOWN.into()),
+                message: Some(
+                    "The container could not be located when the pod was terminated".into(),
+                ),
+                ..Default::default()
             }),
             ..Default::default()
-        });
-    let mut last_state = previous
-        .map(|p| state_of(p, msgs))
-        .filter(|s| s.terminated.is_some());
-    // What the last sync recorded (an image pull error, a failed volume setup) concerns a
-    // container that is not running: a running one shows what the runtime says, so a sync
-    // that failed for a moment (a peer restarting) changes nothing a user sees of it.
-    if let Some(w) = waiting.filter(|_| state.running.is_none()) {
+        };
+        restart_count = old.map_or(0, |o| o.restart_count) + 1;
+    }
+    if latest.is_none()
+        && let Some(o) = old
+    {
+        restart_count = o.restart_count;
+        last_state = o
+            .last_state
+            .clone()
+            .filter(|s| *s != ContainerState::default());
+        if old_running && last_state.as_ref().is_none_or(|s| s.terminated.is_none()) {
+            last_state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(STATUS_UNKNOWN.into()),
+                    message: Some("The container could not be located when the pod was deleted.  The container used to be Running".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            if inputs.pod.metadata.deletion_timestamp.is_none() {
+                restart_count += 1;
+            }
+        }
+    }
+    // Upstream: a regular init container the runtime no longer knows, in a pod whose
+    // regular containers were created, has completed.
+    let lost_init = is_init
+        && latest.is_none()
+        && !crate::init_plan::is_sidecar(c)
+        && state.waiting.is_some()
+        && any_regular_created(inputs);
+    if lost_init {
+        state = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                message: Some("Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+    }
+    // What the last sync recorded (an image pull error, a back-off) shows only for a
+    // container the next sync starts again (upstream's reason cache behind
+    // `ShouldContainerBeRestarted`); an init container that succeeded is never restarted.
+    let restarts = should_restart(inputs.pod, c, latest)
+        && !(is_init
+            && latest.is_some_and(|l| {
+                l.state == cri::ContainerState::ContainerExited as i32 && l.exit_code == 0
+            }));
+    let waiting = inputs
+        .waiting
+        .get(&c.name)
+        .filter(|_| restarts && !lost_init);
+    if let Some(w) = waiting {
         // A container waiting to be (re)started shows its last run as lastState.
         if state.terminated.is_some() {
             last_state = Some(state.clone());
@@ -163,7 +305,7 @@ fn container_status(
         image: c.image.clone().unwrap_or_default(),
         image_id: latest.map(|l| l.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|l| format!("containerd://{}", l.id)),
-        restart_count: latest.map(|l| l.attempt as i32).unwrap_or(0),
+        restart_count,
         ready,
         started: Some(started),
         state: Some(state),
@@ -207,6 +349,24 @@ fn readiness_gates_not_ready(
         .collect()
 }
 
+/// Upstream `HasAnyRegularContainerCreated`: the runtime has a regular container that was
+/// created, runs or exited.
+fn any_regular_created(inputs: &StatusInputs<'_>) -> bool {
+    let spec = inputs.pod.spec.as_ref();
+    spec.is_some_and(|spec| {
+        spec.containers.iter().any(|c| {
+            instances(inputs.runtime, &c.name).first().is_some_and(|l| {
+                matches!(
+                    cri::ContainerState::try_from(l.state),
+                    Ok(cri::ContainerState::ContainerCreated
+                        | cri::ContainerState::ContainerRunning
+                        | cri::ContainerState::ContainerExited)
+                )
+            })
+        })
+    })
+}
+
 /// Upstream `HasAnyRegularContainerStarted`: running or terminated.
 fn has_started(s: &ContainerStatus) -> bool {
     s.state
@@ -223,6 +383,7 @@ fn is_terminated(s: &ContainerStatus) -> Option<i32> {
 /// pod's IP stable.
 pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodStatus {
     let pod = inputs.pod;
+    let published_phase = previous.and_then(|p| p.phase.clone());
     let previous = previous.or(pod.status.as_ref());
     let spec = pod.spec.clone().unwrap_or_default();
     let rt = inputs.runtime;
@@ -232,12 +393,38 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
             .max_by_key(|s| s.created_at_unix_nanos)
     });
+    let old_statuses = |init: bool| -> HashMap<&str, &ContainerStatus> {
+        previous
+            .and_then(|p| {
+                if init {
+                    p.init_container_statuses.as_ref()
+                } else {
+                    p.container_statuses.as_ref()
+                }
+            })
+            .into_iter()
+            .flatten()
+            .map(|s| (s.name.as_str(), s))
+            .collect()
+    };
+    let (old_init, old_app) = (old_statuses(true), old_statuses(false));
+    let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let finished = phase::is_terminal(published_phase.as_deref()) || phase::is_terminal(api_phase);
+    // Upstream: with init containers, every container waits in PodInitializing until it
+    // is created, else in ContainerCreating.
+    let has_init = spec.init_containers.as_ref().is_some_and(|i| !i.is_empty());
+    let default_waiting = if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
     let init: Vec<ContainerStatus> = spec
         .init_containers
         .iter()
         .flatten()
         .map(|c| {
-            let mut s = container_status(c, inputs, "PodInitializing");
+            let old = old_init.get(c.name.as_str()).copied();
+            let mut s = container_status(c, inputs, default_waiting, old, true, finished);
             if !crate::init_plan::is_sidecar(c) {
                 // Upstream: a regular init container is ready once it succeeded.
                 s.ready = is_terminated(&s) == Some(0);
@@ -248,42 +435,46 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     let initialized = init
         .iter()
         .all(|s| is_terminated(s) == Some(0) || restartable_running(&spec, s));
-    let app_default = if initialized {
-        "ContainerCreating"
-    } else {
-        "PodInitializing"
-    };
-    let app: Vec<ContainerStatus> = spec
+    let mut app: Vec<ContainerStatus> = spec
         .containers
         .iter()
-        .map(|c| container_status(c, inputs, app_default))
+        .map(|c| {
+            let old = old_app.get(c.name.as_str()).copied();
+            container_status(c, inputs, default_waiting, old, false, finished)
+        })
         .collect();
+    // Upstream sorts regular container statuses by name (`SortedContainerStatuses`); init
+    // containers keep the spec's order.
+    app.sort_by(|a, b| a.name.cmp(&b.name));
 
-    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut phase = pod_phase(
-        &app,
-        initialized,
-        restart_policy,
-        init.iter()
-            .any(|s| is_terminated(s).is_some_and(|c| c != 0)),
-    );
-    if inputs.terminated && !crate::api_status::is_static(pod) {
-        // Succeeded only if every regular container succeeded, as upstream.
-        let all_succeeded = app.iter().all(|s| is_terminated(s) == Some(0));
-        phase = if all_succeeded { "Succeeded" } else { "Failed" };
+    // Upstream assigns static pods no terminal phase (kubernetes #116484).
+    let pod_is_terminal = inputs.terminated && !crate::api_status::is_static(pod);
+    let pod_has_initialized = rt.is_some_and(|r| has_active_regular_container(&spec, r));
+    let mut phase = pod_phase(&spec, &init, &app, pod_is_terminal, pod_has_initialized);
+    if pod_is_terminal && !matches!(phase, "Succeeded" | "Failed") {
+        // Upstream's status manager (TerminatePod) marks a terminal pod Failed when
+        // getPhase left it Pending or Running.
+        phase = "Failed";
     }
+    // A finished pod stays finished (upstream's three-way merge): the runtime may have lost
+    // its containers or sandbox since.
+    let phase = phase::keep_terminal(phase, published_phase.as_deref(), api_phase);
     // Upstream GenerateContainersReadyCondition: sidecars count, regular init containers
     // do not; a finished pod's containers are not ready, with the phase as the reason.
-    let sidecars = init.iter().filter(|s| {
-        spec.init_containers
+    // In the spec's order, sidecars first (upstream iterates the spec, not the statuses).
+    let by_name = |statuses: &[ContainerStatus], name: &str| {
+        statuses
             .iter()
-            .flatten()
-            .any(|c| c.name == s.name && crate::init_plan::is_sidecar(c))
-    });
-    let unready: Vec<&str> = sidecars
-        .chain(app.iter())
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
+            .find(|s| s.name == name)
+            .is_some_and(|s| s.ready)
+    };
+    let unready: Vec<&str> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| crate::init_plan::is_sidecar(c) && !by_name(&init, &c.name))
+        .chain(spec.containers.iter().filter(|c| !by_name(&app, &c.name)))
+        .map(|c| c.name.as_str())
         .collect();
     let containers_ready = !app.is_empty() && unready.is_empty();
     let terminal_phase = match inputs.pod_failed.map(|_| "Failed").unwrap_or(phase) {
@@ -321,15 +512,41 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         ready.reason = Some("ReadinessGatesNotReady".into());
         ready.message = Some(gates.join(", "));
     }
+    // Upstream GeneratePodInitializedCondition: once any regular container has started,
+    // the pod stays initialized, even while a sidecar restarts; a succeeded pod's reason is
+    // PodCompleted; else the init containers not done are named.
+    let mut initialized_condition = condition(
+        "Initialized",
+        initialized || app.iter().any(has_started),
+        Some("ContainersNotInitialized"),
+    );
+    if phase == "Succeeded" {
+        initialized_condition.status = "True".into();
+        initialized_condition.reason = Some("PodCompleted".into());
+    } else if initialized_condition.status == "False" {
+        let incomplete: Vec<&str> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| {
+                init.iter().find(|s| s.name == c.name).is_none_or(|s| {
+                    if crate::init_plan::is_sidecar(c) {
+                        s.started != Some(true)
+                    } else {
+                        !s.ready
+                    }
+                })
+            })
+            .map(|c| c.name.as_str())
+            .collect();
+        initialized_condition.message = Some(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+    }
     let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox.is_some(), None),
-        // Upstream: once any regular container has started, the pod stays initialized,
-        // even while a sidecar restarts.
-        condition(
-            "Initialized",
-            initialized || app.iter().any(has_started),
-            Some("ContainersNotInitialized"),
-        ),
+        initialized_condition,
         ready,
         containers_ready_condition,
         condition("PodScheduled", true, None),
@@ -371,6 +588,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     });
     // An evicted pod, or one stopped for a node shutdown, says so in a DisruptionTarget
     // condition (upstream, since 1.26).
+    let mut disruption = None;
     if let Some(f) = inputs.pod_failed.filter(|f| {
         f.reason == crate::evict::EVICTED
             || (f.reason == crate::shutdown::REASON && f.message == crate::shutdown::MESSAGE)
@@ -384,14 +602,24 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         {
             c.last_transition_time = old.last_transition_time.clone();
         }
-        conditions.push(c);
+        disruption = Some(c);
     }
-    // Upstream's mergePodStatus: conditions the kubelet does not own stay as they are.
-    for c in api_conditions {
-        if !conditions.iter().any(|o| o.type_ == c.type_) {
-            conditions.push(c.clone());
+    // Upstream generateAPIPodStatus (and the status manager's mergePodStatus): first the
+    // conditions the kubelet does not own, as they are, with DisruptionTarget replaced or
+    // appended; then the kubelet's own.
+    let mut merged: Vec<PodCondition> = api_conditions
+        .iter()
+        .filter(|c| !KUBELET_OWNED.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    if let Some(d) = disruption {
+        match merged.iter_mut().find(|c| c.type_ == d.type_) {
+            Some(c) => *c = d,
+            None => merged.push(d),
         }
     }
+    merged.extend(conditions);
+    let conditions = merged;
     let (phase, reason, message) = match inputs.pod_failed {
         Some(f) => ("Failed", Some(f.reason.clone()), Some(f.message.clone())),
         None => (phase, None, None),
@@ -424,55 +652,23 @@ fn restartable_running(spec: &k8s_openapi::api::core::v1::PodSpec, s: &Container
     sidecar && s.started == Some(true)
 }
 
-/// Upstream `getPhase`.
-fn pod_phase(
-    app: &[ContainerStatus],
-    initialized: bool,
-    restart_policy: &str,
-    init_failed: bool,
-) -> &'static str {
-    if !initialized {
-        return if init_failed && restart_policy == "Never" {
-            "Failed"
-        } else {
-            "Pending"
-        };
-    }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
-    for s in app {
-        let st = s.state.clone().unwrap_or_default();
-        if st.running.is_some() {
-            running += 1;
-        } else if let Some(t) = st.terminated {
-            stopped += 1;
-            if t.exit_code == 0 {
-                succeeded += 1;
-            }
-        } else if st.waiting.is_some() {
-            let has_last = s
-                .last_state
-                .as_ref()
-                .is_some_and(|l| l.terminated.is_some());
-            if has_last { stopped += 1 } else { waiting += 1 }
-        }
-    }
-    if waiting > 0 {
-        return "Pending";
-    }
-    if running > 0 {
-        return "Running";
-    }
-    if stopped == app.len() && !app.is_empty() {
-        return match restart_policy {
-            "Always" => "Running",
-            "OnFailure" if succeeded == stopped => "Succeeded",
-            "OnFailure" => "Running",
-            _ if succeeded == stopped => "Succeeded",
-            _ => "Failed",
-        };
-    }
-    "Pending"
+/// Upstream `HasAnyActiveRegularContainerStarted`: some regular container exists in the
+/// pod's current sandbox (the newest, while it is ready), so the pod has initialized there.
+fn has_active_regular_container(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    rt: &RuntimePodStatus,
+) -> bool {
+    let newest = rt.sandboxes.iter().max_by_key(|s| s.created_at_unix_nanos);
+    newest
+        .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+        .is_some_and(|s| {
+            rt.containers
+                .iter()
+                .any(|c| c.sandbox_id == s.id && spec.containers.iter().any(|a| a.name == c.name))
+        })
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upstream_tests;

@@ -37,6 +37,51 @@ const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 
+/// Upstream's FailedPostStartHook and FailedPreStopHook event messages: the hook's output
+/// stays out ("do not record the message in the event so that secrets won't leak").
+pub(crate) const POST_START_HOOK_FAILED: &str = "PostStartHook failed";
+pub(crate) const PRE_STOP_HOOK_FAILED: &str = "PreStopHook failed";
+
+/// A duration as Go's `time.Duration.String()` writes it (`10s`, `1m20s`, `5m0s`,
+/// `1.5ms`): upstream's back-off messages print their durations so.
+pub fn go_duration(d: Duration) -> String {
+    fn decimal(v: u128, unit: u128) -> String {
+        let (int, frac) = (v / unit, v % unit);
+        if frac == 0 {
+            return int.to_string();
+        }
+        let width = unit.ilog10() as usize;
+        let frac = format!("{frac:0width$}");
+        format!("{int}.{}", frac.trim_end_matches('0'))
+    }
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".into();
+    }
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    if ns < 1_000_000 {
+        return format!("{}µs", decimal(ns, 1_000));
+    }
+    if ns < 1_000_000_000 {
+        return format!("{}ms", decimal(ns, 1_000_000));
+    }
+    let secs = ns / 1_000_000_000;
+    let s = decimal(
+        secs % 60 * 1_000_000_000 + ns % 1_000_000_000,
+        1_000_000_000,
+    );
+    let (h, m) = (secs / 3600, secs / 60 % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
 /// How long to wait before restarting a container that exited after `restarts` restarts.
 pub fn crash_backoff(restarts: u32, ran_for: Duration) -> Duration {
     if restarts == 0 || ran_for >= BACKOFF_RESET {
@@ -109,6 +154,19 @@ impl PodSync {
         if let Some(reason) = self.ended_by_node(&uid) {
             let grace = (reason == crate::evict::EVICTED).then_some(0);
             self.stop_everything(pod, rt, &reason, grace).await;
+            return Ok(SyncOutcome::Terminated);
+        }
+        // Finished (Succeeded or Failed, as last published or as the API server has it):
+        // never run again, whatever the runtime shows now (upstream SyncPod returns before
+        // making anything for a terminal pod). What still runs of it is stopped.
+        let known_phase = {
+            let st = self.lock();
+            let published = st.statuses.get(&uid).and_then(|p| p.status.as_ref());
+            published.and_then(|s| s.phase.clone())
+        };
+        let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if !crate::status::may_start(known_phase.as_deref(), api_phase) {
+            self.stop_everything(pod, rt, "pod finished", None).await;
             return Ok(SyncOutcome::Terminated);
         }
         if let Some(outcome) = self.refuse_unadmitted(pod, rt).await {
@@ -532,7 +590,8 @@ impl PodSync {
     async fn refuse_unadmitted(&self, pod: &Pod, rt: &RuntimePodStatus) -> Option<SyncOutcome> {
         let refusal = crate::security::admit(pod, &self.host_security)
             .err()
-            .or_else(|| self.refuse_under_pressure(pod, rt))?;
+            .or_else(|| self.refuse_under_pressure(pod, rt))
+            .or_else(|| self.refuse_beyond_allocatable(pod, rt))?;
         let first = {
             let mut st = self.lock();
             let failed = st.pod_failed.entry(k8s::pod_uid(pod).to_string());
@@ -548,6 +607,60 @@ impl PodSync {
         }
         self.stop_everything(pod, rt, refusal.reason, None).await;
         Some(SyncOutcome::Terminated)
+    }
+
+    /// upstream's resource admission (`admission`): a pod that has not started yet is
+    /// admitted when it fits, beside every pod admitted or running that has not finished,
+    /// into `maxPods` and allocatable cpu and memory; admitted once, it stays admitted.
+    /// Critical pods are admitted whatever is left (upstream would evict others to make
+    /// room for them; we do not).
+    fn refuse_beyond_allocatable(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<crate::security::Refusal> {
+        let uid = k8s::pod_uid(pod).to_string();
+        let mut st = self.lock();
+        if st.admitted.contains(&uid) {
+            return None;
+        }
+        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() || crate::oom::is_critical(pod) {
+            st.admitted.insert(uid);
+            return None;
+        }
+        let finished = |u: &str| {
+            st.pod_failed.contains_key(u)
+                || st
+                    .statuses
+                    .get(u)
+                    .and_then(|p| p.status.as_ref())
+                    .and_then(|s| s.phase.as_deref())
+                    .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
+        };
+        let running: Vec<crate::admission::Requests> = st
+            .desired
+            .iter()
+            .filter(|(u, _)| **u != uid && !finished(u))
+            .filter(|(u, _)| {
+                st.admitted.contains(*u)
+                    || st
+                        .runtime
+                        .get(*u)
+                        .is_some_and(|r| !r.sandboxes.is_empty() || !r.containers.is_empty())
+            })
+            .map(|(_, p)| crate::admission::requests(p))
+            .collect();
+        match crate::admission::fit(
+            crate::admission::requests(pod),
+            &running,
+            &self.node.allocatable,
+        ) {
+            Ok(()) => {
+                st.admitted.insert(uid);
+                None
+            }
+            Err(refusal) => Some(refusal),
+        }
     }
 
     /// upstream's node shutdown admission (every new pod is refused while the node shuts
@@ -668,8 +781,8 @@ impl PodSync {
                 &c.name,
                 "CrashLoopBackOff",
                 &format!(
-                    "back-off {}s restarting failed container={} pod={}({uid})",
-                    backoff.as_secs(),
+                    "back-off {} restarting failed container={} pod={}({uid})",
+                    go_duration(backoff),
                     c.name,
                     k8s::pod_full_name(pod)
                 ),
@@ -815,14 +928,14 @@ impl PodSync {
         };
         let timeout = Duration::from_secs(grace_seconds(pod).max(2) as u64);
         if let Err(e) = self.run_hook(pod, c, id, hook, timeout).await {
-            let message = format!("PostStartHook failed: {e}");
-            tracing::warn!(k8s.container.name = %c.name, %message, "FailedPostStartHook");
+            tracing::warn!(k8s.container.name = %c.name, error = %e, "FailedPostStartHook");
+            // Upstream: without the hook's output, so no secret leaks into an event.
             self.events.container(
                 pod,
                 &c.name,
                 EventType::Warning,
                 "FailedPostStartHook",
-                &message,
+                POST_START_HOOK_FAILED,
             );
             // Upstream's Killing message for this kill is the reason itself.
             let grace = grace_seconds(pod);
@@ -881,6 +994,15 @@ impl PodSync {
             .image_pull_policy
             .clone()
             .unwrap_or_else(|| config_source::manifest::default_pull_policy(&image).into());
+        let event = |ty: EventType, reason: &str, message: &str| {
+            self.events.container(pod, &c.name, ty, reason, message);
+        };
+        // Upstream: an image reference that does not parse is InvalidImageName (with an
+        // InspectFailed event), before any look at the runtime.
+        if let Some(message) = crate::pull::invalid_image_name(&image) {
+            event(EventType::Warning, "InspectFailed", &message);
+            return Err(("InvalidImageName", message, Duration::from_secs(30)));
+        }
         let spec = ImageSpec {
             image: image.clone(),
             ..Default::default()
@@ -900,9 +1022,6 @@ impl PodSync {
                     Duration::from_secs(10),
                 )
             })?;
-        let event = |ty: EventType, reason: &str, message: &str| {
-            self.events.container(pod, &c.name, ty, reason, message);
-        };
         if present && policy != "Always" {
             let message = format!("Container image \"{image}\" already present on machine");
             event(EventType::Normal, "Pulled", &message);
@@ -987,8 +1106,13 @@ impl PodSync {
                     st.pull_backoff.insert(key, b);
                     retry
                 };
-                let message = format!("Failed to pull image \"{image}\": {message}");
-                event(EventType::Warning, "Failed", &message);
+                // Upstream: the event says which image; the waiting message is the
+                // runtime's whole error.
+                event(
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Failed to pull image \"{image}\": {message}"),
+                );
                 Err(("ErrImagePull", message, retry))
             }
         }
@@ -1038,9 +1162,10 @@ impl PodSync {
         pod: &Pod,
         image: &str,
     ) -> Result<Vec<credentials::Credential>, String> {
-        let Ok(repository) = credentials::repository(image) else {
+        let Ok(reference) = crate::image_ref::parse_normalized_named(image) else {
             return Ok(Vec::new()); // the runtime says what is wrong with the name
         };
+        let repository = reference.repository();
         let secrets = self.pull_secrets(pod).await;
         let mut found = credentials::secrets_keyring(&secrets)?.lookup(&repository);
         found.extend(credentials::node_keyring(&self.node.root_dir).lookup(&repository));
@@ -1439,6 +1564,39 @@ pub(crate) fn probe_kill_grace(
 
 #[cfg(test)]
 mod tests {
+    /// Go's own table for `Duration.String()` (`src/time/time_test.go`, `durationTests`),
+    /// the non-negative rows; then the crash-loop back-off steps upstream's messages show.
+    #[test]
+    fn go_duration_as_go_writes_it() {
+        use super::go_duration;
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        for (want, d) in [
+            ("0s", Duration::ZERO),
+            ("1ns", Duration::from_nanos(1)),
+            ("1.1µs", Duration::from_nanos(1100)),
+            ("2.2ms", Duration::from_micros(2200)),
+            ("3.3s", ms(3300)),
+            ("4m5s", Duration::from_secs(4 * 60 + 5)),
+            ("4m5.001s", ms(4 * 60_000 + 5001)),
+            ("5h6m7.001s", ms(5 * 3_600_000 + 6 * 60_000 + 7001)),
+            (
+                "8m0.000000001s",
+                Duration::from_secs(480) + Duration::from_nanos(1),
+            ),
+            (
+                "2562047h47m16.854775807s",
+                Duration::from_nanos(i64::MAX as u64),
+            ),
+        ] {
+            assert_eq!(go_duration(d), want);
+        }
+        let steps: Vec<String> = (1..=6)
+            .map(|r| go_duration(super::crash_backoff(r, Duration::ZERO)))
+            .collect();
+        assert_eq!(steps, ["10s", "20s", "40s", "1m20s", "2m40s", "5m0s"]);
+    }
+
     use super::*;
 
     #[test]

@@ -2,14 +2,10 @@
 //! service run until SIGTERM (`nodeagent-probe` and the multi-call `nodeagent` binary both
 //! start here).
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 #[derive(Parser)]
-#[command(
-    name = "nodeagent-probe",
-    version,
-    about = "Probe workers of the node agent"
-)]
+#[command(name = "nodeagent-probe", about = "Probe workers of the node agent")]
 struct Cli {
     #[command(flatten)]
     flags: nodeagent_config::KubeletFlags,
@@ -26,7 +22,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = Cli::parse_from(args);
+    let cli: Cli =
+        nodeagent_transport::parse_command_line(Cli::command(), args, |c: &mut Cli| &mut c.flags);
     let instance = cli.probe_instance;
     nodeagent_transport::run_main("probe", &cli.flags, move |config, shutdown| {
         crate::run(config, instance, shutdown)

@@ -104,8 +104,13 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
 
 fn crate_filters(level: &str) -> String {
     [
+        "nodeagent",
+        "nodeagent_config",
         "nodeagent_transport",
         "nodeagent_cri",
+        "nodeagent_du",
+        "nodeagent_hostpath",
+        "nodeagent_spdy",
         "nodeagent_telemetry",
         "config_source",
         "pod_sync",
@@ -119,4 +124,33 @@ fn crate_filters(level: &str) -> String {
     .map(|c| format!("{c}={level}"))
     .collect::<Vec<_>>()
     .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    /// `--v` reaches every crate of ours (the issue: nodeagent_config's info lines,
+    /// certificate progress and events among them, never appeared at any `--v`): each
+    /// crate under services/ is in the filter.
+    #[test]
+    fn every_crate_of_ours_gets_the_level() {
+        let filters = super::crate_filters("debug");
+        let services = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for entry in std::fs::read_dir(&services).unwrap() {
+            let manifest = entry.unwrap().path().join("Cargo.toml");
+            let Ok(text) = std::fs::read_to_string(&manifest) else {
+                continue;
+            };
+            let name = text
+                .lines()
+                .find_map(|l| l.strip_prefix("name = "))
+                .unwrap()
+                .trim_matches('"')
+                .replace('-', "_");
+            assert!(
+                filters.split(',').any(|f| f == format!("{name}=debug")),
+                "{name} ({}) is not in {filters}",
+                manifest.display()
+            );
+        }
+    }
 }

@@ -34,6 +34,29 @@ pub const DEFAULT_BUCKETS: [f64; 11] = [
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
 static SERVICE: OnceLock<String> = OnceLock::new();
 
+/// Counters that upstream names without the `_total` suffix. prometheus-client writes every
+/// counter sample as `<name>_total` (OpenMetrics); http-server's exposition serves these
+/// under their exact name instead (family and samples), as upstream's client_golang
+/// does for these legacy counters. Register such a counter under its upstream name, add
+/// it here, and it is served as upstream serves it.
+///
+/// - `kubelet_evictions` (k8s.io/kubernetes pkg/kubelet/metrics/metrics.go `Evictions`,
+///   `EvictionsKey = "evictions"`)
+/// - `kubelet_certificate_manager_client_expiration_renew_errors`
+///   (pkg/kubelet/certificate/kubelet.go, client certificate manager)
+/// - `kubelet_server_expiration_renew_errors` (pkg/kubelet/certificate/kubelet.go,
+///   serving certificate manager)
+pub const UNSUFFIXED_COUNTERS: &[&str] = &[
+    "kubelet_evictions",
+    "kubelet_certificate_manager_client_expiration_renew_errors",
+    "kubelet_server_expiration_renew_errors",
+];
+
+/// Whether the counter family `name` keeps its name, without `_total` ([`UNSUFFIXED_COUNTERS`]).
+pub fn keeps_counter_name(name: &str) -> bool {
+    UNSUFFIXED_COUNTERS.contains(&name)
+}
+
 /// Registers `metric` under `name` and returns it (metrics are shared handles). `help` is
 /// upstream's text; the registry adds the final period itself.
 pub fn register<M: Metric + Clone>(name: &str, help: &str, metric: M) -> M {

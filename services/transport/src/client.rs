@@ -12,8 +12,9 @@ use tonic_health::pb::health_client::HealthClient;
 pub type Channel = ClientTrace<tonic::transport::Channel>;
 
 /// A lazily connecting channel: it connects on first use and reconnects after the peer
-/// restarts, so services may start in any order. Calls to a vsock peer carry the
-/// process's vsock secret (see [`crate::install_vsock_auth`]).
+/// restarts, so services may start in any order. A vsock connection proves the process's
+/// vsock secret, and checks the peer's proof, before any call (see
+/// [`crate::install_vsock_auth`] and [`crate::vsock_auth`]).
 pub fn connect(address: &Address) -> Channel {
     let secret = match address {
         Address::Vsock { .. } => crate::vsock_auth::installed().map(|a| &a.secret[..]),
@@ -22,7 +23,8 @@ pub fn connect(address: &Address) -> Channel {
     connect_with_secret(address, secret)
 }
 
-/// [`connect`] with an explicit vsock secret (`None`: send none).
+/// [`connect`] with an explicit vsock secret (`None`: no handshake, which a node agent's
+/// vsock server refuses).
 pub fn connect_with_secret(address: &Address, secret: Option<&[u8]>) -> Channel {
     // The URI is required by tonic but unused: the connector decides where to go.
     let endpoint = Endpoint::from_static("http://nodeagent.local")
@@ -40,20 +42,22 @@ pub fn connect_with_secret(address: &Address, secret: Option<&[u8]>) -> Channel 
             }))
         }
         Address::Vsock { cid, port } => {
-            endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| async move {
-                let stream =
-                    tokio_vsock::VsockStream::connect(tokio_vsock::VsockAddr::new(cid, port))
-                        .await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            let secret: Option<std::sync::Arc<[u8]>> = secret.map(Into::into);
+            endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let secret = secret.clone();
+                async move {
+                    let mut stream =
+                        tokio_vsock::VsockStream::connect(tokio_vsock::VsockAddr::new(cid, port))
+                            .await?;
+                    if let Some(secret) = secret {
+                        crate::vsock_auth::client_handshake(&mut stream, &secret).await?;
+                    }
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
             }))
         }
     };
-    let channel = ClientTrace::new(channel);
-    // A secret that is not a valid header value is refused when the config is loaded.
-    match secret.and_then(|s| http::HeaderValue::from_bytes(s).ok()) {
-        Some(value) => channel.with_secret(value),
-        None => channel,
-    }
+    ClientTrace::new(channel)
 }
 
 /// Asks a peer's `grpc.health.v1` service whether `service` ("" for the whole server)

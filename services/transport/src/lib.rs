@@ -24,11 +24,13 @@ pub use client::{Channel, check_health, connect, connect_with_secret};
 pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
 pub use metrics::MetricsService;
 pub use server::{ServeError, Server};
-pub use service_main::{run_main, shared_flags_main};
+pub use service_main::{
+    KUBELET_ENV, VERSION, kubelet_main, parse_command_line, run_main, shared_flags_main,
+};
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};
 pub use stream::{WatchStream, snapshot_then_deltas};
 pub use trace::{CallLimit, ClientTrace, ServerTrace, ServerTraceLayer};
-pub use vsock_auth::{SECRET_HEADER, SecretCheck, SecretCheckLayer, install_vsock_auth};
+pub use vsock_auth::{VsockScope, VsockScopeLayer, install_vsock_auth};
 pub use watch::{WatchEvent, watch_with_retry};
 
 pub use nodeagent_config::Address;

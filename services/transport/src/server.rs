@@ -4,7 +4,7 @@
 
 use crate::bind::{BIND_WINDOW, BindError, bind_unix};
 use crate::loop_health::{LivenessCheck, LoopHealth};
-use crate::vsock_auth::{SecretCheckLayer, peer_cid_allowed};
+use crate::vsock_auth::{VsockScopeLayer, peer_cid_allowed, server_handshake};
 use crate::{ServerTraceLayer, Shutdown, WithLimits};
 use nodeagent_config::{Address, VsockAuth};
 use std::path::PathBuf;
@@ -112,8 +112,8 @@ impl Server {
     async fn serve_inner(self, shutdown: Shutdown) -> Result<(), ServeError> {
         let (reporter, health) = tonic_health::server::health_reporter();
         set_health(&reporter, &self.service_names, ServingStatus::Serving).await;
-        let secret = match &self.address {
-            Address::Vsock { .. } => Some(self.vsock_auth()?.secret.clone()),
+        let vsock = match &self.address {
+            Address::Vsock { .. } => Some(self.vsock_auth()?.clone()),
             Address::Unix(_) => None,
         };
         // Every service serves its metrics (process metrics at least) for http-server.
@@ -123,7 +123,7 @@ impl Server {
         let routes = self.routes.clone().add_service(health).add_service(metrics);
         let router = tonic::transport::Server::builder()
             .layer(ServerTraceLayer)
-            .layer(SecretCheckLayer::new(secret))
+            .layer(VsockScopeLayer::new(vsock.clone()))
             .add_routes(routes);
         let address = self.address.to_string();
         let signal = {
@@ -150,17 +150,16 @@ impl Server {
                 (Box::pin(fut), Some(binding.lock))
             }
             Address::Vsock { cid, port } => {
-                let allowed = self.vsock_auth()?.allowed_cids.clone();
+                let auth = vsock
+                    .clone()
+                    .ok_or_else(|| ServeError::VsockUnauthenticated(address.clone()))?;
                 let listener =
                     tokio_vsock::VsockListener::bind(tokio_vsock::VsockAddr::new(*cid, *port))
                         .map_err(|source| ServeError::Listen {
                             address: address.clone(),
                             source,
                         })?;
-                let incoming = listener.incoming().filter(move |conn| match conn {
-                    Ok(stream) => peer_cid_allowed(stream, &allowed),
-                    Err(_) => true,
-                });
+                let incoming = authenticated_vsock(listener, auth);
                 let fut = router.serve_with_incoming_shutdown(incoming, signal);
                 (Box::pin(fut), None)
             }
@@ -194,6 +193,46 @@ impl Server {
             .as_ref()
             .ok_or_else(|| ServeError::VsockUnauthenticated(self.address.to_string()))
     }
+}
+
+/// The connections of an allowed CID that completed the handshake (each on a task of its
+/// own, so a slow or silent peer holds back no other).
+fn authenticated_vsock(
+    listener: tokio_vsock::VsockListener,
+    auth: VsockAuth,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_vsock::VsockStream>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "vsock accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if !peer_cid_allowed(&stream, &auth.allowed_cids) {
+                continue;
+            }
+            let (authenticated, secret) = (tx.clone(), auth.secret.clone());
+            tokio::spawn(async move {
+                match server_handshake(&mut stream, &secret).await {
+                    Ok(()) => {
+                        let _ = authenticated.send(Ok(stream)).await;
+                    }
+                    Err(e) => {
+                        let peer = stream.peer_addr().ok();
+                        tracing::warn!(error = %e, ?peer, "refused a vsock connection: its handshake failed");
+                    }
+                }
+            });
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 async fn set_health(reporter: &HealthReporter, names: &[&'static str], status: ServingStatus) {

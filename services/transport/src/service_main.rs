@@ -68,6 +68,44 @@ fn spawn_heap_trim() {
     });
 }
 
+/// What `--version` prints and the start-up line logs: the release and the commit built
+/// (see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("NODEAGENT_COMMIT"),
+    ")"
+);
+
+/// Parses a service's command line (`args`, the program name first) as the upstream
+/// kubelet's is read: our flags by clap, and every upstream kubelet flag name accepted
+/// (see [`nodeagent_config::upstream_flags`]), left in `flags_of(&mut cli).upstream`.
+/// `--help` and `--version` print and exit 0; a flag name upstream does not have either
+/// exits 2 with clap's message.
+pub fn parse_command_line<C, I, T>(
+    cmd: clap::Command,
+    args: I,
+    flags_of: impl FnOnce(&mut C) -> &mut KubeletFlags,
+) -> C
+where
+    C: FromArgMatches,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    // A flag given twice: the later one wins, as pflag (kubelet.service's flags come after
+    // the unit's own, see deploy/systemd).
+    let mut cmd = cmd.version(VERSION).args_override_self(true);
+    // clap adds its own --help and --version when the command is built: build it first,
+    // so that the split below sees them as ours.
+    cmd.build();
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let (ours, upstream) = nodeagent_config::upstream_flags::split(&cmd, args);
+    let matches = cmd.get_matches_from(ours);
+    let mut cli = C::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    flags_of(&mut cli).upstream = upstream;
+    cli
+}
+
 /// The command line of a service whose flags are the shared ones only: `name`
 /// (`nodeagent-pleg`) and `about` are what `--help` and `--version` say; then [`run_main`].
 pub fn shared_flags_main<I, T, F, Fut>(
@@ -87,14 +125,89 @@ where
         #[command(flatten)]
         flags: KubeletFlags,
     }
-    let matches = Cli::command()
-        .name(name)
-        .bin_name(name)
-        .about(about)
-        .version(env!("CARGO_PKG_VERSION"))
-        .get_matches_from(args);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cmd = Cli::command().name(name).bin_name(name).about(about);
+    let cli: Cli = parse_command_line(cmd, args, |c: &mut Cli| &mut c.flags);
     run_main(name.trim_start_matches("nodeagent-"), &cli.flags, run)
+}
+
+/// Where `kubelet` leaves its flags for the seven services (an EnvironmentFile of theirs).
+pub const KUBELET_ENV: &str = "kubelet.env";
+
+/// `kubelet`: the process of kubelet.service, what kubeadm's drop-in runs as
+/// `/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS
+/// $KUBELET_EXTRA_ARGS`. It checks the command line and the configuration as upstream's
+/// kubelet does at start (a bad flag exits 2, a missing or bad config file exits 1, so
+/// the unit restarts until kubeadm has written it), leaves the flags in
+/// `<socket-dir>/kubelet.env` (`KUBELET_ARGS=...`) for the seven services' units, tells
+/// systemd it is ready, and waits for SIGTERM.
+pub fn kubelet_main<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: KubeletFlags,
+    }
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cmd = Cli::command()
+        .name("kubelet")
+        .bin_name("kubelet")
+        .about("The node agent's seven services, started as kubelet.service under kubeadm");
+    let cli: Cli = parse_command_line(cmd, args.clone(), |c: &mut Cli| &mut c.flags);
+    let config = match Config::load(&cli.flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubelet: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !config.ignored_flags.is_empty() {
+        eprintln!(
+            "kubelet: upstream kubelet flags accepted but not acted on by this node agent: {}",
+            config.ignored_flags.join(", ")
+        );
+    }
+    // The file is read by systemd (EnvironmentFile=) and split on whitespace in ExecStart:
+    // an argument that holds whitespace, a quote or a backslash cannot pass through it.
+    let mut passed = Vec::new();
+    for a in args.iter().skip(1) {
+        let a = a.to_string_lossy();
+        if a.contains(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '\\')) {
+            eprintln!(
+                "kubelet: argument {a:?}: whitespace, quotes and backslashes cannot pass to the services' units"
+            );
+            return ExitCode::from(2);
+        }
+        passed.push(a.into_owned());
+    }
+    let path = cli.flags.socket_dir.join(KUBELET_ENV);
+    let text = format!(
+        "# Written by kubelet (kubelet.service) for the seven nodeagent services.\nKUBELET_ARGS='{}'\n",
+        passed.join(" ")
+    );
+    if let Err(e) = nodeagent_config::state::write_atomically(&path, text.as_bytes()) {
+        eprintln!("kubelet: cannot write {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    eprintln!(
+        "kubelet: node {} ({VERSION}): flags for the seven services in {}",
+        config.node_name,
+        path.display()
+    );
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(termination_signal()),
+        Err(e) => {
+            eprintln!("kubelet: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 pub fn run_main<F, Fut>(service: &'static str, flags: &KubeletFlags, run: F) -> ExitCode
@@ -109,6 +222,17 @@ where
             return ExitCode::from(2);
         }
     };
+    // Upstream refuses to start with swap on unless told (failSwapOn: false).
+    if config.kubelet.fail_swap_on
+        && nodeagent_config::machine::swap_on(
+            &std::fs::read_to_string("/proc/swaps").unwrap_or_default(),
+        )
+    {
+        eprintln!(
+            "nodeagent-{service}: running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn: false)"
+        );
+        return ExitCode::from(2);
+    }
     tune_allocator();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -141,7 +265,10 @@ where
         if !config.ignored_fields.is_empty() {
             tracing::warn!(fields = ?config.ignored_fields, "KubeletConfiguration fields accepted but not acted on by this node agent");
         }
-        tracing::info!(node = %config.node_name, version = env!("CARGO_PKG_VERSION"), "starting");
+        if !config.ignored_flags.is_empty() {
+            tracing::warn!(flags = ?config.ignored_flags, "upstream kubelet flags accepted but not acted on by this node agent");
+        }
+        tracing::info!(node = %config.node_name, version = VERSION, "starting");
         let (trigger, shutdown) = shutdown_channel();
         let signalled = shutdown.clone();
         tokio::spawn(async move {

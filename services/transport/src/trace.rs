@@ -64,12 +64,10 @@ where
     }
 }
 
-/// Client side: a span per call, whose context rides in the request's metadata (with the
-/// vsock secret, for vsock peers).
+/// Client side: a span per call, whose context rides in the request's metadata.
 #[derive(Clone, Debug)]
 pub struct ClientTrace<S> {
     inner: S,
-    secret: Option<http::HeaderValue>,
     limit: Option<CallLimit>,
 }
 
@@ -105,24 +103,12 @@ impl std::fmt::Debug for CallLimit {
 
 impl<S> ClientTrace<S> {
     pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            secret: None,
-            limit: None,
-        }
+        Self { inner, limit: None }
     }
 
     /// Bounds the calls `limit` covers (see [`CallLimit`]).
     pub fn with_call_limit(mut self, limit: CallLimit) -> Self {
         self.limit = Some(limit);
-        self
-    }
-
-    /// Sends `secret` in every call's metadata (see [`crate::SECRET_HEADER`]).
-    pub fn with_secret(mut self, secret: http::HeaderValue) -> Self {
-        let mut secret = secret;
-        secret.set_sensitive(true);
-        self.secret = Some(secret);
         self
     }
 }
@@ -145,10 +131,6 @@ where
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let span = rpc_span("client", req.uri().path());
         span.in_scope(|| nodeagent_telemetry::inject_headers(req.headers_mut()));
-        if let Some(secret) = &self.secret {
-            req.headers_mut()
-                .insert(crate::SECRET_HEADER, secret.clone());
-        }
         let operation = nodeagent_telemetry::metrics::kubelet::runtime_operation(req.uri().path());
         let timed = move |inner| RuntimeOperation {
             inner,

@@ -105,7 +105,9 @@ impl PodVolumeLayout {
     /// downwardAPI and projected volumes from `objects` (fetched for this pod).
     pub fn ensure(&self, pod: &Pod, objects: &ApiObjects) -> Result<Ensured, VolumeError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        self.pod_dir(uid)?;
+        let pod_dir = self.pod_dir(uid)?;
+        nodeagent_config::state::private_dir(pod_dir.as_path())
+            .map_err(io("create", pod_dir.as_path()))?;
         let mut out = Ensured::default();
         let volumes = pod
             .spec

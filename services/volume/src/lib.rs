@@ -19,6 +19,14 @@ use nodeagent_transport::{Server, Shutdown, WithLimits};
 
 /// Runs the volume service until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    // The root directory and pods/ are 0750, as upstream's: below them lie every pod's
+    // volumes. Both owners of pods/ make sure of it at start.
+    nodeagent_config::state::prepare_root_dir(&config.root_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "preparing the root directory {}: {e}",
+            config.root_dir.display()
+        )
+    })?;
     let layout = PodVolumeLayout::new(config.root_dir.clone());
     match layout.list() {
         Ok(found) => {

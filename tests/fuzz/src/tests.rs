@@ -121,6 +121,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
             "/var/lib/kubelet/pods/u1/volumes/www".to_string(),
         )]
         .into(),
+        ..Default::default()
     };
     let node = br#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"status":{"capacity":{"cpu":"2"}}}"#;
     let seed = |which: u8, bytes: Vec<u8>| [vec![which], bytes].concat();

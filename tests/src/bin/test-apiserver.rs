@@ -45,6 +45,30 @@ struct Args {
     /// (repeatable).
     #[arg(long, value_parser = parse_host)]
     kubelet_host: Vec<(String, String)>,
+    /// How long a node may post neither status nor Lease before its Ready condition goes
+    /// Unknown (kube-controller-manager's flag; "50s", "2m" or seconds).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    node_monitor_grace_period: std::time::Duration,
+    /// Leave pods without spec.nodeName unscheduled and nodes' health alone (no scheduler,
+    /// no node lifecycle controller).
+    #[arg(long)]
+    no_controllers: bool,
+}
+
+/// A Go-style duration with one unit ("50s", "2m", "500ms") or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration"))?;
+    let ms = match unit {
+        "ms" => n,
+        "" | "s" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(format!("{s:?} is not a duration (ms, s, m or h)")),
+    };
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 fn parse_host(s: &str) -> Result<(String, String), String> {
@@ -122,6 +146,9 @@ async fn main() -> anyhow::Result<()> {
         k.server_ca = server_ca;
         k.hosts = args.kubelet_host.iter().cloned().collect();
     });
+    if !args.no_controllers {
+        state.cluster.enable(Some(args.node_monitor_grace_period));
+    }
     let addr = (args.bind_address, args.port).into();
     let server = ApiServer::start_at(state, addr)
         .await

@@ -26,8 +26,17 @@ enum Tokens {
         ttl: Duration,
         /// SHA-256 of the token -> the reviewed user (None: not authenticated).
         cache: ReviewCache<[u8; 32], Option<UserInfo>>,
+        /// TokenReviews under way at once ([`MAX_TOKEN_REVIEWS`]).
+        reviews: Arc<tokio::sync::Semaphore>,
     },
 }
+
+/// TokenReviews of tokens not in the cache sent at once: a flood of made-up tokens (each a
+/// review) waits among itself, and never delays a client with a certificate or a token
+/// already reviewed, which need no review.
+pub const MAX_TOKEN_REVIEWS: usize = 8;
+/// How long a token waits for its review to start before it is refused (not cached).
+pub const TOKEN_REVIEW_WAIT: Duration = Duration::from_secs(10);
 
 pub struct Authenticator {
     client_ca: Option<Arc<dyn ClientCertVerifier>>,
@@ -54,6 +63,7 @@ impl Authenticator {
                 client,
                 ttl: authn.webhook.cache_ttl,
                 cache: ReviewCache::new(CAPACITY),
+                reviews: Arc::new(tokio::sync::Semaphore::new(MAX_TOKEN_REVIEWS)),
             },
         };
         Self {
@@ -122,21 +132,37 @@ impl Authenticator {
         if let Err(e) = verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()) {
             return Some(Err(format!("verifying the client certificate: {e}")));
         }
-        Some(subject(end_entity))
+        // A certificate without a CN names nobody: upstream's CommonNameUserConversion
+        // answers "not authenticated" and the next authenticator (a token) may still run.
+        subject(end_entity).transpose()
     }
 
     async fn token(&self, token: &str) -> Option<Result<UserInfo, String>> {
-        let (client, ttl, cache) = match &self.tokens {
+        let (client, ttl, cache, reviews) = match &self.tokens {
             Tokens::Disabled => return None,
             Tokens::Unavailable => {
                 return Some(Err(
                     "bearer token: no API server to review it (standalone mode)".into(),
                 ));
             }
-            Tokens::Webhook { client, ttl, cache } => (client, *ttl, cache),
+            Tokens::Webhook {
+                client,
+                ttl,
+                cache,
+                reviews,
+            } => (client, *ttl, cache, reviews),
         };
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let review = review_token(client.clone(), token.to_string());
+        let (client, token, reviews) = (client.clone(), token.to_string(), reviews.clone());
+        let review = async move {
+            let _slot = tokio::time::timeout(TOKEN_REVIEW_WAIT, reviews.acquire_owned())
+                .await
+                .map_err(|_| {
+                    format!("too many bearer tokens under review ({MAX_TOKEN_REVIEWS} at once)")
+                })?
+                .map_err(|e| e.to_string())?;
+            review_token(client, token).await
+        };
         match cache.get_or_review(key, review, |_| ttl).await {
             Ok(Some(user)) => Some(Ok(user)),
             Ok(None) => Some(Err("invalid bearer token".into())),
@@ -245,7 +271,8 @@ fn authenticated(mut user: UserInfo) -> UserInfo {
     user
 }
 
-fn subject(cert: &[u8]) -> Result<UserInfo, String> {
+/// The user a certificate names, None when its CN is empty.
+fn subject(cert: &[u8]) -> Result<Option<UserInfo>, String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert)
         .map_err(|e| format!("parsing the client certificate: {e}"))?;
     let subject = parsed.subject();
@@ -255,15 +282,18 @@ fn subject(cert: &[u8]) -> Result<UserInfo, String> {
         .and_then(|cn| cn.as_str().ok())
         .unwrap_or_default()
         .to_string();
+    if name.is_empty() {
+        return Ok(None);
+    }
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
         .collect();
-    Ok(UserInfo {
+    Ok(Some(UserInfo {
         name,
         groups,
         ..UserInfo::default()
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -274,6 +304,38 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(axum::http::header::AUTHORIZATION, value.parse().unwrap());
         h
+    }
+
+    /// A client certificate with `cn` and organizations `o`, DER.
+    fn cert(cn: Option<&str>, o: &[&str]) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        if let Some(cn) = cn {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+        }
+        for o in o {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, *o);
+        }
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    /// upstream: staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509_test.go
+    /// TestX509, cases "common name" and "empty dn" (CommonNameUserConversion): no CN
+    /// names no user, whatever the organizations say.
+    #[test]
+    fn a_certificate_without_a_common_name_names_nobody() {
+        let user = subject(&cert(Some("bob"), &["system:masters"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.name, "bob");
+        assert_eq!(user.groups, vec!["system:masters".to_string()]);
+        assert_eq!(subject(&cert(None, &["system:masters"])).unwrap(), None);
+        assert_eq!(subject(&cert(Some(""), &["system:masters"])).unwrap(), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! operation that pleg and pod-sync both make) is summed for counters, histograms and
 //! summary counts, since each service counts only its own calls.
 
+use nodeagent_telemetry::metrics::keeps_counter_name;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -75,6 +76,8 @@ impl Family {
         let suffixes: &[&str] = match self.kind {
             Kind::Histogram => &["_bucket", "_sum", "_count"],
             Kind::Summary => &["_sum", "_count"],
+            // OpenMetrics samples of a counter kept without `_total`.
+            Kind::Counter if !self.name.ends_with("_total") => &["_total"],
             _ => &[],
         };
         sample == self.name
@@ -90,10 +93,15 @@ pub struct Exposition {
     families: BTreeMap<String, Family>,
 }
 
-/// The type and classic name of an OpenMetrics or classic `# TYPE` line.
+/// The type and classic name of an OpenMetrics or classic `# TYPE` line. A counter that
+/// upstream names without `_total` keeps its name
+/// ([`nodeagent_telemetry::metrics::UNSUFFIXED_COUNTERS`]); its OpenMetrics samples
+/// (`<name>_total`) are renamed to it in [`parse`].
 fn classic(name: &str, kind: &str) -> (String, Kind) {
     match kind {
-        "counter" if name.ends_with("_total") => (name.to_string(), Kind::Counter),
+        "counter" if name.ends_with("_total") || keeps_counter_name(name) => {
+            (name.to_string(), Kind::Counter)
+        }
         "counter" => (format!("{name}_total"), Kind::Counter),
         "gauge" => (name.to_string(), Kind::Gauge),
         "info" => (format!("{name}_info"), Kind::Gauge),
@@ -216,7 +224,14 @@ pub fn parse(text: &str) -> Result<Vec<Family>, String> {
             continue;
         }
         match families.last_mut() {
-            Some(family) if family.owns(&sample.name) => family.samples.push(sample),
+            Some(family) if family.owns(&sample.name) => {
+                let mut sample = sample;
+                if family.kind == Kind::Counter {
+                    // A counter kept without `_total`: its samples are named as it is.
+                    sample.name.clone_from(&family.name);
+                }
+                family.samples.push(sample)
+            }
             _ => {
                 let mut family = Family::new(&sample.name, "", Kind::Untyped);
                 family.samples.push(sample);
@@ -435,6 +450,39 @@ h_sum 1.5\nh_count 2\nh_bucket{le=\"0.5\"} 1\nh_bucket{le=\"+Inf\"} 2\n\
         // Rendering is parseable again, to the same families.
         let again = parse(&text).expect("parses");
         assert_eq!(again.len(), 4);
+    }
+
+    /// Upstream's counters without `_total` keep their exact name, from OpenMetrics
+    /// (prometheus-client adds `_total`) and from classic text alike; summed across services.
+    #[test]
+    fn unsuffixed_counters_keep_upstream_names() {
+        let openmetrics = "# HELP kubelet_server_expiration_renew_errors Counter of certificate renewal errors.\n\
+# TYPE kubelet_server_expiration_renew_errors counter\n\
+kubelet_server_expiration_renew_errors_total 0\n\
+kubelet_server_expiration_renew_errors_created 1700000000.0\n\
+# TYPE kubelet_evictions counter\n\
+kubelet_evictions_total{eviction_signal=\"memory.available\"} 2\n# EOF\n";
+        let classic = "# TYPE kubelet_evictions counter\n\
+kubelet_evictions{eviction_signal=\"memory.available\"} 1\n";
+        let mut all = Exposition::default();
+        assert!(all.merge(parse(openmetrics).expect("parses")).is_empty());
+        assert!(all.merge(parse(classic).expect("parses")).is_empty());
+        let text = all.render();
+        assert!(
+            text.contains(
+                "# TYPE kubelet_server_expiration_renew_errors counter\nkubelet_server_expiration_renew_errors 0\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 3\n"),
+            "{text}"
+        );
+        assert!(!text.contains("_total"), "{text}");
+        // And back: the same names.
+        let again = parse(&text).expect("parses");
+        assert_eq!(again.len(), 2);
+        assert!(again.iter().all(|f| !f.name.ends_with("_total")));
     }
 
     #[test]

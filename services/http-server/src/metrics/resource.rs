@@ -7,7 +7,7 @@ use super::exposition::{Family, Kind, render_family};
 use super::text;
 use crate::AppState;
 use crate::stats::collect::{Collected, collect};
-use crate::stats::types::{ContainerStats, CpuStats, FsStats, MemoryStats};
+use crate::stats::types::{ContainerStats, CpuStats, FsStats, MemoryStats, SwapStats};
 use axum::extract::State;
 use axum::response::Response;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -137,6 +137,15 @@ pub async fn resource(State(state): State<Arc<AppState>>) -> Response {
 /// cAdvisor's families for the root cgroup, each pod cgroup and each container.
 struct Cadvisor {
     cpu: Family,
+    cfs_periods: Family,
+    cfs_throttled_periods: Family,
+    cfs_throttled_seconds: Family,
+    cache: Family,
+    swap: Family,
+    rx_packets: Family,
+    rx_dropped: Family,
+    tx_packets: Family,
+    tx_dropped: Family,
     working_set: Family,
     oom_events: Family,
     rss: Family,
@@ -161,6 +170,52 @@ impl Cadvisor {
             cpu: Family::new(
                 "container_cpu_usage_seconds_total",
                 "Cumulative cpu time consumed in seconds.",
+                Kind::Counter,
+            ),
+            // Names and help as google/cadvisor metrics/prometheus.go.
+            cfs_periods: Family::new(
+                "container_cpu_cfs_periods_total",
+                "Number of elapsed enforcement period intervals.",
+                Kind::Counter,
+            ),
+            cfs_throttled_periods: Family::new(
+                "container_cpu_cfs_throttled_periods_total",
+                "Number of throttled period intervals.",
+                Kind::Counter,
+            ),
+            cfs_throttled_seconds: Family::new(
+                "container_cpu_cfs_throttled_seconds_total",
+                "Total time duration the container has been throttled.",
+                Kind::Counter,
+            ),
+            cache: Family::new(
+                "container_memory_cache",
+                "Number of bytes of page cache memory.",
+                Kind::Gauge,
+            ),
+            swap: Family::new(
+                "container_memory_swap",
+                "Container swap usage in bytes.",
+                Kind::Gauge,
+            ),
+            rx_packets: Family::new(
+                "container_network_receive_packets_total",
+                "Cumulative count of packets received",
+                Kind::Counter,
+            ),
+            rx_dropped: Family::new(
+                "container_network_receive_packets_dropped_total",
+                "Cumulative count of packets dropped while receiving",
+                Kind::Counter,
+            ),
+            tx_packets: Family::new(
+                "container_network_transmit_packets_total",
+                "Cumulative count of packets transmitted",
+                Kind::Counter,
+            ),
+            tx_dropped: Family::new(
+                "container_network_transmit_packets_dropped_total",
+                "Cumulative count of packets dropped while transmitting",
                 Kind::Counter,
             ),
             working_set: Family::new(
@@ -259,20 +314,37 @@ impl Cadvisor {
         }
     }
 
-    /// One cgroup's CPU and memory; `labels` are cAdvisor's, in its (sorted) order
+    /// One cgroup's CPU, memory and swap; `labels` are cAdvisor's, in its (sorted) order
     /// without `cpu`. The page faults read are the cgroup's and its descendants' (scope
     /// `hierarchy`); a container's cgroup has none, so they are its own too (`container`).
+    /// The CFS families only for a cgroup with a CPU quota, as cAdvisor.
     fn usage(
         &mut self,
         labels: &[(&str, &str); 6],
         cpu: &Option<CpuStats>,
         memory: &Option<MemoryStats>,
+        swap: &Option<SwapStats>,
         leaf: bool,
     ) {
         if let Some((v, t)) = cpu_seconds(cpu) {
             let mut with_cpu: Vec<(&str, &str)> = labels.to_vec();
             with_cpu.insert(1, ("cpu", "total"));
             self.cpu.push(&with_cpu, v, Some(t));
+        }
+        if let Some(c) = cpu
+            && let Some(cfs) = &c.cfs
+        {
+            let t = Some(ms(&c.time));
+            self.cfs_periods.push(labels, cfs.periods as f64, t);
+            self.cfs_throttled_periods
+                .push(labels, cfs.throttled_periods as f64, t);
+            self.cfs_throttled_seconds
+                .push(labels, cfs.throttled_ns as f64 / 1e9, t);
+        }
+        if let Some(s) = swap
+            && let Some(v) = s.swap_usage_bytes
+        {
+            self.swap.push(labels, v as f64, Some(ms(&s.time)));
         }
         if let Some(m) = memory {
             let t = Some(ms(&m.time));
@@ -281,6 +353,9 @@ impl Cadvisor {
             }
             if let Some(v) = m.rss_bytes {
                 self.rss.push(labels, v as f64, t);
+            }
+            if let Some(v) = m.cache_bytes {
+                self.cache.push(labels, v as f64, t);
             }
             if let Some(v) = m.usage_bytes {
                 self.usage.push(labels, v as f64, t);
@@ -309,23 +384,32 @@ impl Cadvisor {
     }
 
     fn container(&mut self, labels: &[(&str, &str); 6], c: &ContainerStats) {
-        self.usage(labels, &c.cpu, &c.memory, true);
+        self.usage(labels, &c.cpu, &c.memory, &c.swap, true);
         self.start.push(labels, seconds(&c.start_time), None);
     }
 
     fn render(&self) -> String {
         let mut out = String::new();
         for family in [
+            &self.cfs_periods,
+            &self.cfs_throttled_periods,
+            &self.cfs_throttled_seconds,
             &self.cpu,
-            &self.working_set,
+            &self.cache,
             &self.rss,
+            &self.swap,
+            &self.working_set,
             &self.usage,
             &self.failures,
             &self.oom_events,
             &self.rx_bytes,
             &self.rx_errors,
+            &self.rx_packets,
+            &self.rx_dropped,
             &self.tx_bytes,
             &self.tx_errors,
+            &self.tx_packets,
+            &self.tx_dropped,
             &self.start,
             &self.fs_inodes_free,
             &self.fs_inodes_total,
@@ -353,7 +437,7 @@ pub fn render_cadvisor(c: &Collected) -> String {
         ("namespace", ""),
         ("pod", ""),
     ];
-    m.usage(&root, &node.cpu, &node.memory, false);
+    m.usage(&root, &node.cpu, &node.memory, &None, false);
     // The root cgroup's filesystems: the node's root and, when it is another device,
     // the runtime's image filesystem.
     let root_device = device_of(Path::new("/"));
@@ -394,7 +478,7 @@ pub fn render_cadvisor(c: &Collected) -> String {
             ("namespace", ns),
             ("pod", name),
         ];
-        m.usage(&pod_labels, &pod.cpu, &pod.memory, false);
+        m.usage(&pod_labels, &pod.cpu, &pod.memory, &pod.swap, false);
         for i in c.pod_interfaces.get(uid).into_iter().flatten() {
             let mut labels: Vec<(&str, &str)> = pod_labels.to_vec();
             labels.insert(3, ("interface", i.name.as_str()));
@@ -403,6 +487,10 @@ pub fn render_cadvisor(c: &Collected) -> String {
                 (&mut m.tx_bytes, i.tx_bytes),
                 (&mut m.rx_errors, i.rx_errors),
                 (&mut m.tx_errors, i.tx_errors),
+                (&mut m.rx_packets, i.rx_packets),
+                (&mut m.rx_dropped, i.rx_dropped),
+                (&mut m.tx_packets, i.tx_packets),
+                (&mut m.tx_dropped, i.tx_dropped),
             ] {
                 if let Some(v) = v {
                     family.push(&labels, v as f64, None);

@@ -203,9 +203,10 @@ pub async fn collect(
         volume_stats: !state.config.kubelet.volume_stats_agg_period.is_zero(),
         system: system_settings(&state.config),
     };
-    let (collected, volume_paths) = tokio::task::spawn_blocking(move || assemble(&settings, view))
-        .await
-        .map_err(|e| tonic::Status::internal(format!("collecting stats failed: {e}")))?;
+    let (collected, volume_paths) =
+        tokio::task::spawn_blocking(move || assemble(&settings, view, &Cgroups::detect()))
+            .await
+            .map_err(|e| tonic::Status::internal(format!("collecting stats failed: {e}")))?;
     let period = state.config.kubelet.volume_stats_agg_period;
     if !only_cpu_and_memory && !period.is_zero() {
         // In the background, for the next requests.
@@ -304,8 +305,12 @@ fn running_containers(containers: Vec<api::Container>) -> HashMap<String, Vec<ap
 }
 
 /// The Summary, and the emptyDir volumes of its pods (to measure for the next requests).
-fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>) {
-    let cgroups = Cgroups::detect();
+/// `cgroups`: the cgroup tree (the host's, or a planted one in tests).
+fn assemble(
+    settings: &Settings,
+    view: RuntimeView,
+    cgroups: &Cgroups,
+) -> (Collected, Vec<PathBuf>) {
     let at_ns = now_ns();
     let full = !settings.only_cpu_and_memory;
     let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -318,7 +323,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
     // Before the samples' lock: a first resolution connects to sockets.
     let system_usage = system::measure(
         &settings.system,
-        &cgroups,
+        cgroups,
         system::Clock {
             boot_ns,
             ticks_per_second: ticks,
@@ -393,8 +398,9 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                 .as_deref()
                 .and_then(|rel| cgroups.cpu_usage_ns(rel))
                 .or(cri_cpu.and_then(|c| value(&c.usage_core_nano_seconds)));
-            let cpu = usage.map(|u| {
-                cpu_stats(
+            let cpu = usage.map(|u| CpuStats {
+                cfs: cgroup.as_deref().and_then(|rel| cgroups.cpu_cfs(rel)),
+                ..cpu_stats(
                     &mut samples,
                     &c.id,
                     at_ns,
@@ -420,6 +426,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                         page_faults: value(&m.page_faults),
                         major_page_faults: value(&m.major_page_faults),
                         oom_events: None,
+                        cache_bytes: None,
                     }),
             };
             sum_cpu += usage.unwrap_or(0);
@@ -497,7 +504,10 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
             .as_deref()
             .and_then(|rel| cgroups.cpu_usage_ns(rel))
             .or((!containers.is_empty()).then_some(sum_cpu));
-        let cpu = pod_usage.map(|u| cpu_stats(&mut samples, &pod_key, at_ns, u, None));
+        let cpu = pod_usage.map(|u| CpuStats {
+            cfs: pod_cgroup.as_deref().and_then(|rel| cgroups.cpu_cfs(rel)),
+            ..cpu_stats(&mut samples, &pod_key, at_ns, u, None)
+        });
         let pod_memory = pod_cgroup.as_deref().and_then(|rel| cgroups.memory(rel));
         let swap = match &pod_memory {
             Some(m) => m.swap.as_ref().map(|s| swap_stats(at_ns, s)),
@@ -514,6 +524,7 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
                 page_faults: None,
                 major_page_faults: None,
                 oom_events: None,
+                cache_bytes: None,
             }),
         };
         let (network_stats, process_stats, ephemeral) = if full {
@@ -560,8 +571,8 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
     // The node.
     let node_cpu = host::node_cpu_usage_ns(&proc_stat, ticks)
         .map(|u| cpu_stats(&mut samples, "node", at_ns, u, None));
-    let node_memory = host::node_memory(&cgroups, &meminfo)
-        .map(|(m, total)| memory_stats(at_ns, &m, Some(total)));
+    let node_memory =
+        host::node_memory(cgroups, &meminfo).map(|(m, total)| memory_stats(at_ns, &m, Some(total)));
     let node_swap = host::node_swap(&meminfo).map(|s| swap_stats(at_ns, &s));
     let mut system_containers: Vec<ContainerStats> = system_usage
         .iter()
@@ -656,4 +667,60 @@ fn assemble(settings: &Settings, view: RuntimeView) -> (Collected, Vec<PathBuf>)
         image_fs_mountpoint: image_fs_mount,
     };
     (collected, volume_paths)
+}
+
+/// A Summary assembled from a planted cgroup tree: one running pod (`default/web-0`, UID
+/// `u1`, sandbox `sb1`) with one container (`app`, ID `c1`), whose cgroups are
+/// `/kubepods/burstable/podu1` and `/kubepods/burstable/podu1/c1` (cgroupRoot `/`).
+#[cfg(test)]
+pub(crate) fn planted(cgroups: &Cgroups, dir: &Path) -> Collected {
+    let sandbox = api::PodSandbox {
+        id: "sb1".into(),
+        metadata: Some(api::PodSandboxMetadata {
+            name: "web-0".into(),
+            uid: "u1".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        state: PodSandboxState::SandboxReady as i32,
+        created_at: 1_700_000_000_000_000_000,
+        ..Default::default()
+    };
+    let container = api::Container {
+        id: "c1".into(),
+        pod_sandbox_id: "sb1".into(),
+        metadata: Some(api::ContainerMetadata {
+            name: "app".into(),
+            attempt: 0,
+        }),
+        image: Some(api::ImageSpec {
+            image: "registry.example/app:1".into(),
+            ..Default::default()
+        }),
+        state: ContainerState::ContainerRunning as i32,
+        created_at: 1_700_000_001_000_000_000,
+        ..Default::default()
+    };
+    let view = RuntimeView {
+        sandboxes: vec![sandbox],
+        containers: vec![container],
+        stats: StatsById::default(),
+        image_fs: None,
+    };
+    let settings = Settings {
+        node_name: "node-a".into(),
+        cgroup_root: "/".into(),
+        cgroups_per_qos: true,
+        root_dir: dir.to_path_buf(),
+        pod_logs_dir: dir.join("pods"),
+        only_cpu_and_memory: false,
+        volume_stats: false,
+        system: SystemSettings {
+            kubelet_cgroups: None,
+            runtime_cgroups: None,
+            runtime_socket: None,
+            service_sockets: Vec::new(),
+        },
+    };
+    assemble(&settings, view, cgroups).0
 }

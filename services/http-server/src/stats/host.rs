@@ -39,9 +39,13 @@ pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
             (name != "lo" && v.len() >= 16).then(|| InterfaceStats {
                 name: name.to_string(),
                 rx_bytes: Some(v[0]),
+                rx_packets: Some(v[1]),
                 rx_errors: Some(v[2]),
+                rx_dropped: Some(v[3]),
                 tx_bytes: Some(v[8]),
+                tx_packets: Some(v[9]),
                 tx_errors: Some(v[10]),
+                tx_dropped: Some(v[11]),
             })
         })
         .collect()
@@ -104,11 +108,13 @@ mod tests {
 
     #[test]
     fn parses_net_dev_without_loopback() {
-        let text = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:  100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 2000 20 3 0 0 0 0 0 1000 10 4 0 0 0 0 0\n";
+        let text = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:  100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 2000 20 3 5 0 0 0 0 1000 10 4 6 0 0 0 0\n";
         let v = parse_net_dev(text);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].name, "eth0");
         assert_eq!((v[0].rx_bytes, v[0].rx_errors), (Some(2000), Some(3)));
         assert_eq!((v[0].tx_bytes, v[0].tx_errors), (Some(1000), Some(4)));
+        assert_eq!((v[0].rx_packets, v[0].rx_dropped), (Some(20), Some(5)));
+        assert_eq!((v[0].tx_packets, v[0].tx_dropped), (Some(10), Some(6)));
     }
 }

@@ -51,6 +51,7 @@ pub(super) fn cpu_stats(
         time: time_from_nanos(at_ns),
         usage_nano_cores: reported_nano_cores.or(computed),
         usage_core_nano_seconds: Some(usage_ns),
+        cfs: None,
     }
 }
 
@@ -67,6 +68,7 @@ pub(super) fn memory_stats(at_ns: i64, m: &Memory, capacity: Option<u64>) -> Mem
         page_faults: m.page_faults,
         major_page_faults: m.major_page_faults,
         oom_events: m.oom_kills,
+        cache_bytes: m.cache,
     }
 }
 

@@ -375,6 +375,7 @@ fn processes_memory(stats: &[ProcStat], statuses: &[String]) -> Memory {
         usage: rss,
         working_set: rss,
         rss: Some(rss),
+        cache: None,
         page_faults: Some(stats.iter().map(|s| s.minor_faults).sum()),
         major_page_faults: Some(stats.iter().map(|s| s.major_faults).sum()),
         oom_kills: None,

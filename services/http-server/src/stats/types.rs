@@ -125,6 +125,10 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// CFS throttling under a CPU quota: cAdvisor's `container_cpu_cfs_*`, not part of the
+    /// Summary API.
+    #[serde(skip)]
+    pub cfs: Option<nodeagent_config::cgroupfs::Cfs>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -147,6 +151,9 @@ pub struct MemoryStats {
     /// Summary API.
     #[serde(skip)]
     pub oom_events: Option<u64>,
+    /// Page cache: cAdvisor's `container_memory_cache`, not part of the Summary API.
+    #[serde(skip)]
+    pub cache_bytes: Option<u64>,
 }
 
 /// Swap in use and, under a limit, still available.
@@ -172,6 +179,16 @@ pub struct InterfaceStats {
     pub tx_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tx_errors: Option<u64>,
+    /// Packet counters: cAdvisor's `container_network_*_packets{,_dropped}_total`, not part
+    /// of the Summary API.
+    #[serde(skip)]
+    pub rx_packets: Option<u64>,
+    #[serde(skip)]
+    pub rx_dropped: Option<u64>,
+    #[serde(skip)]
+    pub tx_packets: Option<u64>,
+    #[serde(skip)]
+    pub tx_dropped: Option<u64>,
 }
 
 /// The default interface's counters inline, then every interface.

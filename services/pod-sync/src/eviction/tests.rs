@@ -215,12 +215,19 @@ fn local_storage_limits_are_checked_for_the_pod_then_each_container() {
     };
     assert_eq!(local_storage_violation(&pod, &usage(MI, MI, 14 * MI)), None);
     assert_eq!(
-        local_storage_violation(&pod, &usage(5 * MI, MI, 6 * MI)).as_deref(),
-        Some("Container a exceeded its local ephemeral storage limit \"4Mi\". ")
+        local_storage_violation(&pod, &usage(5 * MI, MI, 6 * MI)),
+        Some((
+            SIGNAL_EPHEMERAL_CONTAINER_FS_LIMIT,
+            "Container a exceeded its local ephemeral storage limit \"4Mi\". ".to_string()
+        ))
     );
     assert_eq!(
-        local_storage_violation(&pod, &usage(MI, MI, 15 * MI)).as_deref(),
-        Some("Pod ephemeral local storage usage exceeds the total limit of containers 14Mi. ")
+        local_storage_violation(&pod, &usage(MI, MI, 15 * MI)),
+        Some((
+            SIGNAL_EPHEMERAL_POD_FS_LIMIT,
+            "Pod ephemeral local storage usage exceeds the total limit of containers 14Mi. "
+                .to_string()
+        ))
     );
     let unlimited: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}

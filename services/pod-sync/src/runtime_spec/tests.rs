@@ -12,7 +12,9 @@ fn node() -> NodeContext {
         host_ip: "192.0.2.1".into(),
         pod_pids_limit: -1,
         memory_capacity: 8 << 30,
+        seccomp_default: false,
         root_dir: std::env::temp_dir().join(format!("pod-sync-test-{}", std::process::id())),
+        ..NodeContext::for_unit_tests("pod-sync-test")
     }
 }
 
@@ -332,4 +334,42 @@ fn only_the_name_and_image_decide_whether_a_running_container_changed() {
     };
     assert!(!container_changed(&c, &older));
     assert!(container_changed(&resized, &older));
+}
+
+/// upstream: pkg/kubelet/kubelet_pods_test.go TestMakeMounts, the propagation cases, and
+/// translateMountPropagation; the CRI enum is kubernetes/cri-api's `MountPropagation`
+/// (PRIVATE 0, HOST_TO_CONTAINER 1, BIDIRECTIONAL 2), read from the wire value.
+#[test]
+fn mount_propagation_follows_the_cri_enum_and_bidirectional_needs_privilege() {
+    let mount = |mode: Option<&str>| VolumeMount {
+        name: "v".into(),
+        mount_path: "/v".into(),
+        mount_propagation: mode.map(str::to_string),
+        ..Default::default()
+    };
+    let plain = Container::default();
+    let privileged: Container = serde_json::from_value(serde_json::json!({
+        "name": "c", "securityContext": {"privileged": true}
+    }))
+    .unwrap();
+    for (mode, container, want) in [
+        (None, &plain, Ok(0)),
+        (Some("None"), &plain, Ok(0)),
+        (Some("HostToContainer"), &plain, Ok(1)),
+        (Some("HostToContainer"), &privileged, Ok(1)),
+        (Some("Bidirectional"), &privileged, Ok(2)),
+        (
+            Some("Bidirectional"),
+            &plain,
+            Err("volumeMount \"v\": Bidirectional mount propagation is available only to privileged containers".to_string()),
+        ),
+        (
+            Some("Sideways"),
+            &privileged,
+            Err("invalid MountPropagation mode: \"Sideways\"".to_string()),
+        ),
+    ] {
+        let got = mount_propagation(container, &mount(mode)).map(|p| p as i32);
+        assert_eq!(got, want, "{mode:?}");
+    }
 }

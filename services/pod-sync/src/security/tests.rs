@@ -90,10 +90,37 @@ fn seccomp_profiles_reach_the_container_and_the_sandbox() {
                 .map(|v| serde_json::from_value(v.clone()).unwrap())
                 .as_ref(),
             &root,
+            false,
         )
         .unwrap();
         assert_eq!(sb_sc.seccomp, Some(pod_level), "{pod_sc}");
     }
+}
+
+/// upstream: pkg/kubelet/kuberuntime/helpers_linux_test.go TestGetSeccompProfile, the
+/// `fallbackToRuntimeDefault` cases: with seccompDefault, a pod and container that set
+/// nothing get RuntimeDefault, while an explicit Unconfined or Localhost stays as asked.
+#[test]
+fn seccomp_default_gives_runtime_default_only_where_nothing_is_set() {
+    let root = std::path::PathBuf::from("/var/lib/kubelet");
+    let t = |p: Option<SeccompProfile>| seccomp(p.as_ref(), &root, true).unwrap().profile_type;
+    let profile = |t: &str| {
+        Some(SeccompProfile {
+            type_: t.into(),
+            localhost_profile: (t == "Localhost").then(|| "p.json".into()),
+        })
+    };
+    assert_eq!(t(None), ProfileType::RuntimeDefault as i32);
+    assert_eq!(t(profile("Unconfined")), ProfileType::Unconfined as i32);
+    assert_eq!(
+        t(profile("RuntimeDefault")),
+        ProfileType::RuntimeDefault as i32
+    );
+    assert_eq!(t(profile("Localhost")), ProfileType::Localhost as i32);
+    assert_eq!(
+        seccomp(None, &root, false).unwrap().profile_type,
+        ProfileType::Unconfined as i32
+    );
 }
 
 #[test]

@@ -447,3 +447,146 @@ fn a_terminated_pod_from_the_api_ends_succeeded_or_failed_a_static_one_keeps_its
     annotate(&mut p, "file");
     assert_eq!(terminated(&p, 143).phase.as_deref(), Some("Running"));
 }
+
+#[test]
+fn a_sidecar_that_stopped_after_initialization_leaves_the_phase_alone() {
+    // upstream: getPhase skips restartable init containers that ran once the pod has
+    // initialized (HasAnyActiveRegularContainerStarted), whatever the restart policy.
+    let side = |policy: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {
+                "restartPolicy": policy,
+                "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always"}],
+                "containers": [{"name": "c", "image": "i"}]
+            }
+        }))
+        .unwrap()
+    };
+    let mut rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    rt.containers[0].sandbox_id = "s1".into();
+    rt.containers.push(RuntimeContainer {
+        id: "x1".into(),
+        name: "side".into(),
+        state: cri::ContainerState::ContainerExited as i32,
+        exit_code: 137,
+        sandbox_id: "s1".into(),
+        ..Default::default()
+    });
+    for policy in ["Always", "OnFailure", "Never"] {
+        let s = compute_for(&side(policy), Some(&rt), &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Running"), "{policy}");
+    }
+    // A sidecar waiting for its back-off (a recorded CrashLoopBackOff) is the same.
+    let backoff = HashMap::from([(
+        "side".to_string(),
+        Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: String::new(),
+        },
+    )]);
+    let s = compute_waiting(&side("Never"), Some(&rt), &HashMap::new(), &backoff);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    // In a new sandbox no regular container exists yet: the pod initializes again...
+    rt.containers[0].state = cri::ContainerState::ContainerExited as i32;
+    rt.sandboxes.push(RuntimeSandbox {
+        id: "s2".into(),
+        created_at_unix_nanos: 5_000_000_000,
+        ..Default::default()
+    });
+    rt.sandboxes[0].state = cri::PodSandboxState::SandboxNotready as i32;
+    rt.containers.push(RuntimeContainer {
+        id: "x2".into(),
+        name: "side".into(),
+        state: cri::ContainerState::ContainerRunning as i32,
+        attempt: 1,
+        sandbox_id: "s2".into(),
+        ..Default::default()
+    });
+    let s = compute_for(&side("Always"), Some(&rt), &HashMap::new());
+    assert_eq!(
+        s.phase.as_deref(),
+        Some("Running"),
+        "a started sidecar, c to restart"
+    );
+    // ... and a sidecar whose startup probe has not passed holds it in Pending again.
+    let mut probed = side("Always");
+    probed
+        .spec
+        .as_mut()
+        .unwrap()
+        .init_containers
+        .as_mut()
+        .unwrap()[0]
+        .startup_probe =
+        serde_json::from_value(serde_json::json!({"exec": {"command": ["true"]}})).unwrap();
+    let s = compute_for(&probed, Some(&rt), &HashMap::new());
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+}
+
+#[test]
+fn a_finished_pod_stays_finished_when_its_containers_and_sandbox_are_removed() {
+    // restartPolicy Never, exited 0: Succeeded. Then the container GC (or anyone) removes
+    // the dead container and the sandbox: the pod is still Succeeded, with its container's
+    // last status (upstream's three-way merge in generateAPIPodStatus).
+    let p = pod("Never", false);
+    let rt = runtime(cri::ContainerState::ContainerExited, 0);
+    let done = compute_for(&p, Some(&rt), &HashMap::new());
+    assert_eq!(done.phase.as_deref(), Some("Succeeded"));
+    let empty = RuntimePodStatus {
+        uid: "u1".into(),
+        ..Default::default()
+    };
+    let inputs = |rt: Option<&RuntimePodStatus>| -> PodStatus {
+        compute(
+            &StatusInputs {
+                pod: &p,
+                runtime: rt,
+                readiness: &HashMap::new(),
+                started: &Default::default(),
+                waiting: &HashMap::new(),
+                host_ip: "192.0.2.1",
+                pod_failed: None,
+                termination_messages: &HashMap::new(),
+                terminated: false,
+            },
+            Some(&done),
+        )
+    };
+    let after = inputs(Some(&empty));
+    assert_eq!(after.phase.as_deref(), Some("Succeeded"));
+    let cs = &after.container_statuses.unwrap()[0];
+    let t = cs.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(t.exit_code, 0);
+    // No runtime view at all (pleg has nothing for the pod): still Succeeded.
+    assert_eq!(inputs(None).phase.as_deref(), Some("Succeeded"));
+    // Under restartPolicy Always getPhase alone would say Pending or Running for a pod
+    // whose containers are gone; a terminal phase published before is kept, as is the
+    // API server's (a restarted pod-sync has published nothing yet).
+    let mut always = pod("Always", false);
+    let with = |pod: &Pod, previous: Option<&PodStatus>| -> Option<String> {
+        compute(
+            &StatusInputs {
+                pod,
+                runtime: Some(&empty),
+                readiness: &HashMap::new(),
+                started: &Default::default(),
+                waiting: &HashMap::new(),
+                host_ip: "192.0.2.1",
+                pod_failed: None,
+                termination_messages: &HashMap::new(),
+                terminated: false,
+            },
+            previous,
+        )
+        .phase
+    };
+    let failed = PodStatus {
+        phase: Some("Failed".into()),
+        ..Default::default()
+    };
+    assert_eq!(with(&always, Some(&failed)).as_deref(), Some("Failed"));
+    assert_eq!(with(&always, None).as_deref(), Some("Pending"));
+    always.status = Some(failed.clone());
+    assert_eq!(with(&always, None).as_deref(), Some("Failed"));
+}

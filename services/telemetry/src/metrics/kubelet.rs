@@ -126,6 +126,91 @@ pub static PROBE_DURATION: LazyLock<HistogramFamily> = LazyLock::new(|| {
     )
 });
 
+/// `kubelet_node_name{node}`: always 1; every kubelet alert of kubernetes-mixin joins on it
+/// (pkg/kubelet/metrics/metrics.go `NodeName`, label `NodeLabelKey = "node"`).
+pub static NODE_NAME: LazyLock<GaugeFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_node_name",
+        "[ALPHA] The node's name. The count is always 1.",
+        GaugeFamily::default(),
+    )
+});
+
+/// Reports `kubelet_node_name{node="<name>"} 1`.
+pub fn set_node_name(name: &str) {
+    NODE_NAME
+        .get_or_create(&vec![("node", name.to_string())])
+        .set(1);
+}
+
+/// `kubelet_evictions{eviction_signal}`, served without `_total` as upstream
+/// (pkg/kubelet/metrics/metrics.go `Evictions`; see [`super::UNSUFFIXED_COUNTERS`]).
+pub static EVICTIONS: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_evictions",
+        "[ALPHA] Cumulative number of pod evictions by eviction signal",
+        CounterFamily::default(),
+    )
+});
+
+/// Counts one eviction under upstream's signal name (`memory.available`,
+/// `nodefs.available`, ..., or the local storage ones: `ephemeralpodfs.limit`,
+/// `ephemeralcontainerfs.limit`, `emptydirfs.limit`).
+pub fn record_eviction(signal: &str) {
+    EVICTIONS
+        .get_or_create(&vec![("eviction_signal", signal.to_string())])
+        .inc();
+}
+
+/// The version this node agent reports as its kubelet version (NodeInfo.kubeletVersion).
+pub const GIT_VERSION: &str = concat!("v1.37.0-nodeagent.", env!("CARGO_PKG_VERSION"));
+
+/// `kubernetes_build_info{major,minor,git_version,git_commit,git_tree_state,build_date,
+/// go_version,compiler,platform}`: always 1 (component-base
+/// metrics/prometheus/version/metrics.go). kubernetes-mixin's KubeVersionMismatch reads
+/// `git_version`.
+pub static BUILD_INFO: LazyLock<GaugeFamily> = LazyLock::new(|| {
+    register(
+        "kubernetes_build_info",
+        "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+        GaugeFamily::default(),
+    )
+});
+
+/// Go's GOARCH for this build's architecture.
+fn goarch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+/// Reports `kubernetes_build_info{...} 1` for this build. What a Go build knows and a
+/// Rust one does not (git commit, tree state, build date, Go version) is left empty.
+pub fn set_build_info() {
+    let (major, minor) = GIT_VERSION
+        .trim_start_matches('v')
+        .split_once('.')
+        .map(|(major, rest)| (major, rest.split('.').next().unwrap_or_default()))
+        .unwrap_or_default();
+    BUILD_INFO
+        .get_or_create(&vec![
+            ("major", major.to_string()),
+            ("minor", minor.to_string()),
+            ("git_version", GIT_VERSION.to_string()),
+            ("git_commit", String::new()),
+            ("git_tree_state", String::new()),
+            ("build_date", String::new()),
+            ("go_version", String::new()),
+            ("compiler", "rustc".to_string()),
+            ("platform", format!("{}/{}", std::env::consts::OS, goarch())),
+        ])
+        .set(1);
+}
+
 /// Upstream's `operation_type` for a CRI method (pkg/kubelet/kuberuntime
 /// instrumented_services.go), from a gRPC path such as
 /// `/runtime.v1.RuntimeService/ListPodSandbox`; None for other services.
@@ -199,5 +284,29 @@ mod tests {
             Some("pull_image")
         );
         assert_eq!(runtime_operation("/kubelet.v1.Pleg/Watch"), None);
+    }
+
+    #[test]
+    fn node_name_build_info_and_evictions_as_upstream_names_them() {
+        set_node_name("node-a");
+        set_build_info();
+        record_eviction("memory.available");
+        let text = crate::metrics::encode();
+        assert!(
+            text.contains("kubelet_node_name{node=\"node-a\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("major=\"1\",minor=\"37\",git_version=\"v1.37.0-nodeagent."),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubelet_evictions_total{eviction_signal=\"memory.available\"} 1"),
+            "OpenMetrics adds _total; http-server's exposition takes it off: {text}"
+        );
+        assert!(crate::metrics::keeps_counter_name("kubelet_evictions"));
+        assert!(!crate::metrics::keeps_counter_name(
+            "kubelet_runtime_operations"
+        ));
     }
 }

@@ -108,6 +108,7 @@ fn processes_memory_sums_resident_sets_and_faults() {
             usage: 3 << 20,
             working_set: 3 << 20,
             rss: Some(3 << 20),
+            cache: None,
             page_faults: Some(15),
             major_page_faults: Some(1),
             oom_kills: None,

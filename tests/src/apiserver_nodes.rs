@@ -1,0 +1,665 @@
+//! Two loops of the control plane that a cluster of several nodes shows to kubectl, as
+//! decisions (pure functions, tested below) that the test API server applies every
+//! 500 ms once `ApiState::run_cluster_controllers` says so (the standalone
+//! `nodeagent-test-apiserver` does; the suite's tests opt in):
+//!
+//! - **kube-scheduler**, reduced to what a node agent's test needs: a pod created without
+//!   `spec.nodeName` (and for the `default-scheduler`) is bound to a node that is Ready,
+//!   not `unschedulable`, carries every label of the pod's `nodeSelector` and no
+//!   NoSchedule/NoExecute taint the pod does not tolerate; of those, the one with the fewest
+//!   bound pods that have not finished (ties: by name). Bound, the pod gets `PodScheduled`
+//!   True and upstream's `Scheduled` event ("Successfully assigned ns/name to node", from
+//!   default-scheduler); when no node fits, `PodScheduled` False with reason Unschedulable
+//!   and upstream's "0/N nodes are available: ..." message, and a FailedScheduling event.
+//!   Not considered: resources, affinity, topology spread, preemption.
+//! - **the node lifecycle controller** (pkg/controller/nodelifecycle,
+//!   `tryUpdateNodeHealth`): a node whose kubelet renewed neither its status heartbeat
+//!   (Ready's `lastHeartbeatTime`) nor its Lease (`kube-node-lease/<node>`'s `renewTime`)
+//!   for `--node-monitor-grace-period` (upstream's default 50 s since 1.32), as this
+//!   server's clock sees it, gets its Ready, MemoryPressure, DiskPressure and PIDPressure
+//!   conditions set Unknown with upstream's reason `NodeStatusUnknown` and message
+//!   "Kubelet stopped posting node status." (a node that never posted Ready: after the
+//!   startup grace period, 60 s, `NodeStatusNeverUpdated`, "Kubelet never posted node
+//!   status."), the `node.kubernetes.io/unreachable` NoSchedule and NoExecute taints, and
+//!   its pods' Ready condition False (upstream's `MarkPodsNotReady`). A kubelet that posts
+//!   Ready True again gets the taints lifted. Not done: the taint manager's eviction of
+//!   pods from an unreachable node (after their 300 s toleration).
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Upstream's `--node-monitor-grace-period` default (50 s since Kubernetes 1.32).
+pub const NODE_MONITOR_GRACE_PERIOD: Duration = Duration::from_secs(50);
+/// Upstream's `--node-startup-grace-period` default.
+const NODE_STARTUP_GRACE_PERIOD: Duration = Duration::from_secs(60);
+/// How often the loops run (upstream's `--node-monitor-period` is 5 s; a test cluster
+/// answers faster).
+const PERIOD: Duration = Duration::from_millis(500);
+
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+const SCHEDULER: &str = "default-scheduler";
+/// The conditions upstream's controller sets Unknown (`nodeConditionTypes`).
+const WATCHED_CONDITIONS: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
+
+/// The controllers' settings and memory (when each node was last heard from, by this
+/// server's clock: upstream's `probeTimestamp`, never the kubelet's own timestamps).
+#[derive(Clone, Default)]
+pub struct ClusterControllers {
+    inner: Arc<Mutex<Controllers>>,
+}
+
+#[derive(Default)]
+struct Controllers {
+    enabled: bool,
+    grace: Option<Duration>,
+    /// node name -> (heartbeat marker, when it last changed)
+    heard: HashMap<String, (String, Instant)>,
+}
+
+impl ClusterControllers {
+    /// Turns the scheduler and the node lifecycle controller on, with this grace period
+    /// (None: upstream's default).
+    pub fn enable(&self, node_monitor_grace_period: Option<Duration>) {
+        let mut c = self.inner.lock().unwrap();
+        c.enabled = true;
+        c.grace = node_monitor_grace_period;
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.inner.lock().unwrap().enabled
+    }
+}
+
+/// Runs the loops against `state` until the task is aborted (the server stops).
+pub(crate) async fn run(state: crate::apiserver::ApiState) {
+    let mut tick = tokio::time::interval(PERIOD);
+    let mut changes = state.changes();
+    loop {
+        // Every period, and at once when a pod is created (a pod waits for its binding no
+        // longer than the write takes).
+        tokio::select! {
+            _ = tick.tick() => {}
+            change = changes.recv() => match change {
+                Ok(c) if c.plural == "pods" && c.kind == "ADDED" => {}
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+        }
+        if state.cluster.enabled() {
+            sync_nodes(&state);
+            schedule(&state);
+        }
+    }
+}
+
+/// What the heartbeat of a node is made of: its Ready heartbeat and its Lease's renewal.
+fn heartbeat(node: &Value, lease: Option<&Value>) -> String {
+    let ready = condition(node, "Ready")
+        .map(|c| c["lastHeartbeatTime"].to_string())
+        .unwrap_or_default();
+    let renew = lease
+        .map(|l| l["spec"]["renewTime"].to_string())
+        .unwrap_or_default();
+    format!("{ready}|{renew}")
+}
+
+/// The condition of type `ty` in an object's `status.conditions` (a pod's or a node's).
+pub fn condition<'a>(object: &'a Value, ty: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+}
+
+fn has_unreachable_taint(node: &Value) -> bool {
+    node["spec"]["taints"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["key"] == UNREACHABLE_TAINT))
+}
+
+/// The node as the lifecycle controller leaves it after `silent_for` without a heartbeat
+/// (None: nothing to change). `now` is the RFC 3339 time written into what changes.
+pub(crate) fn node_health(
+    node: &Value,
+    silent_for: Duration,
+    grace: Duration,
+    now: &str,
+) -> Option<Value> {
+    let ready = condition(node, "Ready");
+    let ready_true = ready.is_some_and(|c| c["status"] == "True");
+    let mut next = node.clone();
+    if ready_true {
+        if silent_for <= grace {
+            // Healthy: lift the taints this controller put on while it was silent.
+            if !has_unreachable_taint(node) {
+                return None;
+            }
+            let taints: Vec<Value> = node["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|t| t["key"] != UNREACHABLE_TAINT)
+                .cloned()
+                .collect();
+            if taints.is_empty() {
+                next["spec"].as_object_mut()?.remove("taints");
+            } else {
+                next["spec"]["taints"] = taints.into();
+            }
+            return Some(next);
+        }
+    } else if ready.is_some() {
+        // NotReady or already Unknown: the kubelet's own word (or ours) stands, but the
+        // NoSchedule taint follows an Unknown Ready (upstream's taint-by-condition).
+        let unknown = ready.is_some_and(|c| c["status"] == "Unknown");
+        if !unknown || has_unreachable_taint(node) {
+            return None;
+        }
+        add_unreachable_taints(&mut next, now);
+        return Some(next);
+    } else if silent_for <= NODE_STARTUP_GRACE_PERIOD {
+        return None;
+    }
+    let (reason, message) = if ready.is_none() {
+        (
+            "NodeStatusNeverUpdated",
+            "Kubelet never posted node status.",
+        )
+    } else {
+        ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+    };
+    let conditions = next["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for ty in WATCHED_CONDITIONS {
+        let mut c = conditions
+            .iter()
+            .find(|c| c["type"] == ty)
+            .cloned()
+            .unwrap_or_else(|| json!({"type": ty, "lastHeartbeatTime": now}));
+        if c["status"] != "Unknown" {
+            c["status"] = "Unknown".into();
+            c["reason"] = reason.into();
+            c["message"] = message.into();
+            c["lastTransitionTime"] = now.into();
+        }
+        out.push(c);
+    }
+    // Conditions the controller does not own (NetworkUnavailable, ...) keep their place
+    // after its own.
+    out.extend(
+        conditions
+            .into_iter()
+            .filter(|c| !WATCHED_CONDITIONS.iter().any(|w| c["type"] == *w)),
+    );
+    next["status"]["conditions"] = out.into();
+    add_unreachable_taints(&mut next, now);
+    Some(next)
+}
+
+fn add_unreachable_taints(node: &mut Value, now: &str) {
+    let mut taints: Vec<Value> = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !taints.iter().any(|t| t["key"] == UNREACHABLE_TAINT) {
+        taints.push(json!({"key": UNREACHABLE_TAINT, "effect": "NoSchedule"}));
+        taints.push(json!({"key": UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": now}));
+    }
+    node["spec"]["taints"] = taints.into();
+}
+
+/// A pod on a node that went Unknown, as upstream's `MarkPodsNotReady` leaves it (None:
+/// already not Ready).
+pub(crate) fn pod_not_ready(pod: &Value, now: &str) -> Option<Value> {
+    let ready = condition(pod, "Ready")?;
+    if ready["status"] == "False" {
+        return None;
+    }
+    let mut next = pod.clone();
+    for c in next["status"]["conditions"].as_array_mut()? {
+        if c["type"] == "Ready" {
+            c["status"] = "False".into();
+            c["lastTransitionTime"] = now.into();
+        }
+    }
+    Some(next)
+}
+
+fn sync_nodes(state: &crate::apiserver::ApiState) {
+    let grace = state.cluster.inner.lock().unwrap().grace;
+    let grace = grace.unwrap_or(NODE_MONITOR_GRACE_PERIOD);
+    let now = crate::apiserver::now();
+    for node in state.objects("nodes") {
+        let Some(name) = node["metadata"]["name"].as_str().map(str::to_string) else {
+            continue;
+        };
+        let lease = state.object("leases", "kube-node-lease", &name);
+        let beat = heartbeat(&node, lease.as_ref());
+        let silent_for = {
+            let mut c = state.cluster.inner.lock().unwrap();
+            let entry = c
+                .heard
+                .entry(name.clone())
+                .or_insert_with(|| (beat.clone(), Instant::now()));
+            if entry.0 != beat {
+                *entry = (beat, Instant::now());
+            }
+            entry.1.elapsed()
+        };
+        let Some(next) = node_health(&node, silent_for, grace, &now) else {
+            continue;
+        };
+        let went_unknown = condition(&next, "Ready").is_some_and(|c| c["status"] == "Unknown")
+            && condition(&node, "Ready").is_none_or(|c| c["status"] != "Unknown");
+        state.modify("nodes", "", &name, |n| *n = next);
+        if went_unknown {
+            eprintln!(
+                "nodeagent-test-apiserver: node {name} silent for {silent_for:?}: Ready Unknown"
+            );
+            for pod in state.objects("pods") {
+                if pod["spec"]["nodeName"] != name.as_str() {
+                    continue;
+                }
+                if let Some(next) = pod_not_ready(&pod, &now) {
+                    let (ns, pod_name) = (
+                        pod["metadata"]["namespace"].as_str().unwrap_or_default(),
+                        pod["metadata"]["name"].as_str().unwrap_or_default(),
+                    );
+                    state.modify("pods", ns, pod_name, |p| *p = next);
+                }
+            }
+        }
+    }
+}
+
+fn tolerates(pod: &Value, taint: &Value) -> bool {
+    pod["spec"]["tolerations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            let effect_ok =
+                t["effect"].as_str().is_none_or(|e| e.is_empty()) || t["effect"] == taint["effect"];
+            let key = t["key"].as_str().unwrap_or_default();
+            let exists = t["operator"] == "Exists";
+            let key_ok = (exists && key.is_empty()) || key == taint["key"].as_str().unwrap_or("");
+            let value_ok = exists
+                || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
+            effect_ok && key_ok && value_ok
+        })
+}
+
+/// Where the scheduler binds `pod`: the name of the fitting node with the fewest pods
+/// (`load`), or upstream's FailedScheduling message.
+pub(crate) fn pick_node(
+    pod: &Value,
+    nodes: &[Value],
+    load: &HashMap<String, usize>,
+) -> Result<String, String> {
+    let mut unschedulable = 0;
+    let mut selector = 0;
+    let mut taints: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut fits: Vec<&str> = Vec::new();
+    for node in nodes {
+        let name = node["metadata"]["name"].as_str().unwrap_or_default();
+        if node["spec"]["unschedulable"] == true {
+            unschedulable += 1;
+            continue;
+        }
+        // A node that is not Ready carries upstream's not-ready taint (the lifecycle
+        // controller's taint-by-condition), unless it is already tainted unreachable.
+        let mut node_taints: Vec<Value> = node["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if condition(node, "Ready").is_none_or(|c| c["status"] != "True")
+            && !has_unreachable_taint(node)
+        {
+            node_taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
+        }
+        let untolerated = node_taints.iter().find(|t| {
+            matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")) && !tolerates(pod, t)
+        });
+        if let Some(t) = untolerated {
+            let shown = format!(
+                "{{{}: {}}}",
+                t["key"].as_str().unwrap_or_default(),
+                t["value"].as_str().unwrap_or_default()
+            );
+            *taints.entry(shown).or_default() += 1;
+            continue;
+        }
+        let labels = &node["metadata"]["labels"];
+        let selected = pod["spec"]["nodeSelector"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .all(|(k, v)| labels[k] == *v);
+        if !selected {
+            selector += 1;
+            continue;
+        }
+        fits.push(name);
+    }
+    if let Some(best) = fits
+        .iter()
+        .min_by_key(|n| (load.get(**n).copied().unwrap_or(0), n.to_string()))
+    {
+        return Ok(best.to_string());
+    }
+    // Upstream's reasons, "<count> <reason>" sorted as text, as the scheduler's
+    // FitError.Error prints them (pkg/scheduler/framework/types.go).
+    let mut reasons: Vec<String> = Vec::new();
+    if selector > 0 {
+        reasons.push(format!(
+            "{selector} node(s) didn't match Pod's node affinity/selector"
+        ));
+    }
+    for (taint, n) in taints {
+        reasons.push(format!("{n} node(s) had untolerated taint {taint}"));
+    }
+    if unschedulable > 0 {
+        reasons.push(format!("{unschedulable} node(s) were unschedulable"));
+    }
+    reasons.sort();
+    let mut message = format!("0/{} nodes are available", nodes.len());
+    if !reasons.is_empty() {
+        message.push_str(": ");
+        message.push_str(&reasons.join(", "));
+    }
+    message.push('.');
+    if !nodes.is_empty() {
+        message.push_str(
+            " preemption: 0/N nodes are available: N Preemption is not helpful for scheduling."
+                .replace('N', &nodes.len().to_string())
+                .as_str(),
+        );
+    }
+    Err(message)
+}
+
+fn finished(pod: &Value) -> bool {
+    matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn schedule(state: &crate::apiserver::ApiState) {
+    let pods = state.objects("pods");
+    let pending: Vec<&Value> = pods
+        .iter()
+        .filter(|p| {
+            p["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+                && p["metadata"]["deletionTimestamp"].is_null()
+                && p["spec"]["schedulerName"]
+                    .as_str()
+                    .is_none_or(|s| s.is_empty() || s == SCHEDULER)
+                && !finished(p)
+        })
+        .collect();
+    if pending.is_empty() {
+        return;
+    }
+    let nodes = state.objects("nodes");
+    let mut load: HashMap<String, usize> = HashMap::new();
+    for p in &pods {
+        if let Some(n) = p["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())
+            && !finished(p)
+        {
+            *load.entry(n.to_string()).or_default() += 1;
+        }
+    }
+    let now = crate::apiserver::now();
+    for pod in pending {
+        let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        match pick_node(pod, &nodes, &load) {
+            Ok(node) => {
+                let bound = state.modify("pods", ns, name, |p| {
+                    p["spec"]["nodeName"] = node.clone().into();
+                    set_scheduled(
+                        p,
+                        json!({"type": "PodScheduled", "status": "True",
+                        "lastProbeTime": null, "lastTransitionTime": now}),
+                    );
+                });
+                if bound.is_some() {
+                    *load.entry(node.clone()).or_default() += 1;
+                    event(
+                        state,
+                        pod,
+                        "Normal",
+                        "Scheduled",
+                        &format!("Successfully assigned {ns}/{name} to {node}"),
+                        &now,
+                    );
+                }
+            }
+            Err(message) => {
+                let same = condition(pod, "PodScheduled")
+                    .is_some_and(|c| c["status"] == "False" && c["message"] == message.as_str());
+                if same {
+                    continue;
+                }
+                state.modify("pods", ns, name, |p| {
+                    set_scheduled(
+                        p,
+                        json!({"type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": message,
+                        "lastProbeTime": null, "lastTransitionTime": now}),
+                    );
+                    if p["status"]["phase"].is_null() {
+                        p["status"]["phase"] = "Pending".into();
+                    }
+                });
+                event(state, pod, "Warning", "FailedScheduling", &message, &now);
+            }
+        }
+    }
+}
+
+fn set_scheduled(pod: &mut Value, cond: Value) {
+    let mut conditions: Vec<Value> = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "PodScheduled");
+    conditions.push(cond);
+    pod["status"]["conditions"] = conditions.into();
+}
+
+/// A core/v1 Event about `pod` from the scheduler.
+fn event(
+    state: &crate::apiserver::ApiState,
+    pod: &Value,
+    ty: &str,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let event = json!({
+        "metadata": {"generateName": format!("{name}.")},
+        "involvedObject": {
+            "kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": name,
+            "uid": pod["metadata"]["uid"], "resourceVersion": pod["metadata"]["resourceVersion"],
+        },
+        "reason": reason, "message": message, "type": ty,
+        "source": {"component": SCHEDULER},
+        "reportingComponent": SCHEDULER,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    });
+    state.add("events", ns, event);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: &str = "2026-11-26T12:00:00Z";
+    const GRACE: Duration = NODE_MONITOR_GRACE_PERIOD;
+
+    fn node(name: &str, ready: &str) -> Value {
+        json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {},
+            "status": {"conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+                {"type": "DiskPressure", "status": "False"},
+                {"type": "PIDPressure", "status": "False"},
+                {"type": "Ready", "status": ready, "reason": "KubeletReady",
+                 "lastHeartbeatTime": "2026-11-26T11:00:00Z"},
+            ]},
+        })
+    }
+
+    fn cond<'a>(n: &'a Value, ty: &str) -> &'a Value {
+        condition(n, ty).unwrap()
+    }
+
+    // pkg/controller/nodelifecycle/node_lifecycle_controller_test.go,
+    // TestMonitorNodeHealthUpdateStatus: "Node created long time ago, and kubelet posted
+    // NotReady/Ready status long time ago" -> every condition Unknown, NodeStatusUnknown,
+    // "Kubelet stopped posting node status.".
+    #[test]
+    fn a_silent_ready_node_goes_unknown_with_upstream_reason_and_taints() {
+        let n = node("a", "True");
+        assert_eq!(
+            node_health(&n, GRACE, GRACE, NOW),
+            None,
+            "within the grace period"
+        );
+        let next = node_health(&n, GRACE + Duration::from_secs(1), GRACE, NOW).unwrap();
+        for ty in WATCHED_CONDITIONS {
+            let c = cond(&next, ty);
+            assert_eq!(c["status"], "Unknown", "{ty}");
+            assert_eq!(c["reason"], "NodeStatusUnknown");
+            assert_eq!(c["message"], "Kubelet stopped posting node status.");
+            assert_eq!(c["lastTransitionTime"], NOW);
+        }
+        // The heartbeat is left as the kubelet last posted it.
+        assert_eq!(
+            cond(&next, "Ready")["lastHeartbeatTime"],
+            "2026-11-26T11:00:00Z"
+        );
+        let taints = next["spec"]["taints"].as_array().unwrap();
+        assert_eq!(taints.len(), 2);
+        assert!(taints.iter().any(|t| t["effect"] == "NoSchedule"));
+        assert!(
+            taints
+                .iter()
+                .any(|t| t["effect"] == "NoExecute" && t["timeAdded"] == NOW)
+        );
+        // Once Unknown and tainted, nothing more changes.
+        assert_eq!(node_health(&next, GRACE * 3, GRACE, NOW), None);
+    }
+
+    // Same table: "Node created long time ago, with status updated by kubelet exceeds
+    // grace period, and never posted" -> NodeStatusNeverUpdated.
+    #[test]
+    fn a_node_that_never_posted_ready_goes_unknown_after_the_startup_grace() {
+        let n = json!({"metadata": {"name": "a"}, "spec": {}, "status": {}});
+        assert_eq!(node_health(&n, NODE_STARTUP_GRACE_PERIOD, GRACE, NOW), None);
+        let next = node_health(&n, NODE_STARTUP_GRACE_PERIOD * 2, GRACE, NOW).unwrap();
+        let ready = cond(&next, "Ready");
+        assert_eq!(ready["status"], "Unknown");
+        assert_eq!(ready["reason"], "NodeStatusNeverUpdated");
+        assert_eq!(ready["message"], "Kubelet never posted node status.");
+    }
+
+    #[test]
+    fn a_node_back_to_ready_loses_the_unreachable_taints_and_keeps_others() {
+        let mut n = node("a", "True");
+        n["spec"]["taints"] = json!([
+            {"key": "dedicated", "value": "x", "effect": "NoSchedule"},
+            {"key": UNREACHABLE_TAINT, "effect": "NoSchedule"},
+            {"key": UNREACHABLE_TAINT, "effect": "NoExecute"},
+        ]);
+        let next = node_health(&n, Duration::ZERO, GRACE, NOW).unwrap();
+        assert_eq!(
+            next["spec"]["taints"],
+            json!([{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])
+        );
+        // A NotReady the kubelet posted itself stands (not Unknown), and is not tainted
+        // unreachable.
+        assert_eq!(
+            node_health(&node("b", "False"), GRACE * 2, GRACE, NOW),
+            None
+        );
+    }
+
+    #[test]
+    fn pods_on_an_unknown_node_are_marked_not_ready_once() {
+        let pod = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}});
+        let next = pod_not_ready(&pod, NOW).unwrap();
+        assert_eq!(cond(&next, "Ready")["status"], "False");
+        assert_eq!(cond(&next, "PodScheduled")["status"], "True");
+        assert_eq!(pod_not_ready(&next, NOW), None);
+    }
+
+    fn pod(selector: Value, tolerations: Value) -> Value {
+        json!({"metadata": {"name": "p", "namespace": "default"},
+               "spec": {"nodeSelector": selector, "tolerations": tolerations}})
+    }
+
+    #[test]
+    fn the_scheduler_spreads_by_load_and_follows_the_node_selector() {
+        let nodes = [node("a", "True"), node("b", "True"), node("c", "True")];
+        let load: HashMap<String, usize> = [("a".into(), 2), ("b".into(), 1)].into();
+        assert_eq!(
+            pick_node(&pod(json!(null), json!(null)), &nodes, &load),
+            Ok("c".into())
+        );
+        let pinned = pod(json!({"kubernetes.io/hostname": "a"}), json!(null));
+        assert_eq!(pick_node(&pinned, &nodes, &load), Ok("a".into()));
+        let nowhere = pod(json!({"kubernetes.io/hostname": "z"}), json!(null));
+        // Upstream's FitError text (pkg/scheduler/framework/types.go).
+        assert_eq!(
+            pick_node(&nowhere, &nodes, &load),
+            Err(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. \
+                 preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_scheduler_skips_unready_unschedulable_and_tainted_nodes_unless_tolerated() {
+        let mut tainted = node("a", "True");
+        tainted["spec"]["taints"] = json!([{"key": UNREACHABLE_TAINT, "effect": "NoSchedule"}]);
+        let mut cordoned = node("b", "True");
+        cordoned["spec"]["unschedulable"] = true.into();
+        let nodes = [tainted, cordoned, node("c", "Unknown")];
+        let none = HashMap::new();
+        assert_eq!(
+            pick_node(&pod(json!(null), json!(null)), &nodes, &none),
+            Err("0/3 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, \
+                 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 1 node(s) were unschedulable. \
+                 preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                .into())
+        );
+        let tolerant = pod(
+            json!(null),
+            json!([{"key": UNREACHABLE_TAINT, "operator": "Exists"}]),
+        );
+        assert_eq!(pick_node(&tolerant, &nodes, &none), Ok("a".into()));
+        let all = pod(json!(null), json!([{"operator": "Exists"}]));
+        assert_eq!(pick_node(&all, &nodes, &none), Ok("a".into()));
+        let wrong_effect = pod(
+            json!(null),
+            json!([{"key": UNREACHABLE_TAINT, "operator": "Exists", "effect": "NoExecute"}]),
+        );
+        assert!(pick_node(&wrong_effect, &nodes, &none).is_err());
+    }
+}

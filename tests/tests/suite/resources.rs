@@ -1,0 +1,371 @@
+//! Resources as the upstream kubelet sets them, against the real containerd: each
+//! container's `oom_score_adj` by QoS class (read from inside the container; Burstable by
+//! its memory request against this machine's MemTotal, a sidecar no higher than its
+//! regular container), the sandbox's pause process at containerd's -998, and a pod cgroup
+//! whose memory limit counts an init container bigger than the app. An HTTP readiness
+//! probe redirected to another host is a success with a ProbeWarning event.
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, PostParams};
+use nodeagent_tests::{Node, NodeOptions, cgroup, eventually, eventually_event, require_runtime};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const MI: i64 = 1 << 20;
+
+/// Upstream's Burstable score for a memory request on this machine (`GetContainerOOMScoreAdjust`).
+fn burstable_score(request: i64) -> i64 {
+    let capacity = nodeagent_config::machine::memory_bytes() as i64;
+    (1000 - (1000 * request) / capacity).clamp(3, 999)
+}
+
+/// Whether this machine lets root lower a process's oom_score_adj (CAP_SYS_RESOURCE, which
+/// an unprivileged container such as this host's lacks, and the cgroup v2 guest has).
+fn machine_allows_negative_scores() -> bool {
+    use std::io::Write;
+    let Ok(mut own) = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/oom_score_adj")
+    else {
+        return false;
+    };
+    let before = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+    let allowed = own.write_all(b"-1").is_ok();
+    if allowed {
+        own.write_all(before.trim().as_bytes()).unwrap();
+    }
+    allowed
+}
+
+/// The lowest oom_score_adj the runtime gives: containerd with `restrict_oom_score_adj`
+/// (set by deploy/runtime/setup.sh only where the node cannot lower scores) raises any
+/// lower value to its own score. Where the machine allows negative scores, the runtime
+/// must not clamp them: upstream's -997 and -998 are then checked for real.
+fn runtime_oom_floor(node: &Node) -> i64 {
+    let socket = node.runtime().socket.display().to_string();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.first().is_some_and(|a| a.ends_with("containerd")) {
+            continue;
+        }
+        let Some(config) = args
+            .iter()
+            .position(|a| a == "--config" || a == "-c")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .filter(|c| c.contains(&format!("\"{socket}\"")))
+        else {
+            continue;
+        };
+        let restricted = config.contains("restrict_oom_score_adj = true");
+        assert!(
+            !(restricted && machine_allows_negative_scores()),
+            "this machine allows negative oom_score_adj, but the runtime at {socket} clamps them \
+             (restrict_oom_score_adj): upstream's -997/-998 would go untested"
+        );
+        if !restricted {
+            return -1000;
+        }
+        let own = std::fs::read_to_string(entry.path().join("oom_score_adj")).unwrap();
+        return own.trim().parse().unwrap();
+    }
+    panic!("no containerd serving {socket} found in /proc")
+}
+
+/// A container that writes its own oom_score_adj to `/out/<pod>-<name>` (renamed into
+/// place, so the test never reads half a file), then sleeps until TERM.
+fn reporter(pod: &str, name: &str, resources: Value) -> Value {
+    let file = format!("/out/{pod}-{name}");
+    json!({
+        "name": name, "image": "busybox:1.36", "resources": resources,
+        "command": ["sh", "-c", format!(
+            "cat /proc/self/oom_score_adj > {file}.tmp && mv {file}.tmp {file}; \
+             trap 'exit 0' TERM; while true; do sleep 1; done")],
+        "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+    })
+}
+
+/// A static pod manifest (JSON is YAML) with the `out` hostPath volume.
+fn manifest(name: &str, out: &Path, init: Vec<Value>, containers: Vec<Value>) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": init,
+            "containers": containers,
+            "volumes": [{"name": "out", "hostPath": {"path": out, "type": "DirectoryOrCreate"}}],
+        }
+    })
+    .to_string()
+}
+
+/// The oom_score_adj container `name` of pod `pod` saw, once it has written it.
+async fn seen_score(out: &Path, pod: &str, name: &str) -> i64 {
+    let file = out.join(format!("{pod}-{name}"));
+    eventually(&format!("{} written", file.display()), DEADLINE, || async {
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        text.trim()
+            .parse::<i64>()
+            .map_err(|e| format!("{text:?}: {e}"))
+    })
+    .await
+}
+
+/// Where the pod's cgroup is, relative to a hierarchy root (the default cgroupRoot `/`,
+/// cgroupsPerQOS), from its UID as /pods shows it.
+async fn pod_cgroup(node: &Node, pod: &str, qos: &str) -> String {
+    let p = eventually(&format!("{pod} listed"), DEADLINE, || node.pod(pod)).await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    match qos {
+        "Guaranteed" => format!("kubepods/pod{uid}"),
+        qos => format!("kubepods/{}/pod{uid}", qos.to_lowercase()),
+    }
+}
+
+/// The oom_score_adj of the pod's pause process, found among the processes of its cgroup.
+fn pause_score(cgroup_path: &str) -> Result<i64, String> {
+    for dir in cgroup::tree(cgroup_path) {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "pause" {
+                let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+                    .map_err(|e| e.to_string())?;
+                return adj.trim().parse().map_err(|e| format!("{adj:?}: {e}"));
+            }
+        }
+    }
+    Err(format!("no pause process under {cgroup_path}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_score_adj_by_qos_and_a_pod_cgroup_sized_for_its_init_container() {
+    if !require_runtime("resources") {
+        return;
+    }
+    let node = Node::start("resources", NodeOptions::default()).await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let guaranteed = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    node.write_manifest(
+        "guaranteed.yaml",
+        &manifest(
+            "guaranteed",
+            &out,
+            vec![],
+            vec![reporter("guaranteed", "app", guaranteed)],
+        ),
+    );
+    let mut sidecar = reporter(
+        "burstable",
+        "sidecar",
+        json!({"requests": {"memory": "16Mi"}}),
+    );
+    sidecar["restartPolicy"] = "Always".into();
+    node.write_manifest(
+        "burstable.yaml",
+        &manifest(
+            "burstable",
+            &out,
+            vec![sidecar],
+            vec![reporter(
+                "burstable",
+                "app",
+                json!({"requests": {"memory": "256Mi"}}),
+            )],
+        ),
+    );
+    node.write_manifest(
+        "besteffort.yaml",
+        &manifest(
+            "besteffort",
+            &out,
+            vec![],
+            vec![reporter("besteffort", "app", json!({}))],
+        ),
+    );
+    // The init container may use 64 MiB while the app is limited to 16 MiB: the pod
+    // cgroup must hold the larger.
+    let init = json!({"name": "init", "image": "busybox:1.36", "command": ["true"],
+                      "resources": {"limits": {"memory": "64Mi"}}});
+    node.write_manifest(
+        "big-init.yaml",
+        &manifest(
+            "big-init",
+            &out,
+            vec![init],
+            vec![reporter(
+                "big-init",
+                "app",
+                json!({"limits": {"memory": "16Mi"}}),
+            )],
+        ),
+    );
+
+    let app = burstable_score(256 * MI);
+    let scores = [
+        ("guaranteed", "app", -997),
+        ("burstable", "app", app),
+        // Its own 16Mi would score higher than the app's; a sidecar never goes first.
+        ("burstable", "sidecar", app.min(burstable_score(16 * MI))),
+        ("besteffort", "app", 1000),
+        ("big-init", "app", burstable_score(16 * MI)),
+    ];
+    let mut seen = Vec::new();
+    for (pod, container, _) in scores {
+        seen.push((pod, container, seen_score(&out, pod, container).await));
+    }
+    eprintln!(
+        "MemTotal {} bytes; oom_score_adj seen in the containers: {seen:?}",
+        nodeagent_config::machine::memory_bytes()
+    );
+    // What we ask for, as far as this runtime lets a score go down.
+    let floor = runtime_oom_floor(&node);
+    let want: Vec<_> = scores
+        .iter()
+        .map(|(p, c, s)| (*p, *c, *s.max(&floor)))
+        .collect();
+    assert_eq!(seen, want, "the runtime's floor is {floor}");
+
+    // The sandbox's pause process: containerd's own -998, whatever the QoS class.
+    for (pod, qos) in [
+        ("guaranteed", "Guaranteed"),
+        ("burstable", "Burstable"),
+        ("besteffort", "BestEffort"),
+    ] {
+        let cgroup = pod_cgroup(&node, pod, qos).await;
+        let pause = eventually(&format!("{pod}'s pause process"), DEADLINE, || async {
+            pause_score(&cgroup)
+        })
+        .await;
+        eprintln!("{pod}: pause oom_score_adj {pause}");
+        assert_eq!(pause, (-998).max(floor), "{pod}");
+    }
+
+    let big_init = pod_cgroup(&node, "big-init", "Burstable").await;
+    let limit = cgroup::memory_limit(&big_init).unwrap();
+    let guaranteed = pod_cgroup(&node, "guaranteed", "Guaranteed").await;
+    let guaranteed_limit = cgroup::memory_limit(&guaranteed).unwrap();
+    eprintln!(
+        "cgroup v2: {}; pod cgroup memory limits: big-init {limit:?}, guaranteed {guaranteed_limit:?}",
+        cgroup::is_v2()
+    );
+    assert_eq!(limit, Some(64 * MI), "{big_init}");
+    assert_eq!(guaranteed_limit, Some(32 * MI), "{guaranteed}");
+    // The Guaranteed pod's CPU (100m): a 10 ms quota per 100 ms period and 102 shares
+    // (v2: the weight upstream derives from them), on the pod cgroup.
+    assert_eq!(cgroup::cpu_quota(&guaranteed).unwrap(), Some(10_000));
+    assert!(cgroup::cpu_weight_matches_shares(&guaranteed, 102).unwrap());
+    // The BestEffort pod: no memory or CPU limit, the minimum 2 shares.
+    let besteffort = pod_cgroup(&node, "besteffort", "BestEffort").await;
+    assert_eq!(cgroup::memory_limit(&besteffort).unwrap(), None);
+    assert_eq!(cgroup::cpu_quota(&besteffort).unwrap(), None);
+    assert!(cgroup::cpu_weight_matches_shares(&besteffort, 2).unwrap());
+    // The container's own cgroup, made by the runtime below the pod's from the resources
+    // pod-sync passes over CRI, carries its limits too.
+    let app = node
+        .containers()
+        .await
+        .into_iter()
+        .find(|c| {
+            c.labels
+                .get("io.kubernetes.container.name")
+                .map(String::as_str)
+                == Some("app")
+                && c.labels
+                    .get("io.kubernetes.pod.name")
+                    .is_some_and(|p| p == &node.pod_name("guaranteed"))
+        })
+        .expect("the guaranteed pod's app container");
+    let container = cgroup::tree(&guaranteed)
+        .into_iter()
+        .find(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(&app.id))
+        })
+        .expect("the app container's cgroup below the pod's");
+    let relative = container
+        .strip_prefix(if cgroup::is_v2() {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/memory"
+        })
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(
+        cgroup::memory_limit(&relative).unwrap(),
+        Some(32 * MI),
+        "{relative}"
+    );
+    assert_eq!(
+        cgroup::cpu_quota(&relative).unwrap(),
+        Some(10_000),
+        "{relative}"
+    );
+    node.stop().await;
+}
+
+/// busybox httpd answering /cgi-bin/away with a redirect to another host (a CGI script's
+/// output that starts with "HTTP" goes to the client as is).
+const REDIRECTING_HTTPD: &str = r#"mkdir -p /www/cgi-bin && printf '#!/bin/sh\nprintf "HTTP/1.0 302 Found\\r\\nLocation: http://192.0.2.1/\\r\\n\\r\\naway"\n' > /www/cgi-bin/away && chmod +x /www/cgi-bin/away && exec httpd -f -p 8080 -h /www"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_redirected_to_another_host_succeeds_with_a_probe_warning_event() {
+    if !require_runtime("probe warning") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server("probe-warning", NodeOptions::default()).await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let name = node.pod_name("redirected");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "web", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", REDIRECTING_HTTPD],
+            "readinessProbe": {"httpGet": {"path": "/cgi-bin/away", "port": 8080},
+                               "periodSeconds": 1}}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let event: Event =
+        eventually_event(&client, "default", "a ProbeWarning event", DEADLINE, |e| {
+            e.involved_object.name.as_deref() == Some(name.as_str())
+                && e.reason.as_deref() == Some("ProbeWarning")
+        })
+        .await;
+    eprintln!("ProbeWarning event: {:?}", event.message);
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some("Readiness probe warning: Probe terminated redirects, Response body: away")
+    );
+    assert_eq!(
+        event.involved_object.field_path.as_deref(),
+        Some("spec.containers{web}")
+    );
+    // A warning is a success: the pod becomes Ready.
+    eventually("the redirected pod Ready", DEADLINE, || async {
+        let p = node.pod("redirected").await?;
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        match ready {
+            true => Ok(()),
+            false => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    node.stop().await;
+}

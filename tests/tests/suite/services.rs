@@ -1,0 +1,223 @@
+//! Every binary: answers the gRPC health check, exits cleanly on SIGTERM, and refuses a
+//! bad configuration with a readable message.
+
+use nix::sys::signal::Signal;
+use nodeagent_config::Service;
+use nodeagent_tests::{Node, NodeOptions, binary, require_runtime};
+use std::process::Command;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_answers_health_and_stops_cleanly_on_sigterm() {
+    if !require_runtime("every_service_answers_health...") {
+        return;
+    }
+    let mut node = Node::start("health", NodeOptions::default()).await;
+    for service in Service::ALL {
+        node.wait_serving(service).await;
+    }
+    for service in Service::ALL {
+        let status = node.signal(service, Signal::SIGTERM).await;
+        assert!(
+            status.success(),
+            "{} exited with {status:?}; log:\n{}",
+            service.name(),
+            node.log(service)
+        );
+        assert!(
+            node.log(service).contains("stopped"),
+            "{}",
+            node.log(service)
+        );
+        // The socket is gone with it.
+        if let nodeagent_config::Address::Unix(p) = node.socket(service) {
+            assert!(!p.exists(), "{} left {}", service.name(), p.display());
+        }
+    }
+    node.stop().await;
+}
+
+#[test]
+fn a_bad_configuration_is_refused_with_a_readable_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "kind: KubeletConfiguration\napiVersion: v1\n",
+            "apiVersion: unsupported value",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsyncFrequency: often\n",
+            "invalid duration \"often\"",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: magic\n",
+            "cgroupDriver",
+        ),
+        ("{{{", "failed to parse kubelet config file"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("c{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        for service in Service::ALL {
+            let out = Command::new(binary(service))
+                .args([
+                    "--config",
+                    path.to_str().unwrap(),
+                    "--socket-dir",
+                    dir.path().to_str().unwrap(),
+                ])
+                .output()
+                .expect("run binary");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{}: {stderr}", service.name());
+            assert!(
+                stderr.contains(want),
+                "{} case {i}: {stderr}",
+                service.name()
+            );
+            assert!(
+                stderr.contains(&format!("nodeagent-{}", service.name())),
+                "{stderr}"
+            );
+        }
+    }
+    let out = Command::new(binary(Service::Pleg))
+        .args(["--config", "/nonexistent/kubelet.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("failed to read kubelet config file \"/nonexistent/kubelet.yaml\"")
+    );
+}
+
+/// The command line a kubeadm node gives the kubelet, every service takes: kubeadm's
+/// drop-in `10-kubeadm.conf` (kubernetes/release, as installed by the kubeadm package)
+/// runs `kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS
+/// $KUBELET_EXTRA_ARGS`, `kubeadm-flags.env` (cmd/kubeadm/app/phases/kubelet/flags.go)
+/// holds the runtime endpoint, the sandbox image up to 1.34 and the taints, and an
+/// operator's `/etc/default/kubelet` adds more of upstream's flags, pflag style. Upstream
+/// flags we do not act on are named in one warning; `--version` carries the commit and
+/// exits 0; a name upstream does not have still exits 2, naming it.
+#[test]
+fn every_service_takes_a_kubeadm_nodes_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    // What kubeadm writes to /var/lib/kubelet/config.yaml (cmd/kubeadm/app/componentconfigs/
+    // kubelet.go defaults), but for the paths and cgroupDriver (issue 30: systemd is not
+    // supported yet) and fields a test must keep on this machine.
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    cacheTTL: 0s\n    enabled: false\n\
+         authorization:\n  mode: AlwaysAllow\n\
+         clusterDNS:\n- 10.96.0.10\nclusterDomain: cluster.local\n\
+         healthzBindAddress: 127.0.0.1\nhealthzPort: 0\n\
+         cpuManagerReconcilePeriod: 0s\nmemorySwap: {}\nlogging:\n  flushFrequency: 0\n  verbosity: 0\n",
+    )
+    .unwrap();
+    let sockets = dir.path().join("sockets");
+    std::fs::create_dir_all(&sockets).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for service in Service::ALL {
+        let mut child = Command::new(binary(service))
+            .args([
+                &format!("--config={}", config.display()),
+                "--container-runtime-endpoint=unix:///nonexistent/containerd.sock",
+                "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+                "--register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule",
+                "--max_pods",
+                "20",
+                "--fail-swap-on=false",
+                "--rotate-certificates",
+                "--vmodule=sync=4",
+                "--runtime-cgroups=/system.slice/containerd.service",
+                "-v=1",
+                "--hostname-override=kubeadm-node",
+                &format!("--port={}", nodeagent_tests::free_port()),
+                "--socket-dir",
+                sockets.to_str().unwrap(),
+                "--root-dir",
+                dir.path().join("root").to_str().unwrap(),
+                "--cert-dir",
+                dir.path().join("pki").to_str().unwrap(),
+            ])
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run binary");
+        // The start-up lines (logs go to stderr, as klog's) come within the first moments;
+        // then the service is stopped.
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let lines: Vec<String> = std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .take_while(|l| !l.contains("starting"))
+                .collect();
+            tx.send(lines).ok();
+        });
+        // The start-up line, or the end of stderr (the process exited), within 20 s.
+        let lines = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{}: no start-up line within 20 s", service.name()));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{} exited with {status}: {lines:?}", service.name());
+        }
+        // Serving: its SIGTERM handler is in place (it is set up after the start-up line).
+        let socket =
+            nodeagent_config::Address::Unix(sockets.join(format!("{}.sock", service.name())));
+        runtime.block_on(nodeagent_tests::wait_serving(&socket, service.name()));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            Signal::SIGTERM,
+        )
+        .ok();
+        let status = child.wait().unwrap();
+        let warning = lines
+            .iter()
+            .find(|l| l.contains("upstream kubelet flags accepted but not acted on"))
+            .unwrap_or_else(|| panic!("{}: no warning in {lines:?}", service.name()));
+        assert!(
+            warning
+                .contains(r#"flags=["pod-infra-container-image", "runtime-cgroups", "vmodule"]"#),
+            "{}: {warning}",
+            service.name()
+        );
+        let fields = lines
+            .iter()
+            .find(|l| l.contains("KubeletConfiguration fields accepted but not acted on"))
+            .unwrap_or_else(|| panic!("{}: {lines:?}", service.name()));
+        assert!(
+            fields.contains(r#"fields=["cpuManagerReconcilePeriod", "logging", "memorySwap"]"#),
+            "{}: {fields}",
+            service.name()
+        );
+        assert!(status.success(), "{}: {status}", service.name());
+    }
+
+    for service in Service::ALL {
+        let out = Command::new(binary(service))
+            .arg("--version")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {text}", service.name());
+        assert!(
+            text.starts_with(&format!("nodeagent-{} ", service.name()))
+                && text.contains("(commit "),
+            "{text}"
+        );
+        let out = Command::new(binary(service))
+            .args([
+                "--socket-dir",
+                sockets.to_str().unwrap(),
+                "--no-such-flag=1",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", service.name());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("'--no-such-flag'"));
+    }
+}

@@ -1,0 +1,707 @@
+//! The Summary API, `/runningpods/` and the metrics endpoints on the kubelet port, against
+//! real containers: values that move when a container burns CPU and fills memory, upstream's
+//! JSON shapes, and every metrics body parsed by a strict text-format parser.
+//! Needs root and the containerd that `deploy/runtime/setup.sh` starts.
+
+use crate::prom;
+
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::Value;
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(40);
+
+/// One container spins (with a CPU limit), one writes 40 MiB into /dev/shm (a tmpfs
+/// charged to its memory cgroup) and sleeps.
+const BURNER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: burner
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: cpu
+    image: busybox:1.36
+    command: ["sh", "-c", "while :; do :; done"]
+    resources:
+      limits:
+        cpu: 500m
+  - name: mem
+    image: busybox:1.36
+    command: ["sh", "-c", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 && echo filled && sleep 3600"]
+"#;
+
+async fn get_json(node: &Node, path: &str) -> Result<Value, String> {
+    let r = node.api.get(path).await?;
+    if r.status != 200 {
+        return Err(format!("{path}: {} {}", r.status, r.text()));
+    }
+    serde_json::from_slice(&r.body).map_err(|e| format!("{path}: {e}: {}", r.text()))
+}
+
+async fn get_text(node: &Node, path: &str) -> String {
+    let r = node.api.get(path).await.expect(path);
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    let content_type = r
+        .headers
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    assert_eq!(
+        content_type.as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8"),
+        "{path}"
+    );
+    r.text()
+}
+
+fn pod<'a>(summary: &'a Value, name: &str) -> Option<&'a Value> {
+    summary["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == name)
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+fn u64_at(v: &Value, pointer: &str) -> Option<u64> {
+    v.pointer(pointer)?.as_u64()
+}
+
+/// `node.systemContainers` names the node agent, the runtime and the pods, as upstream's
+/// SystemContainer* constants; the first two measured (from a cgroup of their own, or the
+/// processes' sum), all with a start time.
+fn assert_system_containers(node: &Value) {
+    let system = node["systemContainers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no systemContainers: {node}"));
+    let find = |name: &str| {
+        system
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in systemContainers: {system:?}"))
+    };
+    for name in ["kubelet", "runtime", "pods"] {
+        let c = find(name);
+        assert!(
+            c["startTime"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{c}"
+        );
+        assert!(c.get("rootfs").is_none() && c.get("logs").is_none(), "{c}");
+    }
+    for name in ["kubelet", "runtime"] {
+        let c = find(name);
+        assert!(
+            u64_at(c, "/cpu/usageCoreNanoSeconds").is_some_and(|v| v > 0),
+            "{name}: {c}"
+        );
+        assert!(
+            u64_at(c, "/memory/workingSetBytes").is_some_and(|v| v > 0),
+            "{name}: {c}"
+        );
+    }
+}
+
+/// SwapTotal in /proc/meminfo, in bytes.
+fn swap_total() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    info.lines()
+        .find_map(|l| l.strip_prefix("SwapTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("SwapTotal")
+        * 1024
+}
+
+/// `node.swap` exactly when the host has swap; a pod's and its containers' swap exactly
+/// when the pods' cgroup accounts it (v2 memory.swap.current, v1 memsw).
+fn assert_swap(node: &Value, pod: &Value) {
+    let total = swap_total();
+    match node.get("swap") {
+        Some(swap) => {
+            assert!(total > 0, "node.swap without swap: {swap}");
+            let used = u64_at(swap, "/swapUsageBytes").expect("swapUsageBytes");
+            let available = u64_at(swap, "/swapAvailableBytes").expect("swapAvailableBytes");
+            assert_eq!(used + available, total, "{swap}");
+            assert!(swap["time"].is_string(), "{swap}");
+        }
+        None => assert_eq!(total, 0, "no node.swap with SwapTotal {total}: {node}"),
+    }
+    let accounted = [
+        "/sys/fs/cgroup/kubepods/memory.swap.current",
+        "/sys/fs/cgroup/memory/kubepods/memory.memsw.usage_in_bytes",
+    ]
+    .iter()
+    .any(|f| std::path::Path::new(f).exists());
+    let pods = node["systemContainers"]
+        .as_array()
+        .and_then(|s| s.iter().find(|c| c["name"] == "pods"))
+        .expect("the pods system container");
+    let mut with_swap = vec![("pods", pods), ("the pod", pod)];
+    for c in pod["containers"].as_array().expect("containers") {
+        with_swap.push(("a container", c));
+    }
+    for (what, v) in with_swap {
+        assert_eq!(
+            u64_at(v, "/swap/swapUsageBytes").is_some(),
+            accounted,
+            "{what}'s swap (accounted by the cgroup: {accounted}): {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn summary_moves_when_a_container_burns_cpu_and_fills_memory() {
+    if !require_runtime("stats summary") {
+        return;
+    }
+    let node = Node::start("stats_summary", NodeOptions::default()).await;
+    node.write_manifest("burner.yaml", BURNER);
+    let pod_name = node.pod_name("burner");
+
+    // usageNanoCores needs two samples: asking again until it shows the spinning
+    // container near its 0.5 CPU limit.
+    let summary = eventually(
+        "the cpu container busy in the summary",
+        DEADLINE,
+        || async {
+            let s = get_json(&node, "/stats/summary").await?;
+            let p = pod(&s, &pod_name).ok_or("no burner pod yet")?;
+            let cpu = container(p, "cpu").ok_or("no cpu container yet")?;
+            let cores = u64_at(cpu, "/cpu/usageNanoCores").ok_or("no usageNanoCores yet")?;
+            (cores > 200_000_000)
+                .then_some(s.clone())
+                .ok_or_else(|| format!("usageNanoCores {cores}"))
+        },
+    )
+    .await;
+    let p = pod(&summary, &pod_name).unwrap();
+    let cpu = container(p, "cpu").unwrap();
+    // A 500m limit: never much more than half a core.
+    let cores = u64_at(cpu, "/cpu/usageNanoCores").unwrap();
+    assert!(cores < 800_000_000, "{cpu}");
+    let used = u64_at(cpu, "/cpu/usageCoreNanoSeconds").unwrap();
+
+    // Memory: the 40 MiB in /dev/shm shows in the container's and the pod's working set.
+    let summary = eventually("the mem container's working set", DEADLINE, || async {
+        let s = get_json(&node, "/stats/summary").await?;
+        let p = pod(&s, &pod_name).ok_or("no pod")?;
+        let ws = container(p, "mem")
+            .and_then(|c| u64_at(c, "/memory/workingSetBytes"))
+            .ok_or("no working set")?;
+        // The CFS quota may pause the spinner between two close reads: wait for growth.
+        let cpu = container(p, "cpu")
+            .and_then(|c| u64_at(c, "/cpu/usageCoreNanoSeconds"))
+            .ok_or("no cpu")?;
+        (ws >= 40 << 20 && cpu > used)
+            .then_some(s.clone())
+            .ok_or_else(|| format!("workingSetBytes {ws}, CPU time {used} then {cpu}"))
+    })
+    .await;
+    let p = pod(&summary, &pod_name).unwrap();
+    let cpu_later = u64_at(container(p, "cpu").unwrap(), "/cpu/usageCoreNanoSeconds").unwrap();
+    assert!(cpu_later > used, "CPU time went from {used} to {cpu_later}");
+    assert!(
+        u64_at(p, "/memory/workingSetBytes").unwrap() >= 40 << 20,
+        "{p}"
+    );
+    assert!(
+        u64_at(p, "/cpu/usageCoreNanoSeconds").unwrap() >= cpu_later,
+        "{p}"
+    );
+
+    // Shapes as upstream.
+    let n = &summary["node"];
+    assert_eq!(n["nodeName"], node.name.as_str(), "{n}");
+    assert!(
+        n["startTime"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{n}"
+    );
+    for pointer in [
+        "/cpu/usageCoreNanoSeconds",
+        "/memory/workingSetBytes",
+        "/memory/usageBytes",
+        "/memory/availableBytes",
+        "/fs/capacityBytes",
+        "/fs/availableBytes",
+        "/fs/inodes",
+        "/runtime/imageFs/usedBytes",
+        "/runtime/imageFs/capacityBytes",
+        "/rlimit/maxpid",
+        "/rlimit/curproc",
+    ] {
+        assert!(u64_at(n, pointer).is_some(), "node{pointer} missing: {n}");
+    }
+    assert!(u64_at(n, "/cpu/usageNanoCores").is_some(), "{n}");
+    assert!(n["network"]["interfaces"].is_array(), "{n}");
+    assert_eq!(p["podRef"]["namespace"], "default");
+    assert!(p["podRef"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(p["startTime"].is_string(), "{p}");
+    assert_eq!(p["network"]["name"], "eth0", "{p}");
+    assert!(u64_at(p, "/network/rxBytes").is_some(), "{p}");
+    assert!(
+        u64_at(p, "/process_stats/process_count").unwrap() >= 2,
+        "{p}"
+    );
+    assert!(u64_at(p, "/ephemeral-storage/usedBytes").is_some(), "{p}");
+    let mem = container(p, "mem").unwrap();
+    for pointer in [
+        "/memory/rssBytes",
+        "/memory/pageFaults",
+        "/memory/usageBytes",
+        "/rootfs/usedBytes",
+        "/rootfs/capacityBytes",
+        "/logs/usedBytes",
+    ] {
+        assert!(
+            u64_at(mem, pointer).is_some(),
+            "container{pointer} missing: {mem}"
+        );
+    }
+    assert!(mem["startTime"].is_string(), "{mem}");
+    assert_system_containers(n);
+    assert_swap(n, p);
+
+    // only_cpu_and_memory: CPU and memory only, as metrics-server asks.
+    let small = get_json(&node, "/stats/summary?only_cpu_and_memory=true")
+        .await
+        .unwrap();
+    assert!(
+        small["node"]["cpu"].is_object() && small["node"]["memory"].is_object(),
+        "{small}"
+    );
+    for absent in ["fs", "network", "runtime", "rlimit"] {
+        assert!(
+            small["node"].get(absent).is_none(),
+            "node.{absent}: {small}"
+        );
+    }
+    let sp = pod(&small, &pod_name).expect("pod in the small summary");
+    assert!(sp["cpu"].is_object() && sp["memory"].is_object(), "{sp}");
+    assert!(
+        sp.get("network").is_none() && sp.get("ephemeral-storage").is_none(),
+        "{sp}"
+    );
+    assert!(
+        container(sp, "cpu").is_some_and(|c| c.get("rootfs").is_none()),
+        "{sp}"
+    );
+    // System containers and swap are CPU-and-memory stats: upstream keeps them here too.
+    assert_system_containers(&small["node"]);
+    assert_swap(&small["node"], sp);
+
+    // /metrics/resource and /metrics/cadvisor: the same numbers under upstream's names.
+    let resource =
+        prom::parse(&get_text(&node, "/metrics/resource").await).expect("resource metrics parse");
+    let series = |f: &str| {
+        resource
+            .get(f)
+            .map(|f| f.samples.clone())
+            .unwrap_or_default()
+    };
+    assert!(series("node_cpu_usage_seconds_total")[0].value > 0.0);
+    assert_eq!(series("resource_scrape_error")[0].value, 0.0);
+    let burning = series("container_cpu_usage_seconds_total")
+        .into_iter()
+        .find(|s| s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == "cpu")
+        .expect("the cpu container's series");
+    assert_eq!(burning.labels["namespace"], "default");
+    assert!(burning.value > 0.0);
+    assert!(
+        series("pod_memory_working_set_bytes")
+            .iter()
+            .any(|s| s.labels.get("pod") == Some(&pod_name) && s.value >= (40 << 20) as f64)
+    );
+    assert!(
+        series("container_start_time_seconds")
+            .iter()
+            .any(|s| s.labels.get("pod") == Some(&pod_name))
+    );
+
+    let cadvisor =
+        prom::parse(&get_text(&node, "/metrics/cadvisor").await).expect("cadvisor metrics parse");
+    let rss = &cadvisor["container_memory_rss"].samples;
+    let mem_series = rss
+        .iter()
+        .find(|s| s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == "mem")
+        .expect("the mem container's rss");
+    for label in ["id", "image", "name", "namespace"] {
+        assert!(
+            mem_series.labels.get(label).is_some_and(|v| !v.is_empty()),
+            "{label}: {mem_series:?}"
+        );
+    }
+    assert!(
+        cadvisor["container_cpu_usage_seconds_total"]
+            .samples
+            .iter()
+            .any(|s| s.labels.get("id").map(String::as_str) == Some("/")
+                && s.labels["cpu"] == "total")
+    );
+    // Filesystems, each under its device: the node's root under id "/", and the mem
+    // container's writable layer on the image filesystem.
+    let fs_usage = &cadvisor["container_fs_usage_bytes"].samples;
+    let root_fs = fs_usage
+        .iter()
+        .find(|s| s.labels.get("id").map(String::as_str) == Some("/"))
+        .expect("the root filesystem's usage");
+    assert!(
+        root_fs.labels.get("device").is_some_and(|d| !d.is_empty()) && root_fs.value > 0.0,
+        "{root_fs:?}"
+    );
+    let layer = fs_usage
+        .iter()
+        .find(|s| s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == "mem")
+        .expect("the mem container's writable layer");
+    assert!(
+        layer.labels.get("device").is_some_and(|d| !d.is_empty()),
+        "{layer:?}"
+    );
+    for family in [
+        "container_fs_limit_bytes",
+        "container_fs_inodes_total",
+        "container_fs_inodes_free",
+    ] {
+        assert!(
+            cadvisor[family]
+                .samples
+                .iter()
+                .any(|s| s.labels.get("pod") == Some(&pod_name) && s.value > 0.0),
+            "{family}"
+        );
+    }
+    // The mem container faulted its pages in: its page faults, in both scopes (a
+    // container's cgroup has no children), and the machine's cores.
+    let faults = &cadvisor["container_memory_failures_total"].samples;
+    for scope in ["container", "hierarchy"] {
+        let fault = faults
+            .iter()
+            .find(|s| {
+                s.labels.get("pod") == Some(&pod_name)
+                    && s.labels["container"] == "mem"
+                    && s.labels["failure_type"] == "pgfault"
+                    && s.labels["scope"] == scope
+            })
+            .unwrap_or_else(|| panic!("the mem container's page faults, scope {scope}"));
+        assert!(fault.value > 0.0, "{fault:?}");
+    }
+    // What kubernetes-mixin reads besides (cAdvisor's names, google/cadvisor
+    // metrics/prometheus.go): CFS throttling for the container under a CPU limit only
+    // (CPUThrottlingHigh), the page cache that /dev/shm is charged as (rules/apps.libsonnet).
+    let of = |family: &str, container: &str| {
+        cadvisor
+            .get(family)
+            .and_then(|f| {
+                f.samples.iter().find(|s| {
+                    s.labels.get("pod") == Some(&pod_name) && s.labels["container"] == container
+                })
+            })
+            .map(|s| s.value)
+    };
+    let periods = of("container_cpu_cfs_periods_total", "cpu").expect("cfs periods of cpu");
+    let throttled =
+        of("container_cpu_cfs_throttled_periods_total", "cpu").expect("throttled periods of cpu");
+    assert!(periods > 0.0 && throttled > 0.0, "{periods} {throttled}");
+    assert!(
+        of("container_cpu_cfs_throttled_seconds_total", "cpu").is_some_and(|v| v > 0.0),
+        "throttled seconds of cpu"
+    );
+    assert_eq!(
+        of("container_cpu_cfs_periods_total", "mem"),
+        None,
+        "no quota, no CFS series"
+    );
+    assert!(
+        of("container_memory_cache", "mem").is_some_and(|v| v >= (40 << 20) as f64),
+        "{:?}",
+        of("container_memory_cache", "mem")
+    );
+    // Packet counters beside the byte counters of each pod interface.
+    let with_bytes: Vec<_> = cadvisor
+        .get("container_network_receive_bytes_total")
+        .map(|f| f.samples.iter().map(|s| s.labels.clone()).collect())
+        .unwrap_or_default();
+    for family in [
+        "container_network_receive_packets_total",
+        "container_network_receive_packets_dropped_total",
+        "container_network_transmit_packets_total",
+        "container_network_transmit_packets_dropped_total",
+    ] {
+        for labels in &with_bytes {
+            assert!(
+                cadvisor[family].samples.iter().any(|s| &s.labels == labels),
+                "{family} {labels:?}"
+            );
+        }
+    }
+    let cores = &cadvisor["machine_cpu_cores"].samples;
+    assert_eq!(
+        cores.first().map(|s| s.value),
+        Some(std::thread::available_parallelism().unwrap().get() as f64)
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_bodies_parse_and_running_pods_lists_the_pod() {
+    if !require_runtime("metrics") {
+        return;
+    }
+    let node = Node::start("stats_metrics", NodeOptions::default()).await;
+    node.write_manifest(
+        "probed.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: probed\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: web\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    readinessProbe:\n      exec:\n        command: [\"true\"]\n      periodSeconds: 1\n",
+    );
+    let pod_name = node.pod_name("probed");
+
+    let running = eventually("the pod in /runningpods/", DEADLINE, || async {
+        let list = get_json(&node, "/runningpods/").await?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        items
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == pod_name.as_str())
+            .filter(|p| {
+                p["spec"]["containers"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+            })
+            .ok_or_else(|| format!("not listed yet: {list}"))
+    })
+    .await;
+    assert_eq!(running["metadata"]["namespace"], "default");
+    assert!(
+        running["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
+    assert_eq!(running["spec"]["containers"][0]["name"], "web");
+    assert!(running["spec"]["containers"][0]["image"].is_string());
+    let list = get_json(&node, "/runningpods/").await.unwrap();
+    assert_eq!(
+        (list["kind"].as_str(), list["apiVersion"].as_str()),
+        (Some("PodList"), Some("v1"))
+    );
+
+    // /metrics: once the probe has run and the pod is up, every family once.
+    let families = eventually("probe and pod metrics in /metrics", DEADLINE, || async {
+        let body = get_text(&node, "/metrics").await;
+        let families = prom::parse(&body)?;
+        let probes = families
+            .get("prober_probe_total")
+            .map(|f| f.samples.clone())
+            .unwrap_or_default();
+        let seen = probes.iter().any(|s| {
+            s.labels.get("pod") == Some(&pod_name)
+                && s.labels["probe_type"] == "Readiness"
+                && s.labels["result"] == "successful"
+                && s.labels["container"] == "web"
+                && s.labels["namespace"] == "default"
+                && s.value >= 1.0
+        });
+        // pleg's gauges follow its relists, which may lag the probe by a second.
+        let running = families
+            .get("kubelet_running_pods")
+            .is_some_and(|f| f.samples[0].value >= 1.0)
+            && families.get("kubelet_running_containers").is_some_and(|f| {
+                f.samples
+                    .iter()
+                    .any(|s| s.labels["container_state"] == "running" && s.value >= 1.0)
+            });
+        let started = families
+            .get("kubelet_pod_start_duration_seconds")
+            .is_some_and(|f| {
+                f.samples
+                    .iter()
+                    .any(|s| s.name.ends_with("_count") && s.value >= 1.0)
+            });
+        (seen && running && started)
+            .then_some(families)
+            .ok_or_else(|| {
+                format!("probe seen {seen}, running pods {running}, pod start {started}")
+            })
+    })
+    .await;
+    assert_eq!(families["kubelet_running_pods"].kind, "gauge");
+    assert!(
+        families["kubelet_running_containers"]
+            .samples
+            .iter()
+            .any(|s| s.labels["container_state"] == "running" && s.value >= 1.0)
+    );
+    let operations = &families["kubelet_runtime_operations_total"].samples;
+    for op in [
+        "list_podsandbox",
+        "list_containers",
+        "run_podsandbox",
+        "create_container",
+        "exec_sync",
+    ] {
+        assert!(
+            operations
+                .iter()
+                .any(|s| s.labels["operation_type"] == op && s.value >= 1.0),
+            "no {op} in {operations:?}"
+        );
+    }
+    assert_eq!(
+        families["kubelet_runtime_operations_duration_seconds"].kind,
+        "histogram"
+    );
+    assert_eq!(
+        families["kubelet_pod_worker_duration_seconds"].kind,
+        "histogram"
+    );
+    assert_eq!(
+        families["kubelet_pleg_relist_duration_seconds"].kind,
+        "histogram"
+    );
+    assert!(families.contains_key("kubelet_pleg_last_seen_seconds"));
+    // kubernetes-mixin joins every kubelet alert on kubelet_node_name{node}, and
+    // KubeVersionMismatch reads kubernetes_build_info{git_version}.
+    let node_name = &families["kubelet_node_name"];
+    assert_eq!(node_name.kind, "gauge");
+    assert_eq!(node_name.samples.len(), 1, "{node_name:?}");
+    assert_eq!(node_name.samples[0].labels["node"], node.name);
+    assert_eq!(node_name.samples[0].value, 1.0);
+    let build = &families["kubernetes_build_info"].samples;
+    assert!(
+        build.len() == 1
+            && build[0].value == 1.0
+            && build[0].labels["git_version"].starts_with("v1.")
+            && build[0].labels["major"] == "1",
+        "{build:?}"
+    );
+    // Process metrics of every service, told apart by their service label.
+    let services: Vec<String> = families["process_resident_memory_bytes"]
+        .samples
+        .iter()
+        .map(|s| s.labels["service"].clone())
+        .collect();
+    for service in [
+        "config-source",
+        "pleg",
+        "pod-sync",
+        "probe",
+        "volume",
+        "node-status",
+        "http-server",
+    ] {
+        assert!(
+            services.iter().any(|s| s == service),
+            "{service} missing from {services:?}"
+        );
+    }
+    assert!(families["process_cpu_seconds_total"].samples.len() >= 7);
+    assert!(
+        families["process_start_time_seconds"]
+            .samples
+            .iter()
+            .all(|s| s.value > 1.6e9)
+    );
+
+    // /metrics/probes: the prober's families only.
+    let probes =
+        prom::parse(&get_text(&node, "/metrics/probes").await).expect("probe metrics parse");
+    assert!(probes.contains_key("prober_probe_total"), "{probes:?}");
+    assert!(
+        probes.keys().all(|k| k.starts_with("prober_probe_")),
+        "{:?}",
+        probes.keys()
+    );
+    node.stop().await;
+}
+
+/// A container writes 8 MiB into an emptyDir; a hostPath volume beside it is not reported.
+const WRITER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: writer
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: w
+    image: busybox:1.36
+    command: ["sh", "-c", "mkdir -p /scratch/a/b && dd if=/dev/zero of=/scratch/a/b/fill bs=1M count=8 && echo done > /scratch/done && sleep 3600"]
+    volumeMounts:
+    - name: scratch
+      mountPath: /scratch
+    - name: host
+      mountPath: /host
+  volumes:
+  - name: scratch
+    emptyDir: {}
+  - name: host
+    hostPath:
+      path: HOSTDIR
+      type: DirectoryOrCreate
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn summary_reports_empty_dir_usage_after_a_container_writes() {
+    if !require_runtime("stats volumes") {
+        return;
+    }
+    let options = NodeOptions {
+        extra_config: "volumeStatsAggPeriod: 2s\n".into(),
+        ..Default::default()
+    };
+    let node = Node::start("stats_volumes", options).await;
+    let host_dir = node.path("host-volume");
+    node.write_manifest(
+        "writer.yaml",
+        &WRITER.replace("HOSTDIR", &host_dir.display().to_string()),
+    );
+    let pod_name = node.pod_name("writer");
+
+    // Measured in the background every 2 s: the 8 MiB show within a few periods.
+    let p = eventually("the emptyDir's usage in the summary", DEADLINE, || async {
+        let s = get_json(&node, "/stats/summary").await?;
+        let p = pod(&s, &pod_name).ok_or("no writer pod yet")?;
+        let used = p["volume"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == "scratch"))
+            .and_then(|v| u64_at(v, "/usedBytes"))
+            .ok_or_else(|| format!("no scratch volume yet: {}", p["volume"]))?;
+        (used >= 8 << 20)
+            .then(|| p.clone())
+            .ok_or_else(|| format!("scratch usedBytes {used}"))
+    })
+    .await;
+    let volumes = p["volume"].as_array().unwrap();
+    assert_eq!(
+        volumes.len(),
+        1,
+        "only the emptyDir is reported: {volumes:?}"
+    );
+    let v = &volumes[0];
+    // du-like: the file's blocks and the directories', not the whole filesystem.
+    let used = u64_at(v, "/usedBytes").unwrap();
+    assert!(used < 9 << 20, "{v}");
+    // The volume dir, a, b, fill and done at least.
+    assert!(u64_at(v, "/inodesUsed").is_some_and(|n| n >= 5), "{v}");
+    for field in ["availableBytes", "capacityBytes", "inodesFree", "inodes"] {
+        assert!(v[field].as_u64().is_some_and(|n| n > 0), "{field}: {v}");
+    }
+    assert!(
+        u64_at(v, "/capacityBytes").unwrap() >= u64_at(v, "/availableBytes").unwrap(),
+        "{v}"
+    );
+    assert!(v["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
+    // The pod's ephemeral storage includes the emptyDir (upstream's calcEphemeralStorage).
+    let ephemeral = u64_at(&p, "/ephemeral-storage/usedBytes").unwrap();
+    assert!(
+        ephemeral >= used,
+        "ephemeral {ephemeral} < volume {used}: {p}"
+    );
+
+    // only_cpu_and_memory leaves volumes out, as upstream.
+    let s = get_json(&node, "/stats/summary?only_cpu_and_memory=true")
+        .await
+        .unwrap();
+    let p = pod(&s, &pod_name).expect("the writer pod");
+    assert!(p.get("volume").is_none(), "{p}");
+    node.stop().await;
+}
