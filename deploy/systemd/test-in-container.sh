@@ -13,6 +13,9 @@
 #   - kubeadm's layout (install.sh --kubeadm): kubeadm's drop-in, kubelet.service crash-loops
 #     until config.yaml exists, then runs the seven with kubeadm's flags and files;
 #     `systemctl restart/stop kubelet` restarts/stops the seven, the pods untouched
+#   - kubeadm's cgroupDriver: systemd: refused against a cgroupfs runtime (naming both),
+#     then, with runc's SystemdCgroup, pods in upstream's slices with their limits, the
+#     slices stopped when the pods go
 # Prints PASS/FAIL per check, exits non-zero on any failure, always removes the container.
 #
 # Usage: deploy/systemd/test-in-container.sh [BIN_DIR]   (run as root; needs docker)
@@ -410,11 +413,29 @@ KUBECONFIG'
 # endpoint, the sandbox image up to 1.34), and an operator's /etc/default/kubelet.
 dsh 'echo "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/nodeagent-containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.10\"" >/var/lib/kubelet/kubeadm-flags.env'
 dsh 'echo "KUBELET_EXTRA_ARGS=--max-pods=50 --node-labels=pool=blue --fail-swap-on=false -v=2 --vmodule=sync=4" >/etc/default/kubelet'
-# kubeadm's config.yaml as captured from a kubeadm node, but cgroupDriver (systemd is not
-# supported yet: issue 30) and resolvConf (no systemd-resolved here).
-dsh 'sed -e "s/^cgroupDriver: systemd$/cgroupDriver: cgroupfs/" -e "/^resolvConf:/d" /opt/nodeagent/deploy/examples/kubeadm/config.yaml >/var/lib/kubelet/config.yaml'
-t=$SECONDS
+# kubeadm's config.yaml as captured from a kubeadm node, cgroupDriver: systemd included, but
+# resolvConf (no systemd-resolved here).
+dsh 'sed -e "/^resolvConf:/d" /opt/nodeagent/deploy/examples/kubeadm/config.yaml >/var/lib/kubelet/config.yaml'
 dx systemctl restart kubelet
+# The runtime still uses cgroupfs (SystemdCgroup = false): pod-sync must refuse to start,
+# naming both drivers (dockershim's words), and leave the running pods alone.
+driver_refused() {
+  dsh "journalctl --no-pager -u nodeagent-pod-sync | grep -qE 'kubelet cgroup driver: .{1,3}systemd.{1,3} is different from the runtime.s cgroup driver: .{1,3}cgroupfs'" \
+    || { dsh "journalctl --no-pager -u nodeagent-pod-sync -n 5"; return 1; }
+  [ "$(dx systemctl is-active nodeagent-pod-sync.service)" != active ] || { echo "pod-sync active"; return 1; }
+}
+check "cgroupDriver: systemd against a cgroupfs runtime: pod-sync refuses to start, naming both drivers" wait_until 60 driver_refused
+check "while pod-sync refuses: the pods that ran before run on, untouched" stays_same 2 "$before" snapshot
+# containerd's runc on the systemd driver, as a kubeadm node's (containerd restarts; the
+# containers keep running).
+if out=$(dx env NODEAGENT_SYSTEMD_CGROUP=true bash /opt/nodeagent/deploy/runtime/setup.sh 2>&1) \
+   && dx grep -q '^ *SystemdCgroup = true$' /etc/nodeagent/containerd/config.toml; then
+  pass "deploy/runtime/setup.sh with NODEAGENT_SYSTEMD_CGROUP=true: runc on the systemd cgroup driver"
+else
+  fail "deploy/runtime/setup.sh with NODEAGENT_SYSTEMD_CGROUP=true: runc on the systemd cgroup driver"
+  printf '%s\n' "$out" | tail -n 20
+fi
+t=$SECONDS
 kubeadm_node_up() {
   [ "$(dx systemctl is-active kubelet.service)" = active ] || { echo "kubelet.service $(dx systemctl is-active kubelet.service)"; return 1; }
   units_active "${ALL_UNITS[@]}" >/dev/null || { units_active "${ALL_UNITS[@]}"; return 1; }
@@ -462,6 +483,84 @@ seven_stopped() {
 }
 check "systemctl stop kubelet stops the seven; the pods keep running" wait_until 45 seven_stopped
 check "after systemctl stop kubelet: pod containers and PIDs untouched" stays_same 2 "$before" snapshot
+
+# The systemd cgroup driver at work (kubeadm's cgroupDriver: systemd, runc's SystemdCgroup):
+# a BestEffort and a Guaranteed pod get upstream's slices (cgroup_manager_linux.go's names:
+# kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid, - as _>.slice),
+# created through systemd with the pod's limits, containerd's scopes inside; their removal
+# stops the slices.
+t=$SECONDS
+dx systemctl start kubelet
+check "systemctl start kubelet: the seven active again (cgroupDriver systemd)" wait_until 90 kubeadm_node_up
+sliced_pod() { # NAME [RESOURCES-LINE...]
+  printf '%s\n' "apiVersion: v1" "kind: Pod" "metadata:" "  name: $1" "spec:" \
+    "  terminationGracePeriodSeconds: 1" "  containers:" "  - name: main" \
+    "    image: busybox:1.36" "    command: [sleep, \"3600\"]" "${@:2}"
+}
+sliced_pod sliced-be | docker exec -i "$NAME" tee /etc/kubernetes/manifests/sliced-be.yaml >/dev/null
+sliced_pod sliced-g "    resources:" "      limits: {cpu: 200m, memory: 64Mi}" \
+  | docker exec -i "$NAME" tee /etc/kubernetes/manifests/sliced-g.yaml >/dev/null
+# NAME's UID once its container has started: its log directory, as `ls /var/log/pods`
+# shows it (<namespace>_<pod>_<uid>; the kubelet API here takes kubeadm's client CA only).
+sliced_uid() {
+  dsh "ls /var/log/pods/default_$1-*/main/0.log 2>/dev/null" | head -n 1 | cut -d/ -f5 | awk -F_ '{print $NF}'
+}
+sliced_running() { [ -n "$(sliced_uid sliced-be)" ] && [ -n "$(sliced_uid sliced-g)" ]; }
+if wait_until 120 sliced_running; then
+  pass "a BestEffort and a Guaranteed pod start under the systemd driver ($((SECONDS - t)) s)"
+else
+  fail "a BestEffort and a Guaranteed pod start under the systemd driver"
+  dsh "ls /var/log/pods; journalctl -u nodeagent-pod-sync -n 30 --no-pager" || true
+fi
+be_uid=$(sliced_uid sliced-be); g_uid=$(sliced_uid sliced-g)
+be_slice="kubepods-besteffort-pod${be_uid//-/_}.slice"
+g_slice="kubepods-pod${g_uid//-/_}.slice"
+be_dir="kubepods.slice/kubepods-besteffort.slice/$be_slice"
+g_dir="kubepods.slice/$g_slice"
+# A cgroup file of the v1 controller CTL or of the v2 tree.
+cg_file() { # CTL V1-FILE V2-FILE DIR
+  if dx test -e /sys/fs/cgroup/cgroup.controllers; then dx cat "/sys/fs/cgroup/$4/$3"; else dx cat "/sys/fs/cgroup/$1/$4/$2"; fi
+}
+slices_as_upstream() {
+  local s shares quota mem
+  for s in "$be_slice" "$g_slice"; do
+    [ "$(dx systemctl is-active "$s")" = active ] || { echo "$s: $(dx systemctl is-active "$s")"; return 1; }
+  done
+  # The containers are containerd's scopes inside the pod slices.
+  dsh "ls -d /sys/fs/cgroup/memory/$be_dir/cri-containerd-*.scope /sys/fs/cgroup/$be_dir/cri-containerd-*.scope 2>/dev/null | grep -q ." \
+    || { echo "no cri-containerd scope in $be_dir"; return 1; }
+  shares=$(cg_file cpu cpu.shares cpu.weight "$be_dir")
+  [ "$shares" = 2 ] || [ "$shares" = 1 ] || { echo "BestEffort slice cpu shares/weight $shares, want 2 (v2: 1)"; return 1; }
+  mem=$(cg_file memory memory.limit_in_bytes memory.max "$g_dir")
+  [ "$mem" = 67108864 ] || { echo "Guaranteed slice memory limit $mem, want 67108864"; return 1; }
+  quota=$(cg_file cpu cpu.cfs_quota_us cpu.max "$g_dir")
+  [ "${quota%% *}" = 20000 ] || { echo "Guaranteed slice CPU quota $quota, want 20000 per 100000"; return 1; }
+  info "slices: $be_dir (cpu $shares), $g_dir (memory $mem, quota ${quota%% *})"
+}
+slices_name="the pods' slices as upstream names them: active, containerd's scopes inside, BestEffort at the minimum CPU shares, the Guaranteed limits"
+if wait_until 30 slices_as_upstream; then
+  pass "$slices_name"; slices_as_upstream
+else
+  fail "$slices_name"; slices_as_upstream 2>&1 | sed 's/^/    /' || true
+  dsh "systemctl list-units --no-pager --all 'kubepods*' 'cri-containerd*'; find /sys/fs/cgroup/memory/kubepods.slice /sys/fs/cgroup/kubepods.slice -type d 2>/dev/null; for p in \$($CTR tasks ls | awk 'NR>1 {print \$2}'); do echo pid \$p; grep -E 'memory|cpu,' /proc/\$p/cgroup; done" 2>&1 | sed 's/^/    /' || true
+fi
+dx rm -f /etc/kubernetes/manifests/sliced-be.yaml /etc/kubernetes/manifests/sliced-g.yaml
+slices_gone() {
+  local s
+  for s in "$be_slice" "$g_slice"; do
+    [ "$(dx systemctl is-active "$s")" != active ] || { echo "$s still active"; return 1; }
+  done
+  ! dx test -e "/sys/fs/cgroup/memory/$be_dir" && ! dx test -e "/sys/fs/cgroup/$be_dir" || { echo "$be_dir left"; return 1; }
+}
+check "the pods removed: their slices stopped and gone from the cgroup tree" wait_until 60 slices_gone
+dx systemctl stop kubelet
+check "the seven stopped again" wait_until 45 seven_stopped
+# Back to the cgroupfs runtime for what follows.
+if out=$(dx bash /opt/nodeagent/deploy/runtime/setup.sh 2>&1); then
+  pass "deploy/runtime/setup.sh: runc back on cgroupfs"
+else
+  fail "deploy/runtime/setup.sh: runc back on cgroupfs"; printf '%s\n' "$out" | tail -n 20
+fi
 kubeadm_uninstalled() {
   dx bash /opt/nodeagent/deploy/uninstall.sh >/dev/null || return 1
   dx test ! -e /usr/bin/kubelet || { echo "/usr/bin/kubelet left"; return 1; }

@@ -2,6 +2,9 @@
 //! hierarchies) and v2 (the unified tree), computed as cAdvisor does: the working set is
 //! the usage less inactive file pages.
 
+use crate::cgroup_name::{
+    CgroupDriver, QOS_PARTS, container_cgroup, pod_cgroup_name, pods_cgroup_name,
+};
 use std::path::{Path, PathBuf};
 
 /// v1 "no limit" is a page-rounded i64::MAX; anything this large is no limit.
@@ -277,18 +280,34 @@ impl Cgroups {
         procs.lines().next()?.trim().parse().ok()
     }
 
-    /// The cgroup (relative) of a pod with cgroupsPerQOS, whatever its QoS class.
-    pub fn pod_cgroup(&self, cgroup_root: &str, uid: &str) -> Option<String> {
-        let root = cgroup_root.trim_end_matches('/');
-        ["", "/burstable", "/besteffort"]
-            .iter()
-            .map(|qos| format!("{root}/kubepods{qos}/pod{uid}"))
-            .find(|rel| self.exists(rel))
+    /// The cgroup (relative) of a pod with cgroupsPerQOS, whatever its QoS class, and the
+    /// driver that named it (either driver's name is looked for: a reader need not know
+    /// which one pod-sync runs with).
+    pub fn pod_cgroup(&self, cgroup_root: &str, uid: &str) -> Option<(String, CgroupDriver)> {
+        [CgroupDriver::Cgroupfs, CgroupDriver::Systemd]
+            .into_iter()
+            .flat_map(|driver| {
+                QOS_PARTS
+                    .iter()
+                    .map(move |qos| (pod_cgroup_name(cgroup_root, qos, uid).path(driver), driver))
+            })
+            .find(|(rel, _)| self.exists(rel))
     }
 
-    /// The cgroup of all pods (`kubepods`).
-    pub fn pods_cgroup(cgroup_root: &str) -> String {
-        format!("{}/kubepods", cgroup_root.trim_end_matches('/'))
+    /// A container's cgroup under its pod's, if it exists.
+    pub fn container_cgroup(&self, pod: &(String, CgroupDriver), id: &str) -> Option<String> {
+        Some(container_cgroup(&pod.0, pod.1, id)).filter(|rel| self.exists(rel))
+    }
+
+    /// The cgroup of all pods (`kubepods`, or `kubepods.slice` under the systemd driver).
+    pub fn pods_cgroup(&self, cgroup_root: &str) -> String {
+        let name = pods_cgroup_name(cgroup_root);
+        let systemd = name.path(CgroupDriver::Systemd);
+        if self.exists(&systemd) {
+            systemd
+        } else {
+            name.path(CgroupDriver::Cgroupfs)
+        }
     }
 }
 
@@ -368,8 +387,8 @@ mod tests {
         let cg = Cgroups::at(v2.path().to_path_buf());
         assert!(cg.v2);
         assert_eq!(
-            cg.pod_cgroup("/", "abc").as_deref(),
-            Some("/kubepods/burstable/podabc")
+            cg.pod_cgroup("/", "abc"),
+            Some(("/kubepods/burstable/podabc".into(), CgroupDriver::Cgroupfs))
         );
         assert_eq!(cg.cpu_usage_ns(pod), Some(1_500_000));
         let m = cg.memory(pod).unwrap();
@@ -429,8 +448,8 @@ mod tests {
         let cg = Cgroups::at(v1.path().to_path_buf());
         assert!(!cg.v2);
         assert_eq!(
-            cg.pod_cgroup("/", "abc").as_deref(),
-            Some("/kubepods/burstable/podabc")
+            cg.pod_cgroup("/", "abc"),
+            Some(("/kubepods/burstable/podabc".into(), CgroupDriver::Cgroupfs))
         );
         assert_eq!(cg.cpu_usage_ns(pod), Some(1_500_000));
         let m = cg.memory(pod).unwrap();
@@ -448,6 +467,34 @@ mod tests {
         assert_eq!(cg.pids(pod), Some(2));
         assert_eq!(cg.first_pid(pod), Some(4242));
         assert_eq!(cg.pod_cgroup("/", "missing"), None);
+    }
+
+    /// Under the systemd driver a pod is a slice and its containers containerd's scopes
+    /// (`kubepods-besteffort-pod<uid with _>.slice/cri-containerd-<id>.scope`).
+    #[test]
+    fn a_pod_named_by_the_systemd_driver_is_found() {
+        let v2 = tempfile::tempdir().unwrap();
+        write(v2.path(), "cgroup.controllers", "cpu memory pids\n");
+        let pod = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poda_b.slice";
+        write(
+            v2.path(),
+            &format!("{pod}/cri-containerd-c1.scope/cgroup.procs"),
+            "7\n",
+        );
+        write(v2.path(), "kubepods.slice/cgroup.procs", "");
+        let cg = Cgroups::at(v2.path().to_path_buf());
+        let found = cg.pod_cgroup("/", "a-b").unwrap();
+        assert_eq!(found, (format!("/{pod}"), CgroupDriver::Systemd));
+        assert_eq!(
+            cg.container_cgroup(&found, "c1"),
+            Some(format!("/{pod}/cri-containerd-c1.scope"))
+        );
+        assert_eq!(cg.container_cgroup(&found, "c2"), None);
+        assert_eq!(cg.pods_cgroup("/"), "/kubepods.slice");
+        assert_eq!(
+            cg.first_pid(&format!("/{pod}/cri-containerd-c1.scope")),
+            Some(7)
+        );
     }
 
     /// CFS counters only for a cgroup with a quota, on v2 (`cpu.max`, `throttled_usec`) and

@@ -359,6 +359,11 @@ fn static_pod_url_errors(
 }
 
 impl KubeletConfiguration {
+    /// `cgroupDriver` (validated: anything else than the two names is refused at load).
+    pub fn cgroup_driver(&self) -> crate::cgroup_name::CgroupDriver {
+        crate::cgroup_name::CgroupDriver::parse(&self.cgroup_driver).unwrap_or_default()
+    }
+
     /// Upstream's defaulting of a decoded file (pkg/kubelet/apis/config/v1beta1/defaults.go,
     /// `SetDefaults_KubeletConfiguration`): a field whose Go type is a plain value (not a
     /// pointer) and holds its zero value takes the default, so `syncFrequency: 0s`, which
@@ -501,9 +506,6 @@ impl KubeletConfiguration {
                 "invalid configuration: cgroupDriver ({:?}) must be \"cgroupfs\" or \"systemd\"",
                 self.cgroup_driver
             ));
-        }
-        if self.cgroup_driver == "systemd" {
-            errs.push("invalid configuration: cgroupDriver \"systemd\" is not supported by this node agent yet; use \"cgroupfs\"".into());
         }
         if self.container_runtime_endpoint.is_empty() {
             errs.push("invalid configuration: containerRuntimeEndpoint must be set".into());

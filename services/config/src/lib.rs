@@ -4,6 +4,7 @@
 
 mod address;
 pub mod certificate;
+pub mod cgroup_name;
 pub mod cgroupfs;
 pub mod duration;
 pub mod events;

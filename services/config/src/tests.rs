@@ -318,8 +318,7 @@ fn node_flags_are_checked_as_upstream() {
 /// The `/var/lib/kubelet/config.yaml` kubeadm writes (deploy/examples/kubeadm/config.yaml),
 /// verbatim as captured from a kubeadm node (its componentconfigs/kubelet.go defaults, every duration it leaves alone as `0s`):
 /// upstream's defaulting (pkg/kubelet/apis/config/v1beta1/defaults.go) turns each zero
-/// into the default, so the file loads; what is left is `cgroupDriver: systemd`, which this
-/// node agent does not support yet (issue 30), refused by name.
+/// into the default, so the file loads, `cgroupDriver: systemd` included.
 #[test]
 fn kubeadms_config_yaml_loads_with_upstreams_defaults() {
     let kubeadm = include_str!("../../../deploy/examples/kubeadm/config.yaml");
@@ -357,13 +356,21 @@ fn kubeadms_config_yaml_loads_with_upstreams_defaults() {
         ignored,
         vec!["cpuManagerReconcilePeriod", "logging", "memorySwap"]
     );
-    let err = c.validate().unwrap_err();
-    assert_eq!(
-        err,
-        "invalid configuration: cgroupDriver \"systemd\" is not supported by this node agent yet; use \"cgroupfs\""
-    );
+    // kubeadm's file as it is, systemd cgroup driver included (issue 30), validates.
+    c.validate().unwrap();
+    assert_eq!(c.cgroup_driver(), crate::cgroup_name::CgroupDriver::Systemd);
     let cgroupfs = kubeadm.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
-    parse(&cgroupfs).unwrap().0.validate().unwrap();
+    let c = parse(&cgroupfs).unwrap().0;
+    c.validate().unwrap();
+    assert_eq!(
+        c.cgroup_driver(),
+        crate::cgroup_name::CgroupDriver::Cgroupfs
+    );
+    let bad = kubeadm.replace("cgroupDriver: systemd", "cgroupDriver: openrc");
+    assert_eq!(
+        parse(&bad).unwrap().0.validate().unwrap_err(),
+        "invalid configuration: cgroupDriver (\"openrc\") must be \"cgroupfs\" or \"systemd\""
+    );
 }
 
 /// `/configz` shows what is in effect: evictionHard as upstream's defaulting fills it

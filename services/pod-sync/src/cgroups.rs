@@ -1,9 +1,14 @@
 //! Pod cgroups with `cgroupsPerQOS`: `kubepods[/burstable|/besteffort]/pod<uid>` under
-//! `cgroupRoot`, passed to CRI as the cgroup parent (cgroupfs driver). The runtime never
-//! removes them, so we do once the pod is gone, on cgroup v1 and v2 alike.
+//! `cgroupRoot`, passed to CRI as the cgroup parent. The cgroupfs driver makes them as
+//! directories, the systemd driver as slices ([`systemd`]), with the pod's limits, before
+//! the runtime puts anything in them. The runtime never removes them, so we do once the pod
+//! is gone, on cgroup v1 and v2 alike.
+
+pub mod systemd;
 
 use crate::quantity;
 use k8s_openapi::api::core::v1::Pod;
+use nodeagent_config::cgroup_name::{self, CgroupDriver, CgroupName};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +67,9 @@ pub fn qos_class(pod: &Pod) -> QosClass {
     }
 }
 
-/// The pod's cgroup parent as the cgroupfs driver names it, or None without cgroupsPerQOS.
-pub fn pod_cgroup_parent(pod: &Pod, cgroups_per_qos: bool, cgroup_root: &str) -> Option<String> {
+/// The pod's cgroup name (upstream's `GetPodContainerName`), or None without
+/// cgroupsPerQOS.
+pub fn pod_cgroup_name(pod: &Pod, cgroups_per_qos: bool, cgroup_root: &str) -> Option<CgroupName> {
     if !cgroups_per_qos {
         return None;
     }
@@ -71,12 +77,89 @@ pub fn pod_cgroup_parent(pod: &Pod, cgroups_per_qos: bool, cgroup_root: &str) ->
     // such a pod before any sandbox; removal then touches nothing).
     let uid = nodeagent_hostpath::uid(pod.metadata.uid.as_deref().unwrap_or_default()).ok()?;
     let qos = match qos_class(pod) {
-        QosClass::Guaranteed => String::new(),
-        QosClass::Burstable => "/burstable".into(),
-        QosClass::BestEffort => "/besteffort".into(),
+        QosClass::Guaranteed => "",
+        QosClass::Burstable => "burstable",
+        QosClass::BestEffort => "besteffort",
     };
-    let root = cgroup_root.trim_end_matches('/');
-    Some(format!("{root}/kubepods{qos}/pod{uid}"))
+    Some(cgroup_name::pod_cgroup_name(cgroup_root, qos, uid))
+}
+
+/// The pod's cgroup parent as the driver names it (what CRI gets), or None without
+/// cgroupsPerQOS.
+pub fn pod_cgroup_parent(
+    pod: &Pod,
+    cgroups_per_qos: bool,
+    cgroup_root: &str,
+    driver: CgroupDriver,
+) -> Option<String> {
+    pod_cgroup_name(pod, cgroups_per_qos, cgroup_root).map(|n| n.path(driver))
+}
+
+/// The cgroup driver of the runtime's default handler and the handler's name, from
+/// containerd's verbose CRI status (the `config` it reports:
+/// `containerd.runtimes.<defaultRuntimeName>.options.SystemdCgroup`, false when unset for
+/// runc); None where the runtime does not say (another runtime, another runtime type).
+pub fn runtime_cgroup_driver(config_json: &str) -> Option<(String, CgroupDriver)> {
+    let config: serde_json::Value = serde_json::from_str(config_json).ok()?;
+    let containerd = &config["containerd"];
+    let handler = containerd["defaultRuntimeName"].as_str()?;
+    let runtime = &containerd["runtimes"][handler];
+    let systemd = match runtime["options"]["SystemdCgroup"].as_bool() {
+        Some(systemd) => systemd,
+        None if runtime["runtimeType"].as_str() == Some("io.containerd.runc.v2") => false,
+        None => return None,
+    };
+    let driver = if systemd {
+        CgroupDriver::Systemd
+    } else {
+        CgroupDriver::Cgroupfs
+    };
+    Some((handler.to_string(), driver))
+}
+
+/// Makes and removes pod cgroups with the configured driver.
+#[derive(Clone)]
+pub struct PodCgroups {
+    /// Where the cgroup hierarchies are mounted (`/sys/fs/cgroup`).
+    pub fs: PathBuf,
+    /// None: the cgroupfs driver.
+    systemd: Option<systemd::Slices>,
+}
+
+impl PodCgroups {
+    /// The configured driver's manager; the systemd driver needs systemd to answer.
+    pub async fn new(fs: PathBuf, driver: CgroupDriver) -> Result<Self, String> {
+        let systemd = match driver {
+            CgroupDriver::Cgroupfs => None,
+            CgroupDriver::Systemd => Some(systemd::Slices::connect().await?),
+        };
+        Ok(Self { fs, systemd })
+    }
+
+    /// Creates the pod cgroup with its limits (idempotent).
+    pub async fn ensure(
+        &self,
+        name: &CgroupName,
+        res: &PodResources,
+        pids_limit: i64,
+    ) -> Result<(), String> {
+        match &self.systemd {
+            Some(slices) => {
+                let v2 = self.fs.join("cgroup.controllers").exists();
+                let props = systemd::properties(res, pids_limit, v2);
+                slices.ensure(&self.fs, name, props).await
+            }
+            None => ensure_pod_cgroup(&self.fs, &name.to_cgroupfs(), res, pids_limit),
+        }
+    }
+
+    /// Removes the pod cgroup (missing is fine).
+    pub async fn remove(&self, name: &CgroupName) -> Result<(), String> {
+        match &self.systemd {
+            Some(slices) => slices.remove(name).await,
+            None => remove_pod_cgroup(&self.fs, &name.to_cgroupfs()),
+        }
+    }
 }
 
 /// Pod-level limits (upstream `ResourceConfigForPod`): CPU shares from the pod's requests,
@@ -134,6 +217,14 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
     }
 }
 
+/// cgroup v2's CPU weight for v1 shares (runc's `ConvertCPUSharesToCgroupV2Value`).
+pub fn cpu_weight(shares: u64) -> u64 {
+    if shares == 0 {
+        return 0;
+    }
+    1 + (shares.saturating_sub(2) * 9999) / 262_142
+}
+
 /// Creates the pod cgroup with its limits before the runtime puts anything in it (cgroup
 /// v1: the cpu, memory and pids hierarchies; v2: the unified tree). Idempotent.
 pub fn ensure_pod_cgroup(
@@ -155,8 +246,10 @@ pub fn ensure_pod_cgroup(
             dir = dir.join(part);
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
-        let weight = 1 + ((res.cpu_shares.saturating_sub(2)) * 9999) / 262142;
-        write(dir.join("cpu.weight"), weight.to_string())?;
+        write(
+            dir.join("cpu.weight"),
+            cpu_weight(res.cpu_shares).to_string(),
+        )?;
         let quota = res
             .cpu_quota_us
             .map_or("max".to_string(), |q| q.to_string());
@@ -275,19 +368,70 @@ mod tests {
         );
     }
 
+    /// The shape of containerd 1.6's `config` in a verbose CRI status
+    /// (pkg/cri/config/config.go's JSON names), as deploy/runtime/setup.sh configures it.
+    #[test]
+    fn the_runtimes_driver_from_containerds_status() {
+        let config = |options: serde_json::Value| {
+            serde_json::json!({
+                "containerd": {
+                    "snapshotter": "overlayfs",
+                    "defaultRuntimeName": "runc",
+                    "runtimes": {
+                        "runc": {"runtimeType": "io.containerd.runc.v2", "options": options},
+                        "kata": {"runtimeType": "io.containerd.kata.v2", "options": {}}
+                    }
+                },
+                "sandboxImage": "registry.k8s.io/pause:3.9"
+            })
+            .to_string()
+        };
+        let runc = |d| Some(("runc".to_string(), d));
+        assert_eq!(
+            runtime_cgroup_driver(&config(serde_json::json!({"SystemdCgroup": true}))),
+            runc(CgroupDriver::Systemd)
+        );
+        assert_eq!(
+            runtime_cgroup_driver(&config(serde_json::json!({"SystemdCgroup": false}))),
+            runc(CgroupDriver::Cgroupfs)
+        );
+        // runc's default when the option is not set.
+        assert_eq!(
+            runtime_cgroup_driver(&config(serde_json::json!({"BinaryName": "runc"}))),
+            runc(CgroupDriver::Cgroupfs)
+        );
+        let kata = config(serde_json::json!({})).replace(
+            "\"defaultRuntimeName\":\"runc\"",
+            "\"defaultRuntimeName\":\"kata\"",
+        );
+        assert_eq!(runtime_cgroup_driver(&kata), None);
+        assert_eq!(runtime_cgroup_driver("{}"), None);
+        assert_eq!(runtime_cgroup_driver("not json"), None);
+    }
+
     #[test]
     fn cgroup_parent_by_qos() {
         let p = pod(serde_json::json!({}));
+        let fs = CgroupDriver::Cgroupfs;
         assert_eq!(
-            pod_cgroup_parent(&p, true, "/").as_deref(),
+            pod_cgroup_parent(&p, true, "/", fs).as_deref(),
             Some("/kubepods/besteffort/podu1")
         );
-        assert_eq!(pod_cgroup_parent(&p, false, "/"), None);
+        // What containerd gets under the systemd driver (it takes the last slice).
+        assert_eq!(
+            pod_cgroup_parent(&p, true, "/", CgroupDriver::Systemd).as_deref(),
+            Some("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu1.slice")
+        );
+        assert_eq!(pod_cgroup_parent(&p, false, "/", fs), None);
         // A UID that climbs names no cgroup at all (never "/kubepods/besteffort/pod../..").
         for bad in ["/../../system.slice", "..", ""] {
             let mut p = p.clone();
             p.metadata.uid = Some(bad.into());
-            assert_eq!(pod_cgroup_parent(&p, true, "/"), None, "{bad:?}");
+            assert_eq!(pod_cgroup_parent(&p, true, "/", fs), None, "{bad:?}");
+            assert_eq!(
+                pod_cgroup_parent(&p, true, "/", CgroupDriver::Systemd),
+                None
+            );
         }
     }
 

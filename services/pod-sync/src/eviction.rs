@@ -479,6 +479,7 @@ impl PodSync {
                         &pod,
                         self.node.cgroups_per_qos,
                         &self.node.cgroup_root,
+                        self.node.cgroup_driver,
                     )
                     .and_then(|rel| m.cgroups.pids(&rel))
                     .unwrap_or(0);

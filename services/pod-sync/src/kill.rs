@@ -105,23 +105,27 @@ impl PodSync {
         self.release_volumes(uid).await?;
 
         if let Some(pod) = &pod {
-            if let Some(parent) = crate::cgroups::pod_cgroup_parent(
+            if let Some(name) = crate::cgroups::pod_cgroup_name(
                 pod,
                 self.node.cgroups_per_qos,
                 &self.node.cgroup_root,
-            ) && let Err(e) = crate::cgroups::remove_pod_cgroup(&self.cgroup_fs, &parent)
+            ) && let Err(e) = self.cgroups.remove(&name).await
             {
-                tracing::warn!(cgroup = %parent, error = %e, "cannot remove the pod cgroup yet");
+                let cgroup = name.path(self.node.cgroup_driver);
+                tracing::warn!(%cgroup, error = %e, "cannot remove the pod cgroup yet");
             }
-        } else if let Ok(uid) = nodeagent_hostpath::uid(uid) {
+        } else if let Ok(uid) = nodeagent_hostpath::uid(uid)
+            && self.node.cgroups_per_qos
+        {
             // The pod is unknown (we restarted meanwhile): look for it under every QoS class.
             // Its UID comes from a runtime label, so it is checked like any other.
-            for qos in ["", "/burstable", "/besteffort"] {
-                let root = self.node.cgroup_root.trim_end_matches('/');
-                let _ = crate::cgroups::remove_pod_cgroup(
-                    &self.cgroup_fs,
-                    &format!("{root}/kubepods{qos}/pod{uid}"),
+            for qos in nodeagent_config::cgroup_name::QOS_PARTS {
+                let name = nodeagent_config::cgroup_name::pod_cgroup_name(
+                    &self.node.cgroup_root,
+                    qos,
+                    uid,
                 );
+                let _ = self.cgroups.remove(&name).await;
             }
         }
         self.remove_log_dir(uid, rt, pod.as_ref());

@@ -76,7 +76,8 @@ pub struct PodSync {
     status_tx: broadcast::Sender<PodStatusUpdate>,
     /// Pending delayed wake-ups of pod workers, one per pod at most.
     delayed: Arc<workers::DelayedTriggers>,
-    cgroup_fs: std::path::PathBuf,
+    /// Makes and removes the pod cgroups with the configured driver.
+    cgroups: cgroups::PodCgroups,
     /// What the host can enforce of a pod's security context.
     host_security: security::HostSecurity,
     /// The API server, when the node is connected to one.
@@ -103,6 +104,51 @@ impl PodSync {
     }
 }
 
+/// Refuses to start with a cgroup driver that is not the runtime's: pods would get
+/// cgroup parents the runtime cannot use (upstream asks the runtime too, KEP-4033). A
+/// runtime that does not answer within a few seconds, or does not say, is not checked.
+async fn check_runtime_cgroup_driver(
+    cri: &Cri,
+    want: nodeagent_config::cgroup_name::CgroupDriver,
+) -> anyhow::Result<()> {
+    let mut runtime = cri.runtime.clone();
+    let request = cri.request(nodeagent_cri::api::StatusRequest { verbose: true });
+    let status = match tokio::time::timeout(Duration::from_secs(5), runtime.status(request)).await {
+        Ok(Ok(status)) => status.into_inner(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e.message(), "cannot compare cgroupDriver with the runtime's: its status failed");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::warn!(
+                "cannot compare cgroupDriver with the runtime's: its status did not come within 5 s"
+            );
+            return Ok(());
+        }
+    };
+    match status
+        .info
+        .get("config")
+        .and_then(|c| cgroups::runtime_cgroup_driver(c))
+    {
+        // Upstream's words when dockershim found the same (docker_service.go).
+        Some((handler, theirs)) if theirs != want => anyhow::bail!(
+            "misconfiguration: kubelet cgroup driver: {:?} is different from the runtime's cgroup driver: {:?} (containerd's default handler {handler:?} has SystemdCgroup = {}); set cgroupDriver or the runtime's option so they agree (deploy/runtime/setup.sh: NODEAGENT_SYSTEMD_CGROUP=true for systemd)",
+            want.as_str(),
+            theirs.as_str(),
+            theirs == nodeagent_config::cgroup_name::CgroupDriver::Systemd,
+        ),
+        Some((handler, _)) => {
+            tracing::info!(cgroup_driver = want.as_str(), %handler, "cgroupDriver is the runtime's")
+        }
+        None => tracing::info!(
+            cgroup_driver = want.as_str(),
+            "the runtime does not say its cgroup driver; cgroupDriver is taken as it is"
+        ),
+    }
+    Ok(())
+}
+
 /// Runs pod-sync until `shutdown`.
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // The root directory and pods/ are 0750, as upstream's: below them lie every pod's
@@ -118,6 +164,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         config.kubelet.runtime_request_timeout,
         EXPENSIVE_CRI_CALLS,
     );
+    let cgroup_driver = config.kubelet.cgroup_driver();
+    let cgroups = cgroups::PodCgroups::new("/sys/fs/cgroup".into(), cgroup_driver)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    check_runtime_cgroup_driver(&cri, cgroup_driver).await?;
     let api = config.api_client().await?;
     // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
     let host_ip = nodeagent_config::machine::node_ips(&config.node_ips)
@@ -145,6 +196,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             pod_logs_dir: config.kubelet.pod_logs_dir.clone(),
             cgroups_per_qos: config.kubelet.cgroups_per_qos,
             cgroup_root: config.kubelet.cgroup_root.clone(),
+            cgroup_driver,
             cluster_dns: config.kubelet.cluster_dns.clone(),
             cluster_domain: config.kubelet.cluster_domain.clone(),
             resolv_conf: config.kubelet.resolv_conf.clone(),
@@ -163,7 +215,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         workers: Mutex::new(HashMap::new()),
         status_tx,
         delayed: Default::default(),
-        cgroup_fs: "/sys/fs/cgroup".into(),
+        cgroups,
         host_security: security::HostSecurity::detect(
             config.kubelet.allowed_unsafe_sysctls.clone(),
         ),

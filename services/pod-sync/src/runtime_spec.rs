@@ -26,6 +26,8 @@ pub struct NodeContext {
     pub pod_logs_dir: PathBuf,
     pub cgroups_per_qos: bool,
     pub cgroup_root: String,
+    /// `cgroupDriver`: how the pod cgroups (the sandboxes' cgroup parents) are named.
+    pub cgroup_driver: nodeagent_config::cgroup_name::CgroupDriver,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     pub resolv_conf: PathBuf,
@@ -53,6 +55,7 @@ impl NodeContext {
             pod_logs_dir: "/tmp/nodeagent-unit-logs".into(),
             cgroups_per_qos: false,
             cgroup_root: "/".into(),
+            cgroup_driver: Default::default(),
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),
             resolv_conf: "/nonexistent".into(),
@@ -208,9 +211,13 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> PodSandbox
             host_ip: p.host_ip.clone().unwrap_or_default(),
         })
         .collect();
-    let cgroup_parent =
-        crate::cgroups::pod_cgroup_parent(pod, node.cgroups_per_qos, &node.cgroup_root)
-            .unwrap_or_default();
+    let cgroup_parent = crate::cgroups::pod_cgroup_parent(
+        pod,
+        node.cgroups_per_qos,
+        &node.cgroup_root,
+        node.cgroup_driver,
+    )
+    .unwrap_or_default();
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: k8s::pod_name(pod).into(),

@@ -1328,20 +1328,19 @@ impl PodSync {
             )
             .map_err(anyhow::Error::msg)?;
         let config = runtime_spec::sandbox_config(pod, attempt, &self.node);
-        if let Some(parent) = config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .filter(|p| !p.is_empty())
+        if let Some(name) =
+            crate::cgroups::pod_cgroup_name(pod, self.node.cgroups_per_qos, &self.node.cgroup_root)
         {
             let res = crate::cgroups::pod_resources(pod);
-            crate::cgroups::ensure_pod_cgroup(
-                &self.cgroup_fs,
-                &parent,
-                &res,
-                self.node.pod_pids_limit,
-            )
-            .map_err(|e| anyhow::anyhow!("creating the pod cgroup {parent}: {e}"))?;
+            self.cgroups
+                .ensure(&name, &res, self.node.pod_pids_limit)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "creating the pod cgroup {}: {e}",
+                        name.path(self.node.cgroup_driver)
+                    )
+                })?;
         }
         std::fs::create_dir_all(&config.log_directory).map_err(|e| {
             anyhow::anyhow!("create pod log directory {}: {e}", config.log_directory)

@@ -103,8 +103,9 @@ fn every_service_takes_a_kubeadm_nodes_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     // What kubeadm writes to /var/lib/kubelet/config.yaml (cmd/kubeadm/app/componentconfigs/
-    // kubelet.go defaults), but for the paths and cgroupDriver (issue 30: systemd is not
-    // supported yet) and fields a test must keep on this machine.
+    // kubelet.go defaults), but for the paths and cgroupDriver (systemd needs systemd as the
+    // init system, which this machine has not: deploy/systemd/test-in-container.sh runs
+    // kubeadm's file whole) and fields a test must keep on this machine.
     std::fs::write(
         &config,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\

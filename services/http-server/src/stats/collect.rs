@@ -371,10 +371,11 @@ fn assemble(
             namespace: md.namespace.clone(),
             uid: md.uid.clone(),
         };
-        let pod_cgroup = settings
+        let pod_named = settings
             .cgroups_per_qos
             .then(|| cgroups.pod_cgroup(&settings.cgroup_root, &md.uid))
             .flatten();
+        let pod_cgroup = pod_named.as_ref().map(|(rel, _)| rel.clone());
         let pod_logs = settings
             .pod_logs_dir
             .join(format!("{}_{}_{}", md.namespace, md.name, md.uid));
@@ -388,10 +389,9 @@ fn assemble(
                 .map(|m| m.name.clone())
                 .unwrap_or_default();
             let cri_stats = view.stats.get(&c.id);
-            let cgroup = pod_cgroup
+            let cgroup = pod_named
                 .as_ref()
-                .map(|p| format!("{p}/{}", c.id))
-                .filter(|rel| cgroups.exists(rel));
+                .and_then(|p| cgroups.container_cgroup(p, &c.id));
             seen.insert(c.id.clone());
             let cri_cpu = cri_stats.and_then(|s| s.cpu.as_ref());
             let usage = cgroup
@@ -579,7 +579,7 @@ fn assemble(
         .map(|u| system_container(&mut samples, at_ns, u))
         .collect();
     if settings.cgroups_per_qos {
-        let rel = Cgroups::pods_cgroup(&settings.cgroup_root);
+        let rel = cgroups.pods_cgroup(&settings.cgroup_root);
         if cgroups.exists(&rel) {
             let cpu = cgroups
                 .cpu_usage_ns(&rel)
