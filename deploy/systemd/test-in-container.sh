@@ -16,6 +16,9 @@
 #   - kubeadm's cgroupDriver: systemd: refused against a cgroupfs runtime (naming both),
 #     then, with runc's SystemdCgroup, pods in upstream's slices with their limits, the
 #     slices stopped when the pods go
+#   - an API pod (the test API server in the node): config-source's checkpoint written under
+#     ProtectSystem=strict (0600); with the API server down and config-source restarted the
+#     pods run on untouched; the API server back without the pod: it goes
 # Prints PASS/FAIL per check, exits non-zero on any failure, always removes the container.
 #
 # Usage: deploy/systemd/test-in-container.sh [BIN_DIR]   (run as root; needs docker)
@@ -40,6 +43,13 @@ command -v docker >/dev/null || { echo "docker is required" >&2; exit 1; }
 bin_src=$(nodeagent_bin_dir "${1:-}")
 stage=$(mktemp -d /var/tmp/nodeagent-systemd-test.XXXXXX)
 nodeagent_snapshot_bins "$bin_src" "$stage/bin"
+# The test API server, for the API pods' section (cargo builds it with the workspace's bins).
+if [ -x "$bin_src/nodeagent-test-apiserver" ]; then
+  cp "$bin_src/nodeagent-test-apiserver" "$stage/bin/"
+else
+  echo "$bin_src/nodeagent-test-apiserver is missing: cargo build -p nodeagent-tests --bin nodeagent-test-apiserver" >&2
+  exit 1
+fi
 mkdir -p "$stage/shutdown"
 echo "== binaries: $bin_src (snapshot in $stage/bin)"
 
@@ -569,6 +579,68 @@ kubeadm_uninstalled() {
 check "deploy/uninstall.sh removes kubelet.service and /usr/bin/kubelet" kubeadm_uninstalled
 dx rm -rf /etc/systemd/system/kubelet.service.d /var/lib/kubelet/config.yaml /var/lib/kubelet/kubeadm-flags.env /etc/default/kubelet
 dx systemctl daemon-reload
+
+# ------------------------------------------------------------------ API pods through an outage
+# config-source keeps the API server's last pod list in <root-dir>/config-source/api-pods.json
+# (0600) so that a restart during an API server outage runs the same pods and shows them
+# (the README's promise). Under the units' ProtectSystem=strict it must still be written:
+# shown with the test API server (tests/src/bin/test-apiserver.rs) in the node, plain HTTP
+# on loopback, and a pod bound to this node.
+APISERVER=http://127.0.0.1:8080
+start_apiserver() {
+  dx systemd-run --quiet --unit nodeagent-test-apiserver /opt/nodeagent/bin/nodeagent-test-apiserver --port 8080 --no-controllers
+}
+start_apiserver
+dsh "printf '%s\n' 'apiVersion: v1' 'kind: Config' 'clusters:' '- name: test' '  cluster:' '    server: $APISERVER' \
+  'users:' '- name: node' '  user: {}' 'contexts:' '- name: test' '  context: {cluster: test, user: node}' \
+  'current-context: test' >/etc/nodeagent/api.kubeconfig"
+dsh 'sed -i "s|^NODEAGENT_ARGS=.*|NODEAGENT_ARGS=--kubeconfig=/etc/nodeagent/api.kubeconfig|" /etc/nodeagent/nodeagent.env'
+if out=$(dx bash /opt/nodeagent/deploy/install.sh --runtime /opt/nodeagent/bin 2>&1); then
+  pass "deploy/install.sh again, with --kubeconfig naming the test API server in the node"
+else
+  fail "deploy/install.sh again, with --kubeconfig naming the test API server in the node"; printf '%s\n' "$out" | tail -n 20
+fi
+node_name=$(dx hostname)
+api_pod_json='{"apiVersion":"v1","kind":"Pod","metadata":{"name":"api-pod","namespace":"default"},"spec":{"nodeName":"'$node_name'","terminationGracePeriodSeconds":1,"containers":[{"name":"main","image":"busybox:1.36","command":["sleep","3600"]}]}}'
+api_pod_created() {
+  dx curl -sf -X POST -H 'Content-Type: application/json' -d "$api_pod_json" "$APISERVER/api/v1/namespaces/default/pods" >/dev/null \
+    || dx curl -sf "$APISERVER/api/v1/namespaces/default/pods/api-pod" >/dev/null
+}
+check "a pod bound to the node is created at the test API server" wait_until 60 api_pod_created
+api_pod_running() {
+  dx curl -sf "$APISERVER/api/v1/namespaces/default/pods/api-pod" | grep -q '"phase":"Running"'
+}
+t=$SECONDS
+if wait_until 120 api_pod_running; then
+  pass "the API pod runs, its status Running at the API server ($((SECONDS - t)) s)"
+else
+  fail "the API pod runs, its status Running at the API server"
+  dsh "journalctl -u nodeagent-config-source -u nodeagent-pod-sync -n 30 --no-pager" || true
+fi
+checkpoint_written() {
+  local f=/var/lib/kubelet/config-source/api-pods.json
+  [ "$(dx stat -c %a "$f" 2>/dev/null)" = 600 ] || { echo "$f: $(dx stat -c %a "$f" 2>&1)"; return 1; }
+  dx grep -q '"api-pod"' "$f" || { echo "$f does not hold api-pod"; return 1; }
+}
+check "config-source wrote its checkpoint under ProtectSystem=strict (api-pods.json, 0600, holds the pod)" wait_until 30 checkpoint_written
+with_api=$(snapshot)
+dx systemctl stop nodeagent-test-apiserver
+dx systemctl restart nodeagent-config-source.service
+restored() {
+  dsh "journalctl -u nodeagent-config-source --since '-60s' --no-pager | grep -q \"serving the API server's last list until it answers\""
+}
+check "API server down, config-source restarted: it serves the checkpointed list" wait_until 60 restored
+check "API server down, config-source restarted: every pod, the API pod too, untouched (containers and PIDs)" stays_same 10 "$with_api" snapshot
+# The API server back, empty (its state was in memory): the API's word is final, the pod goes.
+start_apiserver
+api_pod_removed() {
+  local dirs
+  dirs=$(dsh "ls -d /var/log/pods/default_api-pod_* 2>/dev/null" || true)
+  [ -z "$dirs" ] || { echo "left: $dirs"; return 1; }
+}
+check "the API server back without the pod: the node removes it (its log directory gone)" wait_until 90 api_pod_removed
+dx systemctl stop nodeagent-test-apiserver
+dsh 'sed -i "s|^NODEAGENT_ARGS=.*|NODEAGENT_ARGS=|" /etc/nodeagent/nodeagent.env'
 
 # ------------------------------------------------------------------ graceful node shutdown
 # logind in the node, the agent installed again with shutdownGracePeriod 20s (8s of it for

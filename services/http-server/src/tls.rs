@@ -268,9 +268,10 @@ fn write_self_signed(config: &Config, cert: &Path, key: &Path) -> anyhow::Result
     let certificate = params.self_signed(&key_pair)?;
     std::fs::create_dir_all(&config.cert_dir)
         .with_context(|| format!("--cert-dir {}", config.cert_dir.display()))?;
-    write_private(key, key_pair.serialize_pem().as_bytes())?;
-    std::fs::write(cert, certificate.pem())
-        .with_context(|| format!("writing {}", cert.display()))?;
+    write_atomically(key, key_pair.serialize_pem().as_bytes(), 0o600)?;
+    // Whole or not at all: whoever reads the certificate (a client pinning it, the tests)
+    // never sees it half-written.
+    write_atomically(cert, certificate.pem().as_bytes(), 0o644)?;
     tracing::info!(cert = %cert.display(), "generated a self-signed serving certificate");
     Ok(())
 }
@@ -279,15 +280,18 @@ fn time_after_days(days: i64) -> time::OffsetDateTime {
     time::OffsetDateTime::now_utc() + time::Duration::days(days)
 }
 
-fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+/// Writes `path` through a temporary file renamed over it, created with `mode`.
+fn write_atomically(path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o600)
+        .mode(mode)
         .open(&tmp)
         .with_context(|| format!("writing {}", tmp.display()))?;
     f.write_all(data)?;

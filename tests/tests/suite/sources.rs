@@ -547,8 +547,15 @@ async fn config_maps_and_secrets_reach_the_environment() {
     pods.create(&PostParams::default(), &pod(&name, &node.name, spec))
         .await
         .unwrap();
-    let line = eventually("the env file", DEADLINE, || async {
-        std::fs::read_to_string(out.join("env")).map_err(|e| e.to_string())
+    // The shell creates the file before it writes the line: only a whole line counts (an
+    // empty read here failed CI once).
+    let line = eventually("the env file's line", DEADLINE, || async {
+        let text = std::fs::read_to_string(out.join("env")).map_err(|e| e.to_string())?;
+        if text.ends_with('\n') {
+            Ok(text)
+        } else {
+            Err(format!("partial: {text:?}"))
+        }
     })
     .await;
     assert_eq!(line.trim(), "fast|3|hunter2|unset");
