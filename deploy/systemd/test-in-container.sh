@@ -640,7 +640,10 @@ api_pod_removed() {
 }
 check "the API server back without the pod: the node removes it (its log directory gone)" wait_until 90 api_pod_removed
 dx systemctl stop nodeagent-test-apiserver
-dsh 'sed -i "s|^NODEAGENT_ARGS=.*|NODEAGENT_ARGS=|" /etc/nodeagent/nodeagent.env'
+dsh 'sed -i "s|^NODEAGENT_ARGS=.*|NODEAGENT_ARGS=|" /etc/nodeagent/nodeagent.env; rm -f /etc/nodeagent/api.kubeconfig'
+# As the kubeadm section left it: the agent uninstalled (its configuration kept), so that
+# the next install starts the units afresh with the next configuration.
+dx bash /opt/nodeagent/deploy/uninstall.sh >/dev/null || fail "deploy/uninstall.sh after the API pod section"
 
 # ------------------------------------------------------------------ graceful node shutdown
 # logind in the node, the agent installed again with shutdownGracePeriod 20s (8s of it for
