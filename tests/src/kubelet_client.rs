@@ -183,6 +183,19 @@ impl KubeletClient {
         sender
             .send_request(request)
             .await
-            .map_err(|e| format!("{method} {path}: {e}"))
+            .map_err(|e| format!("{method} {path}: {}", error_chain(&e)))
     }
+}
+
+/// An error and its sources, so that what hyper calls a "connection error" says why (the
+/// server's TLS alert, say).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
