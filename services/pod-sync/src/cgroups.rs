@@ -28,42 +28,59 @@ impl QosClass {
     }
 }
 
-/// Upstream `qos.GetPodQOS`: Guaranteed when every container limits CPU and memory with
-/// requests equal to limits; BestEffort when nothing is requested or limited.
+/// Upstream's `ComputePodQOS` (container level): the positive cpu and memory requests and
+/// limits of every container, init containers included, are summed per resource (zero
+/// amounts and other resources, hugepages included, do not count); BestEffort when there is
+/// none, Guaranteed when every container limits both cpu and memory and the sums of
+/// requests and of limits are the same, else Burstable. A request left out is its limit
+/// (the API server's defaulting, which static pods get too). Pod-level `spec.resources`
+/// (PodLevelResources, beta in 1.34) is not read.
 pub fn qos_class(pod: &Pod) -> QosClass {
     let Some(spec) = &pod.spec else {
         return QosClass::BestEffort;
     };
-    let containers = spec
+    let amount = |name: &str, q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        let v = if name == "cpu" {
+            quantity::cpu_millis(&q.0)
+        } else {
+            quantity::bytes(&q.0)
+        };
+        v.filter(|v| *v > 0)
+    };
+    let mut requests = std::collections::BTreeMap::<&str, i64>::new();
+    let mut limits = std::collections::BTreeMap::<&str, i64>::new();
+    let mut every_container_limited = true;
+    for c in spec
         .containers
         .iter()
-        .chain(spec.init_containers.iter().flatten());
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in containers {
+        .chain(spec.init_containers.iter().flatten())
+    {
         let res = c.resources.clone().unwrap_or_default();
-        let limits = res.limits.unwrap_or_default();
-        let requests = res.requests.unwrap_or_default();
+        let (c_limits, c_requests) = (
+            res.limits.unwrap_or_default(),
+            res.requests.unwrap_or_default(),
+        );
         for name in ["cpu", "memory"] {
-            let limit = limits.get(name).map(|q| q.0.clone());
-            let request = requests.get(name).map(|q| q.0.clone()).or(limit.clone());
-            if limit.is_some() || request.is_some() {
-                any = true;
-            }
-            let equal = match (&limit, &request) {
-                (Some(l), Some(r)) if name == "cpu" => {
-                    quantity::cpu_millis(l) == quantity::cpu_millis(r)
-                }
-                (Some(l), Some(r)) => quantity::bytes(l) == quantity::bytes(r),
-                _ => false,
+            let limit = c_limits.get(name).and_then(|q| amount(name, q));
+            let request = match c_requests.get(name) {
+                Some(q) => amount(name, q),
+                None => limit,
             };
-            guaranteed &= equal;
+            if let Some(r) = request {
+                *requests.entry(name).or_default() += r;
+            }
+            match limit {
+                Some(l) => *limits.entry(name).or_default() += l,
+                None => every_container_limited = false,
+            }
         }
     }
-    match (any, guaranteed) {
-        (false, _) => QosClass::BestEffort,
-        (true, true) => QosClass::Guaranteed,
-        (true, false) => QosClass::Burstable,
+    if requests.is_empty() && limits.is_empty() {
+        QosClass::BestEffort
+    } else if every_container_limited && requests == limits {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
     }
 }
 
@@ -336,245 +353,4 @@ fn remove_tree(path: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(resources: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "uid": "u1"},
-            "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn qos_classes_follow_upstream() {
-        assert_eq!(qos_class(&pod(serde_json::json!({}))), QosClass::BestEffort);
-        assert_eq!(
-            qos_class(&pod(
-                serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}})
-            )),
-            QosClass::Guaranteed
-        );
-        assert_eq!(
-            qos_class(&pod(
-                serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m", "memory": "1Gi"}})
-            )),
-            QosClass::Guaranteed
-        );
-        assert_eq!(
-            qos_class(&pod(serde_json::json!({"requests": {"cpu": "100m"}}))),
-            QosClass::Burstable
-        );
-    }
-
-    /// The shape of containerd 1.6's `config` in a verbose CRI status
-    /// (pkg/cri/config/config.go's JSON names), as deploy/runtime/setup.sh configures it.
-    #[test]
-    fn the_runtimes_driver_from_containerds_status() {
-        let config = |options: serde_json::Value| {
-            serde_json::json!({
-                "containerd": {
-                    "snapshotter": "overlayfs",
-                    "defaultRuntimeName": "runc",
-                    "runtimes": {
-                        "runc": {"runtimeType": "io.containerd.runc.v2", "options": options},
-                        "kata": {"runtimeType": "io.containerd.kata.v2", "options": {}}
-                    }
-                },
-                "sandboxImage": "registry.k8s.io/pause:3.9"
-            })
-            .to_string()
-        };
-        let runc = |d| Some(("runc".to_string(), d));
-        assert_eq!(
-            runtime_cgroup_driver(&config(serde_json::json!({"SystemdCgroup": true}))),
-            runc(CgroupDriver::Systemd)
-        );
-        assert_eq!(
-            runtime_cgroup_driver(&config(serde_json::json!({"SystemdCgroup": false}))),
-            runc(CgroupDriver::Cgroupfs)
-        );
-        // runc's default when the option is not set.
-        assert_eq!(
-            runtime_cgroup_driver(&config(serde_json::json!({"BinaryName": "runc"}))),
-            runc(CgroupDriver::Cgroupfs)
-        );
-        let kata = config(serde_json::json!({})).replace(
-            "\"defaultRuntimeName\":\"runc\"",
-            "\"defaultRuntimeName\":\"kata\"",
-        );
-        assert_eq!(runtime_cgroup_driver(&kata), None);
-        assert_eq!(runtime_cgroup_driver("{}"), None);
-        assert_eq!(runtime_cgroup_driver("not json"), None);
-    }
-
-    #[test]
-    fn cgroup_parent_by_qos() {
-        let p = pod(serde_json::json!({}));
-        let fs = CgroupDriver::Cgroupfs;
-        assert_eq!(
-            pod_cgroup_parent(&p, true, "/", fs).as_deref(),
-            Some("/kubepods/besteffort/podu1")
-        );
-        // What containerd gets under the systemd driver (it takes the last slice).
-        assert_eq!(
-            pod_cgroup_parent(&p, true, "/", CgroupDriver::Systemd).as_deref(),
-            Some("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu1.slice")
-        );
-        assert_eq!(pod_cgroup_parent(&p, false, "/", fs), None);
-        // A UID that climbs names no cgroup at all (never "/kubepods/besteffort/pod../..").
-        for bad in ["/../../system.slice", "..", ""] {
-            let mut p = p.clone();
-            p.metadata.uid = Some(bad.into());
-            assert_eq!(pod_cgroup_parent(&p, true, "/", fs), None, "{bad:?}");
-            assert_eq!(
-                pod_cgroup_parent(&p, true, "/", CgroupDriver::Systemd),
-                None
-            );
-        }
-    }
-
-    #[test]
-    fn pod_limits_are_sums_only_when_every_container_sets_them() {
-        let two = |a: serde_json::Value, b: serde_json::Value| -> Pod {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p", "uid": "u1"},
-                "spec": {"containers": [
-                    {"name": "a", "image": "i", "resources": a},
-                    {"name": "b", "image": "i", "resources": b}]}
-            }))
-            .unwrap()
-        };
-        let full = serde_json::json!({"limits": {"cpu": "250m", "memory": "64Mi"}});
-        let r = pod_resources(&two(full.clone(), full.clone()));
-        assert_eq!(
-            r,
-            PodResources {
-                cpu_shares: 512,
-                cpu_quota_us: Some(50_000),
-                memory_limit_bytes: Some(128 << 20)
-            }
-        );
-        let r = pod_resources(&two(full, serde_json::json!({"requests": {"cpu": "100m"}})));
-        assert_eq!(
-            r,
-            PodResources {
-                cpu_shares: 358,
-                cpu_quota_us: None,
-                memory_limit_bytes: None
-            }
-        );
-    }
-
-    #[test]
-    fn pod_limits_count_init_containers_sidecars_and_overhead() {
-        let spec = |spec: serde_json::Value| -> Pod {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p", "uid": "u1"}, "spec": spec
-            }))
-            .unwrap()
-        };
-        let c = |name: &str, res: serde_json::Value| serde_json::json!({"name": name, "image": "i", "resources": res});
-        let mem = |m: &str| serde_json::json!({"limits": {"memory": m}});
-        let both = |cpu: &str, m: &str| serde_json::json!({"limits": {"cpu": cpu, "memory": m}});
-        let mut sidecar = c("side", both("100m", "8Mi"));
-        sidecar["restartPolicy"] = "Always".into();
-        const MI: i64 = 1 << 20;
-        let rows = [
-            (
-                "a big init container raises the pod memory limit",
-                spec(serde_json::json!({
-                    "initContainers": [c("init", mem("64Mi"))],
-                    "containers": [c("app", mem("16Mi"))]})),
-                PodResources {
-                    cpu_shares: 2,
-                    cpu_quota_us: None,
-                    memory_limit_bytes: Some(64 * MI),
-                },
-            ),
-            (
-                "an unlimited init container leaves the pod unlimited",
-                spec(serde_json::json!({
-                    "initContainers": [c("init", serde_json::json!({"requests": {"memory": "1Mi"}}))],
-                    "containers": [c("app", mem("16Mi"))]})),
-                PodResources {
-                    cpu_shares: 2,
-                    cpu_quota_us: None,
-                    memory_limit_bytes: None,
-                },
-            ),
-            (
-                "a sidecar adds to the regular containers, and to a later init container",
-                spec(serde_json::json!({
-                    "initContainers": [sidecar, c("init", both("1", "64Mi"))],
-                    "containers": [c("app", both("250m", "16Mi"))]})),
-                PodResources {
-                    cpu_shares: 1126, // (1000m + 100m) * 1024 / 1000
-                    cpu_quota_us: Some(110_000),
-                    memory_limit_bytes: Some(72 * MI),
-                },
-            ),
-            (
-                "overhead is added to requests and to the limits there are",
-                spec(serde_json::json!({
-                    "overhead": {"cpu": "50m", "memory": "4Mi"},
-                    "containers": [c("app", both("250m", "16Mi"))]})),
-                PodResources {
-                    cpu_shares: 307, // 300m
-                    cpu_quota_us: Some(30_000),
-                    memory_limit_bytes: Some(20 * MI),
-                },
-            ),
-            (
-                "BestEffort gets the minimum shares and nothing else",
-                spec(serde_json::json!({
-                    "overhead": {"cpu": "50m"},
-                    "containers": [c("app", serde_json::json!({}))]})),
-                PodResources {
-                    cpu_shares: 2,
-                    cpu_quota_us: None,
-                    memory_limit_bytes: None,
-                },
-            ),
-        ];
-        for (what, pod, want) in rows {
-            assert_eq!(pod_resources(&pod), want, "{what}");
-        }
-    }
-
-    #[test]
-    fn pod_cgroup_is_created_with_its_limits_on_v1() {
-        let fs = tempfile::tempdir().unwrap();
-        for ctl in ["cpu", "memory", "pids"] {
-            std::fs::create_dir_all(fs.path().join(ctl)).unwrap();
-        }
-        let res = PodResources {
-            cpu_shares: 512,
-            cpu_quota_us: Some(50_000),
-            memory_limit_bytes: Some(1 << 20),
-        };
-        ensure_pod_cgroup(fs.path(), "/kubepods/podu1", &res, 100).unwrap();
-        let read = |p: &str| std::fs::read_to_string(fs.path().join(p)).unwrap();
-        assert_eq!(read("cpu/kubepods/podu1/cpu.shares"), "512");
-        assert_eq!(read("cpu/kubepods/podu1/cpu.cfs_quota_us"), "50000");
-        assert_eq!(
-            read("memory/kubepods/podu1/memory.limit_in_bytes"),
-            "1048576"
-        );
-        assert_eq!(read("pids/kubepods/podu1/pids.max"), "100");
-    }
-
-    #[test]
-    fn removal_walks_every_hierarchy() {
-        let fs = tempfile::tempdir().unwrap();
-        for ctl in ["memory", "pids"] {
-            std::fs::create_dir_all(fs.path().join(ctl).join("kubepods/besteffort/podu1/ctr"))
-                .unwrap();
-        }
-        remove_pod_cgroup(fs.path(), "/kubepods/besteffort/podu1").unwrap();
-        assert!(!fs.path().join("memory/kubepods/besteffort/podu1").exists());
-        assert!(fs.path().join("memory/kubepods/besteffort").exists());
-        remove_pod_cgroup(fs.path(), "/kubepods/besteffort/podu1").unwrap();
-    }
-}
+mod tests;

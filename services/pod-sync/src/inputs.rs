@@ -117,6 +117,9 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
         }
     }
     sync.lock().desired_changed.notify_waiters();
+    if op == Op::Snapshot {
+        sync.prune_finished();
+    }
     for uid in touched {
         sync.trigger(&uid);
     }

@@ -138,28 +138,35 @@ impl PodSync {
             crate::api_status::finish_deletion(client, pod).await;
         }
 
-        let mut st = self.lock();
-        st.terminating.remove(uid);
-        st.runtime.remove(uid);
-        st.waiting.remove(uid);
-        st.pod_failed.remove(uid);
-        st.admitted.remove(uid);
-        st.sandbox_ips.remove(uid);
-        st.pull_backoff.retain(|(u, _), _| u != uid);
-        let ids: Vec<String> = rt.containers.iter().map(|c| c.id.clone()).collect();
-        st.termination_messages.retain(|id, _| !ids.contains(id));
-        st.last_action.remove(uid);
-        if st.statuses.remove(uid).is_some() {
-            st.status_revision += 1;
-            let update = nodeagent_proto::api::PodStatusUpdate {
-                revision: st.status_revision,
-                snapshot: false,
-                pods_json: Vec::new(),
-                removed_uids: vec![uid.to_string()],
-                trace: nodeagent_telemetry::current_trace_context(),
-                snapshot_continues: false,
-            };
-            let _ = self.status_tx.send(update);
+        let was_finished = {
+            let mut st = self.lock();
+            st.terminating.remove(uid);
+            st.runtime.remove(uid);
+            st.waiting.remove(uid);
+            st.pod_failed.remove(uid);
+            let was_finished = st.finished.remove(uid).is_some();
+            st.admitted.remove(uid);
+            st.sandbox_ips.remove(uid);
+            st.pull_backoff.retain(|(u, _), _| u != uid);
+            let ids: Vec<String> = rt.containers.iter().map(|c| c.id.clone()).collect();
+            st.termination_messages.retain(|id, _| !ids.contains(id));
+            st.last_action.remove(uid);
+            if st.statuses.remove(uid).is_some() {
+                st.status_revision += 1;
+                let update = nodeagent_proto::api::PodStatusUpdate {
+                    revision: st.status_revision,
+                    snapshot: false,
+                    pods_json: Vec::new(),
+                    removed_uids: vec![uid.to_string()],
+                    trace: nodeagent_telemetry::current_trace_context(),
+                    snapshot_continues: false,
+                };
+                let _ = self.status_tx.send(update);
+            }
+            was_finished
+        };
+        if was_finished {
+            self.save_finished().await;
         }
         tracing::info!("pod terminated and cleaned up");
         Ok(SyncOutcome::Terminated)

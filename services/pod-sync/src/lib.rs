@@ -14,6 +14,7 @@ mod credentials;
 mod evict;
 mod eviction;
 mod expansion;
+mod finished;
 mod gc;
 mod hooks;
 mod image_gc;
@@ -31,6 +32,7 @@ mod quantity;
 mod runonce;
 mod runtime_class;
 mod runtime_spec;
+mod saved;
 mod security;
 mod server;
 mod shutdown;
@@ -94,6 +96,9 @@ pub struct PodSync {
     gc: gc::Policy,
     /// The image GC's policy and records (also used by the eviction manager's reclaim).
     image_gc: tokio::sync::Mutex<image_gc::ImageGc>,
+    /// Where the finished pods' records are kept (`finished`), and one save at a time.
+    finished_store: finished::Store,
+    finished_saves: tokio::sync::Mutex<()>,
 }
 
 use state::State;
@@ -180,8 +185,17 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // behind is cut off and resubscribes for a fresh snapshot.
     let (status_tx, _) = broadcast::channel(1024);
     // What pod-sync published last of probe results, so a restart flips no readiness.
-    let probe_store = probe_state::Store::new(&config.root_dir);
+    let probe_store = probe_state::store(&config.root_dir);
     let saved = probe_store.load().await;
+    // The pods that finished, so that none of them runs again after a restart.
+    let finished_store = finished::store(&config.root_dir);
+    let finished = finished_store.load().await;
+    if !finished.is_empty() {
+        tracing::info!(
+            pods = finished.len(),
+            "finished pods restored; they will not run again"
+        );
+    }
     let sync = Arc::new(PodSync {
         started_unix_nanos: nodeagent_cri::now_nanos(),
         cri,
@@ -210,6 +224,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         state: Mutex::new(State {
             readiness: saved.ready,
             started: saved.started,
+            finished,
             ..State::default()
         }),
         workers: Mutex::new(HashMap::new()),
@@ -231,6 +246,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             image_gc::Policy::from_config(&config),
             &config.root_dir,
         )),
+        finished_store,
+        finished_saves: Default::default(),
     });
     // What the runtime says it supports (CRI Status `features`), for the pod admission of
     // `supplementalGroupsPolicy: Strict`; asked until the runtime answers.

@@ -20,7 +20,7 @@ use nodeagent_proto::api::ProbeResultUpdate;
 use nodeagent_proto::api::probe_result::{Kind, Outcome};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The probe-derived values pod-sync publishes from, per container ID.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,54 +73,12 @@ impl ProbeValues {
     }
 }
 
-/// Where the values live on disk.
-#[derive(Debug, Clone)]
-pub struct Store {
-    path: PathBuf,
-}
+/// Where the values live on disk: `<root-dir>/pod-sync/probe-values.json`.
+pub type Store = crate::saved::JsonFile<ProbeValues>;
 
-impl Store {
-    pub fn new(root_dir: &Path) -> Self {
-        Self {
-            path: root_dir.join("pod-sync").join("probe-values.json"),
-        }
-    }
-
-    /// The values saved last; empty (with a warning) when the file is missing or broken.
-    pub async fn load(&self) -> ProbeValues {
-        let path = self.path.clone();
-        let read = tokio::task::spawn_blocking(move || read_values(&path)).await;
-        match read {
-            Ok(Ok(values)) => values,
-            Ok(Err(e)) => {
-                tracing::warn!(path = %self.path.display(), error = %e, "probe values not restored");
-                ProbeValues::default()
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "probe values not restored");
-                ProbeValues::default()
-            }
-        }
-    }
-
-    /// Writes the values atomically (temp file + rename) on a blocking thread.
-    pub async fn save(&self, values: &ProbeValues) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(values).map_err(std::io::Error::other)?;
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            nodeagent_config::state::write_atomically(&path, &bytes)
-        })
-        .await
-        .map_err(std::io::Error::other)?
-    }
-}
-
-fn read_values(path: &Path) -> std::io::Result<ProbeValues> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(std::io::Error::other),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ProbeValues::default()),
-        Err(e) => Err(e),
-    }
+/// The probe values' file under `root_dir`.
+pub fn store(root_dir: &Path) -> Store {
+    Store::new(root_dir, "probe-values.json")
 }
 
 #[cfg(test)]

@@ -22,12 +22,21 @@ impl PodSync {
     /// Recomputes one pod's status and, when it changed, tells the watchers.
     pub(crate) async fn publish_status(&self, uid: &str) {
         self.read_termination_messages(uid).await;
+        if self.publish_status_now(uid) {
+            // A pod that has just finished is on disk before anything else happens to it.
+            self.save_finished().await;
+        }
+    }
+
+    /// Recomputes and publishes one pod's status; true when the pod's finished record
+    /// changed (it must be saved).
+    fn publish_status_now(&self, uid: &str) -> bool {
         let mut st = self.lock();
         // A pod being terminated keeps its status current until it is gone (upstream).
         let (pod, terminating) = match (st.desired.get(uid), st.terminating.get(uid)) {
             (Some(p), _) => (p.clone(), false),
             (None, Some(p)) => (p.clone(), true),
-            (None, None) => return,
+            (None, None) => return false,
         };
         let terminated = terminating
             && st.runtime.get(uid).is_none_or(|rt| {
@@ -37,7 +46,12 @@ impl PodSync {
             });
         let empty = HashMap::new();
         let waiting = st.waiting.get(uid).unwrap_or(&empty);
-        let previous = st.statuses.get(uid).and_then(|p| p.status.clone());
+        // After a restart, a finished pod's record stands for what it published last.
+        let previous = st
+            .statuses
+            .get(uid)
+            .and_then(|p| p.status.clone())
+            .or_else(|| st.finished.get(uid).cloned());
         let status = compute(
             &StatusInputs {
                 pod: &pod,
@@ -63,11 +77,12 @@ impl PodSync {
         if st.probe_synced {
             st.published_since_probe.insert(uid.to_string());
         }
+        let record_changed = crate::finished::record(&mut st.finished, uid, &status);
         let mut with_status = pod;
         with_status.status = Some(status);
         // Metadata changes (labels, annotations) are published too, not only status.
         if st.statuses.get(uid) == Some(&with_status) {
-            return;
+            return record_changed;
         }
         st.status_revision += 1;
         let update = PodStatusUpdate {
@@ -86,6 +101,7 @@ impl PodSync {
         observe_pod_start(&with_status, previous.as_ref(), started_here);
         st.statuses.insert(uid.to_string(), with_status);
         let _ = self.status_tx.send(update);
+        record_changed
     }
 }
 

@@ -72,6 +72,8 @@ pub struct State {
     pub statuses: BTreeMap<String, Pod>,
     /// (uid, image) -> image pull back-off.
     pub pull_backoff: HashMap<(String, String), Backoff>,
+    /// uid -> the terminal status of a pod that finished (kept on disk: `finished`).
+    pub finished: crate::finished::Finished,
     /// uid -> why the whole pod failed (e.g. activeDeadlineSeconds): nothing runs again.
     pub pod_failed: HashMap<String, Waiting>,
     /// Pods admitted against the node's resources (`admission`), until they are gone.

@@ -12,9 +12,10 @@ use nodeagent_proto::api::{RuntimeContainer, RuntimePodStatus};
 use nodeagent_proto::cri;
 use std::collections::HashMap;
 
+mod conditions;
 mod phase;
-pub(crate) use phase::may_start;
 use phase::pod_phase;
+pub(crate) use phase::{is_terminal, may_start};
 
 /// Why a container is waiting, as recorded by the last sync (e.g. ErrImagePull).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,31 +325,6 @@ fn condition(kind: &str, ok: bool, reason: Option<&str>) -> PodCondition {
     }
 }
 
-/// Why each of the pod's readiness gates is not satisfied, in upstream's words (empty
-/// when all are): a gate needs a condition of its type with status True.
-fn readiness_gates_not_ready(
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-    conditions: &[PodCondition],
-) -> Vec<String> {
-    spec.readiness_gates
-        .iter()
-        .flatten()
-        .filter_map(|g| {
-            let t = &g.condition_type;
-            match conditions.iter().find(|c| &c.type_ == t) {
-                None => Some(format!(
-                    "corresponding condition of pod readiness gate \"{t}\" does not exist."
-                )),
-                Some(c) if c.status != "True" => Some(format!(
-                    "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
-                    c.status
-                )),
-                Some(_) => None,
-            }
-        })
-        .collect()
-}
-
 /// Upstream `HasAnyRegularContainerCreated`: the runtime has a regular container that was
 /// created, runs or exited.
 fn any_regular_created(inputs: &StatusInputs<'_>) -> bool {
@@ -365,13 +341,6 @@ fn any_regular_created(inputs: &StatusInputs<'_>) -> bool {
             })
         })
     })
-}
-
-/// Upstream `HasAnyRegularContainerStarted`: running or terminated.
-fn has_started(s: &ContainerStatus) -> bool {
-    s.state
-        .as_ref()
-        .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
 }
 
 fn is_terminated(s: &ContainerStatus) -> Option<i32> {
@@ -432,9 +401,6 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             s
         })
         .collect();
-    let initialized = init
-        .iter()
-        .all(|s| is_terminated(s) == Some(0) || restartable_running(&spec, s));
     let mut app: Vec<ContainerStatus> = spec
         .containers
         .iter()
@@ -459,40 +425,13 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     // A finished pod stays finished (upstream's three-way merge): the runtime may have lost
     // its containers or sandbox since.
     let phase = phase::keep_terminal(phase, published_phase.as_deref(), api_phase);
-    // Upstream GenerateContainersReadyCondition: sidecars count, regular init containers
-    // do not; a finished pod's containers are not ready, with the phase as the reason.
-    // In the spec's order, sidecars first (upstream iterates the spec, not the statuses).
-    let by_name = |statuses: &[ContainerStatus], name: &str| {
-        statuses
-            .iter()
-            .find(|s| s.name == name)
-            .is_some_and(|s| s.ready)
-    };
-    let unready: Vec<&str> = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| crate::init_plan::is_sidecar(c) && !by_name(&init, &c.name))
-        .chain(spec.containers.iter().filter(|c| !by_name(&app, &c.name)))
-        .map(|c| c.name.as_str())
-        .collect();
-    let containers_ready = !app.is_empty() && unready.is_empty();
-    let terminal_phase = match inputs.pod_failed.map(|_| "Failed").unwrap_or(phase) {
-        "Succeeded" => Some("PodCompleted"),
-        "Failed" => Some("PodFailed"),
-        _ => None,
-    };
-    let mut containers_ready_condition = condition(
-        "ContainersReady",
-        containers_ready && terminal_phase.is_none(),
-        Some(terminal_phase.unwrap_or("ContainersNotReady")),
-    );
-    if terminal_phase.is_none() && !unready.is_empty() {
-        containers_ready_condition.message = Some(format!(
-            "containers with unready status: [{}]",
-            unready.join(" ")
-        ));
-    }
+    // Upstream's generate.go, from the statuses just computed (init containers' first):
+    // ContainersReady (sidecars count, regular init containers do not; a finished pod's
+    // containers are not ready, with the phase as the reason), Ready (that, then the
+    // readiness gates) and Initialized (once a regular container has started the pod stays
+    // initialized, even while a sidecar restarts).
+    let all: Vec<ContainerStatus> = init.iter().chain(app.iter()).cloned().collect();
+    let effective_phase = inputs.pod_failed.map(|_| "Failed").unwrap_or(phase);
     // Conditions others set on the pod (readiness gates, DisruptionTarget from an API
     // eviction), as the API server has them.
     let api_conditions: &[PodCondition] = pod
@@ -500,50 +439,10 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         .as_ref()
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or_default();
-    let mut ready = condition(
-        "Ready",
-        containers_ready && phase == "Running" && terminal_phase.is_none(),
-        containers_ready_condition.reason.as_deref(),
-    );
-    ready.message = containers_ready_condition.message.clone();
-    let gates = readiness_gates_not_ready(&spec, api_conditions);
-    if ready.status == "True" && !gates.is_empty() {
-        ready.status = "False".into();
-        ready.reason = Some("ReadinessGatesNotReady".into());
-        ready.message = Some(gates.join(", "));
-    }
-    // Upstream GeneratePodInitializedCondition: once any regular container has started,
-    // the pod stays initialized, even while a sidecar restarts; a succeeded pod's reason is
-    // PodCompleted; else the init containers not done are named.
-    let mut initialized_condition = condition(
-        "Initialized",
-        initialized || app.iter().any(has_started),
-        Some("ContainersNotInitialized"),
-    );
-    if phase == "Succeeded" {
-        initialized_condition.status = "True".into();
-        initialized_condition.reason = Some("PodCompleted".into());
-    } else if initialized_condition.status == "False" {
-        let incomplete: Vec<&str> = spec
-            .init_containers
-            .iter()
-            .flatten()
-            .filter(|c| {
-                init.iter().find(|s| s.name == c.name).is_none_or(|s| {
-                    if crate::init_plan::is_sidecar(c) {
-                        s.started != Some(true)
-                    } else {
-                        !s.ready
-                    }
-                })
-            })
-            .map(|c| c.name.as_str())
-            .collect();
-        initialized_condition.message = Some(format!(
-            "containers with incomplete status: [{}]",
-            incomplete.join(" ")
-        ));
-    }
+    let containers_ready_condition =
+        conditions::containers_ready(&spec, Some(&all), effective_phase);
+    let ready = conditions::pod_ready(&spec, api_conditions, Some(&all), effective_phase);
+    let initialized_condition = conditions::initialized(&spec, Some(&all), effective_phase);
     let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox.is_some(), None),
         initialized_condition,
@@ -551,6 +450,9 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         containers_ready_condition,
         condition("PodScheduled", true, None),
     ];
+    for c in &mut conditions {
+        c.last_transition_time.get_or_insert_with(now);
+    }
     if let Some(prev) = previous.and_then(|p| p.conditions.as_ref()) {
         for c in &mut conditions {
             if let Some(old) = prev
@@ -641,15 +543,6 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         container_statuses: Some(app),
         ..Default::default()
     }
-}
-
-fn restartable_running(spec: &k8s_openapi::api::core::v1::PodSpec, s: &ContainerStatus) -> bool {
-    let sidecar = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .any(|c| c.name == s.name && c.restart_policy.as_deref() == Some("Always"));
-    sidecar && s.started == Some(true)
 }
 
 /// Upstream `HasAnyActiveRegularContainerStarted`: some regular container exists in the

@@ -835,10 +835,22 @@ spec:
     node.stop().await;
 }
 
+/// The IDs of the runtime's sandboxes of the pod with this full name.
+async fn sandboxes_named(node: &Node, full: &str) -> Vec<String> {
+    node.sandboxes()
+        .await
+        .into_iter()
+        .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == full))
+        .map(|s| s.id)
+        .collect()
+}
+
 /// Upstream never runs a pod whose phase is terminal again (`SyncPod` returns before making
 /// anything; `generateAPIPodStatus` keeps the terminal phase): removing a finished pod's
 /// dead container and sandbox, as the container GC or an operator may, neither brings it
-/// back nor changes what `/pods` says.
+/// back nor changes what `/pods` says. Nor does a pod-sync restart after that: this static
+/// pod's status is nowhere but pod-sync's `finished-pods.json` (upstream keeps a static
+/// pod's status in memory only, so its kubelet would run such a pod again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_pod_never_runs_again_when_its_container_and_sandbox_are_removed() {
     use nodeagent_proto::cri::{
@@ -847,7 +859,7 @@ async fn a_finished_pod_never_runs_again_when_its_container_and_sandbox_are_remo
     if !require_runtime("a finished pod stays finished") {
         return;
     }
-    let node = Node::start("finished", NodeOptions::default()).await;
+    let mut node = Node::start("finished", NodeOptions::default()).await;
     node.write_manifest(
         "done.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: done\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"exit 0\"]\n",
@@ -862,17 +874,9 @@ async fn a_finished_pod_never_runs_again_when_its_container_and_sandbox_are_remo
     })
     .await;
     let full = node.pod_name("done");
-    let sandboxes_of_pod = || async {
-        node.sandboxes()
-            .await
-            .into_iter()
-            .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == full))
-            .map(|s| s.id)
-            .collect::<Vec<_>>()
-    };
     let containers = node.container_ids(&full).await;
     assert_eq!(containers.len(), 1, "one exited container: {containers:?}");
-    let sandboxes = sandboxes_of_pod().await;
+    let sandboxes = sandboxes_named(&node, &full).await;
     assert!(!sandboxes.is_empty(), "the finished pod's sandbox is kept");
 
     // Behind the agent's back, as the container GC or `crictl rm` would.
@@ -897,31 +901,60 @@ async fn a_finished_pod_never_runs_again_when_its_container_and_sandbox_are_remo
         .expect("RemovePodSandbox");
     }
 
-    // A stability window: nothing of the pod comes back, and it stays Succeeded.
-    consistently(
-        "the finished pod stays finished with nothing of it back",
-        Duration::from_secs(20),
-        Duration::from_millis(500),
-        || async {
-            let containers = node.container_ids(&full).await;
-            if !containers.is_empty() {
-                return Err(format!("a new container: {containers:?}"));
-            }
-            let sandboxes = sandboxes_of_pod().await;
-            if !sandboxes.is_empty() {
-                return Err(format!("a new sandbox: {sandboxes:?}"));
-            }
-            let pod = node.pod("done").await?;
-            if pod["status"]["phase"] != "Succeeded" {
-                return Err(format!("phase: {pod}"));
-            }
-            let c = container_status(&pod, "c").ok_or("its container's last status is gone")?;
-            if c["state"]["terminated"]["exitCode"] != 0 {
-                return Err(format!("last status: {c}"));
-            }
-            Ok(())
-        },
-    )
-    .await;
+    // A stability window: nothing of the pod comes back, and it stays Succeeded; then
+    // the same after a pod-sync SIGKILL and restart, once the new pod-sync has both
+    // snapshots (it logs the config snapshot and the finished pods it restored).
+    for restarted in [false, true] {
+        if restarted {
+            node.signal(Service::PodSync, Signal::SIGKILL).await;
+            node.spawn(Service::PodSync);
+            eventually(
+                "the new pod-sync restored the record and has the pods",
+                DEADLINE,
+                || async {
+                    let log = node.log(Service::PodSync);
+                    let at = log
+                        .find("finished pods restored")
+                        .ok_or_else(|| "no record restored".to_string())?;
+                    if log[at..].contains("config snapshot") {
+                        Ok(())
+                    } else {
+                        Err("no config snapshot since".to_string())
+                    }
+                },
+            )
+            .await;
+        }
+        let what = if restarted {
+            "after a pod-sync restart, the finished pod stays finished with nothing of it back"
+        } else {
+            "the finished pod stays finished with nothing of it back"
+        };
+        consistently(
+            what,
+            Duration::from_secs(20),
+            Duration::from_millis(500),
+            || async {
+                let containers = node.container_ids(&full).await;
+                if !containers.is_empty() {
+                    return Err(format!("a new container: {containers:?}"));
+                }
+                let sandboxes = sandboxes_named(&node, &full).await;
+                if !sandboxes.is_empty() {
+                    return Err(format!("a new sandbox: {sandboxes:?}"));
+                }
+                let pod = node.pod("done").await?;
+                if pod["status"]["phase"] != "Succeeded" {
+                    return Err(format!("phase: {pod}"));
+                }
+                let c = container_status(&pod, "c").ok_or("its container's last status is gone")?;
+                if c["state"]["terminated"]["exitCode"] != 0 {
+                    return Err(format!("last status: {c}"));
+                }
+                Ok(())
+            },
+        )
+        .await;
+    }
     node.stop().await;
 }

@@ -155,11 +155,11 @@ fn prune_forgets_containers_that_are_gone() {
 #[tokio::test]
 async fn values_survive_a_restart_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::new(dir.path());
-    assert_eq!(store.load().await, ProbeValues::default());
-    store.save(&before()).await.unwrap();
-    assert_eq!(Store::new(dir.path()).load().await, before());
+    let saved = store(dir.path());
+    assert_eq!(saved.load().await, ProbeValues::default());
+    saved.save(&before()).await.unwrap();
+    assert_eq!(store(dir.path()).load().await, before());
     // A broken file is not fatal: pod-sync starts from nothing, as before.
     std::fs::write(dir.path().join("pod-sync/probe-values.json"), b"{").unwrap();
-    assert_eq!(store.load().await, ProbeValues::default());
+    assert_eq!(saved.load().await, ProbeValues::default());
 }

@@ -1,0 +1,353 @@
+//! QoS classes as upstream's table, cgroup parents by driver, the runtime's driver.
+
+use super::*;
+
+fn pod(resources: serde_json::Value) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}
+    }))
+    .unwrap()
+}
+
+/// Upstream's `TestComputePodQOS` (pkg/apis/core/v1/helper/qos/qos_test.go), its rows
+/// by name; `getResourceList(cpu, memory)` with "" for a resource left out. The five
+/// `*-pod-level-resources` rows need PodLevelResources (`spec.resources`), which is not
+/// implemented; they are left out.
+#[test]
+fn qos_classes_as_upstreams_table() {
+    use QosClass::*;
+    fn list(cpu: &str, memory: &str) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        if !cpu.is_empty() {
+            m.insert("cpu".into(), cpu.into());
+        }
+        if !memory.is_empty() {
+            m.insert("memory".into(), memory.into());
+        }
+        serde_json::Value::Object(m)
+    }
+    fn c(name: &str, requests: serde_json::Value, limits: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"name": name, "image": "i", "resources": {"requests": requests, "limits": limits}})
+    }
+    fn hugepages(mut l: serde_json::Value) -> serde_json::Value {
+        l["hugepages-2Mi"] = "1Gi".into();
+        l
+    }
+    let pod = |containers: Vec<serde_json::Value>, init: Vec<serde_json::Value>| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"containers": containers, "initContainers": init}
+        }))
+        .unwrap()
+    };
+    let g = || c("guaranteed", list("100m", "100Mi"), list("100m", "100Mi"));
+    let be = || c("best-effort", list("", ""), list("", ""));
+    let rows: Vec<(
+        &str,
+        Vec<serde_json::Value>,
+        Vec<serde_json::Value>,
+        QosClass,
+    )> = vec![
+        ("guaranteed", vec![g()], vec![], Guaranteed),
+        ("guaranteed-guaranteed", vec![g(), g()], vec![], Guaranteed),
+        (
+            "best-effort-best-effort",
+            vec![be(), be()],
+            vec![],
+            BestEffort,
+        ),
+        ("best-effort", vec![be()], vec![], BestEffort),
+        (
+            "best-effort-burstable",
+            vec![be(), c("burstable", list("1", ""), list("2", ""))],
+            vec![],
+            Burstable,
+        ),
+        (
+            "best-effort-guaranteed",
+            vec![
+                be(),
+                c("guaranteed", list("10m", "100Mi"), list("10m", "100Mi")),
+            ],
+            vec![],
+            Burstable,
+        ),
+        (
+            "burstable-cpu-guaranteed-memory",
+            vec![c("burstable", list("", "100Mi"), list("", "100Mi"))],
+            vec![],
+            Burstable,
+        ),
+        (
+            "burstable-no-limits",
+            vec![c("burstable", list("100m", "100Mi"), list("", ""))],
+            vec![],
+            Burstable,
+        ),
+        (
+            "burstable-guaranteed",
+            vec![c("burstable", list("1", "100Mi"), list("2", "100Mi")), g()],
+            vec![],
+            Burstable,
+        ),
+        (
+            "burstable-unbounded-but-requests-match-limits",
+            vec![
+                c("burstable", list("100m", "100Mi"), list("200m", "200Mi")),
+                c("burstable-unbounded", list("100m", "100Mi"), list("", "")),
+            ],
+            vec![],
+            Burstable,
+        ),
+        (
+            "burstable-1",
+            vec![c("burstable", list("10m", "100Mi"), list("100m", "200Mi"))],
+            vec![],
+            Burstable,
+        ),
+        (
+            "burstable-2",
+            vec![c("burstable", list("0", "0"), list("100m", "200Mi"))],
+            vec![],
+            Burstable,
+        ),
+        (
+            "best-effort-hugepages",
+            vec![c(
+                "best-effort",
+                hugepages(list("0", "0")),
+                hugepages(list("0", "0")),
+            )],
+            vec![],
+            BestEffort,
+        ),
+        (
+            "init-container",
+            vec![be()],
+            vec![c("burstable", list("10m", "100Mi"), list("100m", "200Mi"))],
+            Burstable,
+        ),
+    ];
+    for (name, containers, init, want) in rows {
+        assert_eq!(qos_class(&pod(containers, init)), want, "{name}");
+    }
+    // The API server's defaulting, which upstream's table does not exercise: limits
+    // alone are requests too.
+    assert_eq!(
+        qos_class(&pod(
+            vec![c("l", serde_json::json!({}), list("1", "1Gi"))],
+            vec![]
+        )),
+        Guaranteed
+    );
+}
+
+/// The shape of containerd 1.6's `config` in a verbose CRI status
+/// (pkg/cri/config/config.go's JSON names), as deploy/runtime/setup.sh configures it.
+#[test]
+fn the_runtimes_driver_from_containerds_status() {
+    let config = |options: serde_json::Value| {
+        serde_json::json!({
+            "containerd": {
+                "snapshotter": "overlayfs",
+                "defaultRuntimeName": "runc",
+                "runtimes": {
+                    "runc": {"runtimeType": "io.containerd.runc.v2", "options": options},
+                    "kata": {"runtimeType": "io.containerd.kata.v2", "options": {}}
+                }
+            },
+            "sandboxImage": "registry.k8s.io/pause:3.9"
+        })
+        .to_string()
+    };
+    let runc = |d| Some(("runc".to_string(), d));
+    assert_eq!(
+        runtime_cgroup_driver(&config(serde_json::json!({"SystemdCgroup": true}))),
+        runc(CgroupDriver::Systemd)
+    );
+    assert_eq!(
+        runtime_cgroup_driver(&config(serde_json::json!({"SystemdCgroup": false}))),
+        runc(CgroupDriver::Cgroupfs)
+    );
+    // runc's default when the option is not set.
+    assert_eq!(
+        runtime_cgroup_driver(&config(serde_json::json!({"BinaryName": "runc"}))),
+        runc(CgroupDriver::Cgroupfs)
+    );
+    let kata = config(serde_json::json!({})).replace(
+        "\"defaultRuntimeName\":\"runc\"",
+        "\"defaultRuntimeName\":\"kata\"",
+    );
+    assert_eq!(runtime_cgroup_driver(&kata), None);
+    assert_eq!(runtime_cgroup_driver("{}"), None);
+    assert_eq!(runtime_cgroup_driver("not json"), None);
+}
+
+#[test]
+fn cgroup_parent_by_qos() {
+    let p = pod(serde_json::json!({}));
+    let fs = CgroupDriver::Cgroupfs;
+    assert_eq!(
+        pod_cgroup_parent(&p, true, "/", fs).as_deref(),
+        Some("/kubepods/besteffort/podu1")
+    );
+    // What containerd gets under the systemd driver (it takes the last slice).
+    assert_eq!(
+        pod_cgroup_parent(&p, true, "/", CgroupDriver::Systemd).as_deref(),
+        Some("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu1.slice")
+    );
+    assert_eq!(pod_cgroup_parent(&p, false, "/", fs), None);
+    // A UID that climbs names no cgroup at all (never "/kubepods/besteffort/pod../..").
+    for bad in ["/../../system.slice", "..", ""] {
+        let mut p = p.clone();
+        p.metadata.uid = Some(bad.into());
+        assert_eq!(pod_cgroup_parent(&p, true, "/", fs), None, "{bad:?}");
+        assert_eq!(
+            pod_cgroup_parent(&p, true, "/", CgroupDriver::Systemd),
+            None
+        );
+    }
+}
+
+#[test]
+fn pod_limits_are_sums_only_when_every_container_sets_them() {
+    let two = |a: serde_json::Value, b: serde_json::Value| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"containers": [
+                {"name": "a", "image": "i", "resources": a},
+                {"name": "b", "image": "i", "resources": b}]}
+        }))
+        .unwrap()
+    };
+    let full = serde_json::json!({"limits": {"cpu": "250m", "memory": "64Mi"}});
+    let r = pod_resources(&two(full.clone(), full.clone()));
+    assert_eq!(
+        r,
+        PodResources {
+            cpu_shares: 512,
+            cpu_quota_us: Some(50_000),
+            memory_limit_bytes: Some(128 << 20)
+        }
+    );
+    let r = pod_resources(&two(full, serde_json::json!({"requests": {"cpu": "100m"}})));
+    assert_eq!(
+        r,
+        PodResources {
+            cpu_shares: 358,
+            cpu_quota_us: None,
+            memory_limit_bytes: None
+        }
+    );
+}
+
+#[test]
+fn pod_limits_count_init_containers_sidecars_and_overhead() {
+    let spec = |spec: serde_json::Value| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"}, "spec": spec
+        }))
+        .unwrap()
+    };
+    let c = |name: &str, res: serde_json::Value| serde_json::json!({"name": name, "image": "i", "resources": res});
+    let mem = |m: &str| serde_json::json!({"limits": {"memory": m}});
+    let both = |cpu: &str, m: &str| serde_json::json!({"limits": {"cpu": cpu, "memory": m}});
+    let mut sidecar = c("side", both("100m", "8Mi"));
+    sidecar["restartPolicy"] = "Always".into();
+    const MI: i64 = 1 << 20;
+    let rows = [
+        (
+            "a big init container raises the pod memory limit",
+            spec(serde_json::json!({
+                "initContainers": [c("init", mem("64Mi"))],
+                "containers": [c("app", mem("16Mi"))]})),
+            PodResources {
+                cpu_shares: 2,
+                cpu_quota_us: None,
+                memory_limit_bytes: Some(64 * MI),
+            },
+        ),
+        (
+            "an unlimited init container leaves the pod unlimited",
+            spec(serde_json::json!({
+                "initContainers": [c("init", serde_json::json!({"requests": {"memory": "1Mi"}}))],
+                "containers": [c("app", mem("16Mi"))]})),
+            PodResources {
+                cpu_shares: 2,
+                cpu_quota_us: None,
+                memory_limit_bytes: None,
+            },
+        ),
+        (
+            "a sidecar adds to the regular containers, and to a later init container",
+            spec(serde_json::json!({
+                "initContainers": [sidecar, c("init", both("1", "64Mi"))],
+                "containers": [c("app", both("250m", "16Mi"))]})),
+            PodResources {
+                cpu_shares: 1126, // (1000m + 100m) * 1024 / 1000
+                cpu_quota_us: Some(110_000),
+                memory_limit_bytes: Some(72 * MI),
+            },
+        ),
+        (
+            "overhead is added to requests and to the limits there are",
+            spec(serde_json::json!({
+                "overhead": {"cpu": "50m", "memory": "4Mi"},
+                "containers": [c("app", both("250m", "16Mi"))]})),
+            PodResources {
+                cpu_shares: 307, // 300m
+                cpu_quota_us: Some(30_000),
+                memory_limit_bytes: Some(20 * MI),
+            },
+        ),
+        (
+            "BestEffort gets the minimum shares and nothing else",
+            spec(serde_json::json!({
+                "overhead": {"cpu": "50m"},
+                "containers": [c("app", serde_json::json!({}))]})),
+            PodResources {
+                cpu_shares: 2,
+                cpu_quota_us: None,
+                memory_limit_bytes: None,
+            },
+        ),
+    ];
+    for (what, pod, want) in rows {
+        assert_eq!(pod_resources(&pod), want, "{what}");
+    }
+}
+
+#[test]
+fn pod_cgroup_is_created_with_its_limits_on_v1() {
+    let fs = tempfile::tempdir().unwrap();
+    for ctl in ["cpu", "memory", "pids"] {
+        std::fs::create_dir_all(fs.path().join(ctl)).unwrap();
+    }
+    let res = PodResources {
+        cpu_shares: 512,
+        cpu_quota_us: Some(50_000),
+        memory_limit_bytes: Some(1 << 20),
+    };
+    ensure_pod_cgroup(fs.path(), "/kubepods/podu1", &res, 100).unwrap();
+    let read = |p: &str| std::fs::read_to_string(fs.path().join(p)).unwrap();
+    assert_eq!(read("cpu/kubepods/podu1/cpu.shares"), "512");
+    assert_eq!(read("cpu/kubepods/podu1/cpu.cfs_quota_us"), "50000");
+    assert_eq!(
+        read("memory/kubepods/podu1/memory.limit_in_bytes"),
+        "1048576"
+    );
+    assert_eq!(read("pids/kubepods/podu1/pids.max"), "100");
+}
+
+#[test]
+fn removal_walks_every_hierarchy() {
+    let fs = tempfile::tempdir().unwrap();
+    for ctl in ["memory", "pids"] {
+        std::fs::create_dir_all(fs.path().join(ctl).join("kubepods/besteffort/podu1/ctr")).unwrap();
+    }
+    remove_pod_cgroup(fs.path(), "/kubepods/besteffort/podu1").unwrap();
+    assert!(!fs.path().join("memory/kubepods/besteffort/podu1").exists());
+    assert!(fs.path().join("memory/kubepods/besteffort").exists());
+    remove_pod_cgroup(fs.path(), "/kubepods/besteffort/podu1").unwrap();
+}

@@ -1,0 +1,251 @@
+//! What may stop a pod before anything of it runs, or end it for good: admission against
+//! the node's resources and pressure, `activeDeadlineSeconds`, a pod-level failure the API
+//! server already knows, and stopping everything of a pod that must not run.
+
+use super::*;
+
+impl PodSync {
+    /// `activeDeadlineSeconds`: once the pod has been active longer, every container is
+    /// stopped and the pod is Failed with reason DeadlineExceeded (`Err`: the sync is
+    /// over). Otherwise `Ok` with the time left, if there is a deadline.
+    pub(crate) async fn enforce_active_deadline(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Result<Option<Duration>, SyncOutcome> {
+        let uid = k8s::pod_uid(pod);
+        let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+            return Ok(None);
+        };
+        let (failed, start_time) = {
+            let st = self.lock();
+            let published = st.statuses.get(uid).and_then(|p| p.status.as_ref());
+            let start_time = published
+                .or(pod.status.as_ref())
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.as_nanosecond() as i64);
+            (st.pod_failed.contains_key(uid), start_time)
+        };
+        if !failed {
+            // Upstream counts from the pod's status.startTime (set when the node first
+            // reports the pod, before its images are pulled), else from its first sandbox.
+            let first_sandbox = rt.sandboxes.iter().map(|s| s.created_at_unix_nanos).min();
+            let Some(started) = start_time.or(first_sandbox) else {
+                return Ok(None); // not started yet
+            };
+            let active =
+                Duration::from_nanos((crate::workers::now_nanos() - started).max(0) as u64);
+            let limit = Duration::from_secs(deadline.max(0) as u64);
+            if active < limit {
+                return Ok(Some(limit - active));
+            }
+            tracing::info!(
+                active_deadline_seconds = deadline,
+                "pod exceeded its active deadline"
+            );
+            self.lock().pod_failed.insert(
+                uid.to_string(),
+                Waiting {
+                    reason: "DeadlineExceeded".into(),
+                    message: "Pod was active on the node longer than the specified deadline".into(),
+                },
+            );
+        }
+        self.stop_everything(pod, rt, "DeadlineExceeded", None)
+            .await;
+        Err(SyncOutcome::Idle)
+    }
+
+    /// Stops every running container (gracefully, regular containers first and then the
+    /// sidecars in reverse order, as upstream) and sandbox of a pod that failed.
+    pub(crate) async fn stop_everything(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        reason: &str,
+        grace_override: Option<i64>,
+    ) {
+        let grace = grace_override.unwrap_or_else(|| grace_seconds(pod));
+        let running: Vec<&RuntimeContainer> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RUNNING)
+            .collect();
+        let mut acted = !running.is_empty();
+        if acted {
+            tracing::info!(%reason, containers = running.len(), "stopping the pod's containers");
+        }
+        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+        let order = TerminationOrder::new(pod, &names);
+        let clock = GraceClock::fixed(grace);
+        let kills = running.iter().map(|c| {
+            self.kill_container_ordered(Some(pod), &c.name, &c.id, &clock, None, Some(&order))
+        });
+        join_all(kills).await;
+        for s in rt.sandboxes.iter().filter(|s| s.state == READY) {
+            self.stop_sandbox(&s.id).await;
+            acted = true;
+        }
+        if acted {
+            self.acted(k8s::pod_uid(pod));
+        }
+    }
+
+    /// Admission of the pod's security context (upstream's admit handlers: sysctls,
+    /// AppArmor; and what this node cannot enforce): a pod that would run weaker than its
+    /// spec is Failed with upstream's reason and nothing of it runs. `None`: admitted.
+    pub(crate) async fn refuse_unadmitted(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<SyncOutcome> {
+        let refusal = crate::security::admit(pod, &self.host_security)
+            .err()
+            .or_else(|| self.refuse_under_pressure(pod, rt))
+            .or_else(|| self.refuse_beyond_allocatable(pod, rt))?;
+        let first = {
+            let mut st = self.lock();
+            let failed = st.pod_failed.entry(k8s::pod_uid(pod).to_string());
+            let first = matches!(failed, std::collections::hash_map::Entry::Vacant(_));
+            failed.or_insert(Waiting {
+                reason: refusal.reason.to_string(),
+                message: refusal.message.clone(),
+            });
+            first
+        };
+        if first {
+            tracing::error!(reason = refusal.reason, message = %refusal.message, "pod refused at admission");
+        }
+        self.stop_everything(pod, rt, refusal.reason, None).await;
+        Some(SyncOutcome::Terminated)
+    }
+
+    /// upstream's resource admission (`admission`): a pod that has not started yet is
+    /// admitted when it fits, beside every pod admitted or running that has not finished,
+    /// into `maxPods` and allocatable cpu and memory; admitted once, it stays admitted.
+    /// Critical pods are admitted whatever is left (upstream would evict others to make
+    /// room for them; we do not).
+    pub(crate) fn refuse_beyond_allocatable(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<crate::security::Refusal> {
+        let uid = k8s::pod_uid(pod).to_string();
+        let mut st = self.lock();
+        if st.admitted.contains(&uid) {
+            return None;
+        }
+        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() || crate::oom::is_critical(pod) {
+            st.admitted.insert(uid);
+            return None;
+        }
+        let finished = |u: &str| {
+            st.pod_failed.contains_key(u)
+                || st
+                    .statuses
+                    .get(u)
+                    .and_then(|p| p.status.as_ref())
+                    .and_then(|s| s.phase.as_deref())
+                    .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
+        };
+        let running: Vec<crate::admission::Requests> = st
+            .desired
+            .iter()
+            .filter(|(u, _)| **u != uid && !finished(u))
+            .filter(|(u, _)| {
+                st.admitted.contains(*u)
+                    || st
+                        .runtime
+                        .get(*u)
+                        .is_some_and(|r| !r.sandboxes.is_empty() || !r.containers.is_empty())
+            })
+            .map(|(_, p)| crate::admission::requests(p))
+            .collect();
+        match crate::admission::fit(
+            crate::admission::requests(pod),
+            &running,
+            &self.node.allocatable,
+        ) {
+            Ok(()) => {
+                st.admitted.insert(uid);
+                None
+            }
+            Err(refusal) => Some(refusal),
+        }
+    }
+
+    /// upstream's node shutdown admission (every new pod is refused while the node shuts
+    /// down) and eviction manager `Admit`: a pod that has not started yet is refused
+    /// (Failed, reason Evicted) under DiskPressure or PIDPressure, and under MemoryPressure
+    /// when it is BestEffort; critical pods are always admitted.
+    pub(crate) fn refuse_under_pressure(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<crate::security::Refusal> {
+        use nodeagent_config::eviction::Condition;
+        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
+            return None;
+        }
+        if self.lock().shutting_down {
+            return Some(crate::security::Refusal {
+                reason: crate::shutdown::REFUSAL_REASON,
+                message: crate::shutdown::REFUSAL_MESSAGE.into(),
+            });
+        }
+        if crate::oom::is_critical(pod) {
+            return None;
+        }
+        let pressure = self.lock().pressure.clone();
+        // A BestEffort pod that tolerates the memory-pressure taint is let in as well.
+        let tolerates = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    let key = t.key.as_deref().unwrap_or_default();
+                    let effect = t.effect.as_deref().unwrap_or_default();
+                    (key == "node.kubernetes.io/memory-pressure"
+                        || (key.is_empty() && t.operator.as_deref() == Some("Exists")))
+                        && (effect.is_empty() || effect == "NoSchedule")
+                })
+            });
+        let best_effort =
+            crate::cgroups::qos_class(pod) == crate::cgroups::QosClass::BestEffort && !tolerates;
+        let refused: Vec<&str> = pressure
+            .iter()
+            .filter(|c| **c != Condition::MemoryPressure || best_effort)
+            .map(|c| c.name())
+            .collect();
+        if refused.is_empty() {
+            return None;
+        }
+        let names: Vec<&str> = pressure.iter().map(|c| c.name()).collect();
+        Some(crate::security::Refusal {
+            reason: crate::evict::EVICTED,
+            // Go's %v of a slice: "[MemoryPressure DiskPressure]".
+            message: format!("The node had condition: [{}]. ", names.join(" ")),
+        })
+    }
+
+    /// A pod the API server already knows as Failed for a pod-level reason (Evicted,
+    /// DeadlineExceeded, an admission refusal) stays so after a pod-sync restart: upstream
+    /// never runs a pod whose status is terminal again.
+    pub(crate) fn restore_pod_failure(&self, pod: &Pod) {
+        let Some(status) = &pod.status else {
+            return;
+        };
+        let reason = status.reason.clone().unwrap_or_default();
+        if status.phase.as_deref() != Some("Failed") || reason.is_empty() {
+            return;
+        }
+        let mut st = self.lock();
+        st.pod_failed
+            .entry(k8s::pod_uid(pod).to_string())
+            .or_insert_with(|| Waiting {
+                reason,
+                message: status.message.clone().unwrap_or_default(),
+            });
+    }
+}

@@ -1,0 +1,325 @@
+//! One container's life inside a sync: its start (with subPaths, hooks and the non-root
+//! check), its restart after the crash-loop back-off, and the replacement of one that a
+//! probe killed.
+
+use super::*;
+
+impl PodSync {
+    /// runAsNonRoot (upstream `verifyRunAsNonRoot`), from runAsUser or else the image's
+    /// user as the runtime reports it.
+    pub(crate) async fn verify_non_root(&self, pod: &Pod, c: &Container) -> Result<(), String> {
+        let (mut uid, mut user) = (None, String::new());
+        if crate::security::needs_image_user(pod, c) {
+            let mut images = self.cri.image.clone();
+            let image = images
+                .image_status(self.cri.request(ImageStatusRequest {
+                    image: Some(ImageSpec {
+                        image: c.image.clone().unwrap_or_default(),
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                }))
+                .await
+                .map_err(|e| format!("cannot read the image's user: {}", e.message()))?
+                .into_inner()
+                .image
+                .ok_or_else(|| "cannot read the image's user: image not found".to_string())?;
+            uid = image.uid.map(|v| v.value);
+            user = image.username;
+        }
+        crate::security::verify_run_as_non_root(pod, c, uid, &user)
+    }
+
+    /// Restarts an exited container once its crash-loop back-off has passed; returns how
+    /// long is left otherwise.
+    pub(crate) async fn restart_after_backoff(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        exited: &RuntimeContainer,
+        sandbox_id: &str,
+        pod_ip: &str,
+        volumes: &HashMap<String, String>,
+    ) -> anyhow::Result<Option<Duration>> {
+        let uid = k8s::pod_uid(pod);
+        let ran_for = Duration::from_nanos(
+            (exited.finished_at_unix_nanos - exited.started_at_unix_nanos).max(0) as u64,
+        );
+        let restarts = exited.attempt.saturating_sub(exited.backoff_base);
+        let backoff = crash_backoff(restarts, ran_for);
+        let since_exit = Duration::from_nanos(
+            (crate::workers::now_nanos() - exited.finished_at_unix_nanos).max(0) as u64,
+        );
+        if since_exit < backoff {
+            let left = backoff - since_exit;
+            self.events.container(
+                pod,
+                &c.name,
+                EventType::Warning,
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {} in pod {}({uid})",
+                    c.name,
+                    k8s::pod_full_name(pod)
+                ),
+            );
+            self.set_waiting(
+                uid,
+                &c.name,
+                "CrashLoopBackOff",
+                &format!(
+                    "back-off {} restarting failed container={} pod={}({uid})",
+                    go_duration(backoff),
+                    c.name,
+                    k8s::pod_full_name(pod)
+                ),
+            );
+            return Ok(Some(left));
+        }
+        let base = next_backoff_base(exited.attempt, exited.backoff_base, ran_for);
+        let started = self
+            .start_container(
+                pod,
+                c,
+                (exited.attempt + 1, base),
+                sandbox_id,
+                pod_ip,
+                volumes,
+            )
+            .await?;
+        // Keep only the newest dead instance (it is the lastState); older ones go.
+        self.remove_dead_except(uid, &c.name, &exited.id).await;
+        Ok(started)
+    }
+
+    /// Starts the next instance of a container this sync has just killed for a changed
+    /// spec, at once and whatever the restart policy: upstream starts it in the same
+    /// SyncPod, and its back-off key (which includes the spec hash) is new. Older dead
+    /// instances go.
+    pub(crate) async fn replace_killed(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        killed: &RuntimeContainer,
+        (sandbox_id, pod_ip, volumes): (&str, &str, &HashMap<String, String>),
+    ) -> anyhow::Result<Option<Duration>> {
+        let ran_for = Duration::from_nanos(
+            (crate::workers::now_nanos() - killed.started_at_unix_nanos).max(0) as u64,
+        );
+        let base = next_backoff_base(killed.attempt, killed.backoff_base, ran_for);
+        let attempt = (killed.attempt + 1, base);
+        let started = self
+            .start_container(pod, c, attempt, sandbox_id, pod_ip, volumes)
+            .await?;
+        self.remove_dead_except(k8s::pod_uid(pod), &c.name, &killed.id)
+            .await;
+        Ok(started)
+    }
+
+    /// Pulls if needed, creates and starts one container. Returns a retry delay when it
+    /// could not (the reason is recorded as the container's waiting state).
+    pub(crate) async fn start_container(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        (attempt, backoff_base): (u32, u32),
+        sandbox_id: &str,
+        pod_ip: &str,
+        volumes: &HashMap<String, String>,
+    ) -> anyhow::Result<Option<Duration>> {
+        let uid = k8s::pod_uid(pod).to_string();
+        if let Err((reason, message, retry)) = self.ensure_image(pod, c).await {
+            tracing::warn!(k8s.container.name = %c.name, %reason, %message, "image not available");
+            self.set_waiting(&uid, &c.name, reason, &message);
+            // Upstream's "Error: ErrImagePull" (the error's reason, after the pull's own
+            // event).
+            self.failed(pod, c, reason);
+            return Ok(Some(retry));
+        }
+        if let Err(message) = self.verify_non_root(pod, c).await {
+            tracing::warn!(k8s.container.name = %c.name, %message, "CreateContainerConfigError");
+            self.config_error(pod, c, &message);
+            return Ok(Some(Duration::from_secs(10)));
+        }
+        let env_refs = match self.env_refs(pod, c).await {
+            Ok(refs) => refs,
+            Err(message) => {
+                self.config_error(pod, c, &message);
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
+        let sub_paths = match self.prepare_sub_paths(pod, c, pod_ip, &env_refs).await {
+            Ok(paths) => paths,
+            Err(message) => {
+                tracing::warn!(k8s.container.name = %c.name, %message, "subPath refused");
+                self.config_error(pod, c, &message);
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
+        let config = match runtime_spec::container_config(ContainerInputs {
+            pod,
+            container: c,
+            attempt,
+            backoff_base,
+            volumes,
+            pod_ip,
+            node: &self.node,
+            env_refs: &env_refs,
+        })
+        .and_then(|mut cfg| {
+            runtime_spec::set_sub_path_mounts(&mut cfg, c, &sub_paths).map(|()| cfg)
+        }) {
+            Ok(cfg) => cfg,
+            Err(message) => {
+                self.config_error(pod, c, &message);
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
+        let sandbox_config = runtime_spec::sandbox_config(pod, 0, &self.node);
+        let mut runtime = self.cri.runtime.clone();
+        let created = runtime
+            .create_container(self.cri.request(CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            }))
+            .await;
+        self.acted(&uid);
+        let id = match created {
+            Ok(r) => r.into_inner().container_id,
+            Err(e) => {
+                tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "CreateContainer failed");
+                self.set_waiting(&uid, &c.name, "CreateContainerError", e.message());
+                self.failed(pod, c, e.message());
+                return Ok(Some(Duration::from_secs(10)));
+            }
+        };
+        self.events.container(
+            pod,
+            &c.name,
+            EventType::Normal,
+            "Created",
+            &format!("Created container: {}", c.name),
+        );
+        if self.start_created(pod, c, &id).await {
+            self.post_start(pod, c, &id).await;
+        }
+        Ok(None)
+    }
+
+    /// Runs the postStart hook; a failed hook kills the container (upstream
+    /// `FailedPostStartHook`), and the restart policy decides what follows.
+    pub(crate) async fn post_start(&self, pod: &Pod, c: &Container, id: &str) {
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return;
+        };
+        let timeout = Duration::from_secs(grace_seconds(pod).max(2) as u64);
+        if let Err(e) = self.run_hook(pod, c, id, hook, timeout).await {
+            tracing::warn!(k8s.container.name = %c.name, error = %e, "FailedPostStartHook");
+            // Upstream: without the hook's output, so no secret leaks into an event.
+            self.events.container(
+                pod,
+                &c.name,
+                EventType::Warning,
+                "FailedPostStartHook",
+                POST_START_HOOK_FAILED,
+            );
+            // Upstream's Killing message for this kill is the reason itself.
+            let grace = grace_seconds(pod);
+            self.kill_container(Some(pod), &c.name, id, grace, Some("FailedPostStartHook"))
+                .await;
+            self.acted(k8s::pod_uid(pod));
+        }
+    }
+
+    /// Starts a created container; true when it started.
+    pub(crate) async fn start_created(&self, pod: &Pod, c: &Container, id: &str) -> bool {
+        let uid = k8s::pod_uid(pod);
+        let mut runtime = self.cri.runtime.clone();
+        let started = runtime
+            .start_container(self.cri.request(StartContainerRequest {
+                container_id: id.to_string(),
+            }))
+            .await;
+        self.acted(uid);
+        match started {
+            Ok(_) => {
+                tracing::info!(k8s.container.name = %c.name, container.id = %id, "container started");
+                self.clear_waiting(uid, &c.name);
+                self.events.container(
+                    pod,
+                    &c.name,
+                    EventType::Normal,
+                    "Started",
+                    &format!("Started container {}", c.name),
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "StartContainer failed");
+                self.set_waiting(uid, &c.name, "RunContainerError", e.message());
+                self.failed(pod, c, e.message());
+                false
+            }
+        }
+    }
+
+    /// What init_plan needs to know of an init container's newest instance in the
+    /// current sandbox.
+    pub(crate) fn init_view(&self, c: &Container, latest: Option<&RuntimeContainer>) -> InitView {
+        let Some(l) = latest else {
+            return InitView::Absent;
+        };
+        match l.state {
+            RUNNING => {
+                let st = self.lock();
+                InitView::Running {
+                    id: l.id.clone(),
+                    started: c.startup_probe.is_none() || st.started.contains(&l.id),
+                    unhealthy: st.liveness_failed.contains(&l.id),
+                    changed: runtime_spec::container_changed(c, l),
+                }
+            }
+            CREATED => InitView::Created,
+            EXITED => InitView::Exited {
+                exit_code: l.exit_code,
+            },
+            // Unknown: a new instance is made.
+            _ => InitView::Absent,
+        }
+    }
+
+    /// Has the volume service resolve and bind-mount the container's subPaths (it runs in
+    /// the host mount namespace and never follows a symlink out of a volume); returns mount
+    /// index -> host path.
+    pub(crate) async fn prepare_sub_paths(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ip: &str,
+        env_refs: &runtime_spec::EnvRefs,
+    ) -> Result<HashMap<u32, String>, String> {
+        let env = runtime_spec::container_env(pod, c, &self.node, pod_ip, env_refs)?;
+        let mounts = runtime_spec::sub_path_mounts(c, &env)?;
+        if mounts.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut volume = self.volume.clone();
+        volume
+            .prepare_sub_paths(PrepareSubPathsRequest {
+                pod_json: k8s::encode_pod(pod),
+                container_name: c.name.clone(),
+                mounts,
+                trace: nodeagent_telemetry::current_trace_context(),
+            })
+            .await
+            .map(|r| r.into_inner().host_paths.into_iter().collect())
+            .map_err(|e| {
+                format!(
+                    "failed to prepare subPath for container {:?}: {}",
+                    c.name,
+                    e.message()
+                )
+            })
+    }
+}
