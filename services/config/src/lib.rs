@@ -79,6 +79,12 @@ pub struct KubeletFlags {
     /// The KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// A drop-in directory of KubeletConfiguration documents merged over `--config`
+    /// (upstream's `--config-dir`, KEP-3983): its `*.conf` files in alphanumeric order,
+    /// each a whole document (apiVersion and kind included); structures and maps merge
+    /// field by field, lists and scalars are replaced. Flags override both.
+    #[arg(long = "config-dir")]
+    pub config_dir: Option<PathBuf>,
     /// kubeconfig of the API server; without it the node runs standalone (static pods only).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -264,8 +270,11 @@ pub struct Config {
 impl Config {
     /// Reads the config file (if any), applies the flags, and validates the result.
     pub fn load(flags: &KubeletFlags) -> Result<Self, ConfigError> {
-        let (mut kubelet, ignored_fields, ignored_flags) =
-            load_document(flags.config.as_deref(), &flags.upstream)?;
+        let (mut kubelet, ignored_fields, ignored_flags) = load_document(
+            flags.config.as_deref(),
+            flags.config_dir.as_deref(),
+            &flags.upstream,
+        )?;
         if let Some(p) = &flags.pod_manifest_path {
             kubelet.static_pod_path = Some(p.clone());
         }
@@ -409,9 +418,10 @@ impl Config {
 /// the file's fields accepted but not acted on, and the flags likewise.
 fn load_document(
     path: Option<&Path>,
+    config_dir: Option<&Path>,
     upstream: &UpstreamFlags,
 ) -> Result<(KubeletConfiguration, Vec<String>, Vec<String>), ConfigError> {
-    let doc = match path {
+    let mut doc = match path {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_owned(),
@@ -424,6 +434,9 @@ fn load_document(
         }
         None => serde_json::Map::new(),
     };
+    if let Some(dir) = config_dir {
+        merge_drop_ins(&mut doc, dir)?;
+    }
     let parse_error = |reason| match path {
         Some(path) => ConfigError::Parse {
             path: path.to_owned(),
@@ -440,6 +453,76 @@ fn load_document(
     ignored_flags.sort();
     ignored_flags.dedup();
     Ok((config, ignored_fields, ignored_flags))
+}
+
+/// `--config-dir`: merges the directory's `*.conf` documents over `doc`, in alphanumeric
+/// order of their names (upstream's `mergeKubeletConfigurations`). A directory that cannot
+/// be read, or a file that is not a KubeletConfiguration document (apiVersion and kind
+/// included, as upstream requires of each), stops the load with the file's name.
+fn merge_drop_ins(
+    doc: &mut serde_json::Map<String, serde_json::Value>,
+    dir: &Path,
+) -> Result<(), ConfigError> {
+    let read_error = |path: &Path, source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| read_error(dir, e))? {
+        let entry = entry.map_err(|e| read_error(dir, e))?;
+        let path = entry.path();
+        let is_file = entry
+            .file_type()
+            .map_err(|e| read_error(&path, e))?
+            .is_file()
+            || path.metadata().is_ok_and(|m| m.is_file());
+        if is_file && path.extension().is_some_and(|e| e == "conf") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|e| read_error(&path, e))?;
+        let parse_error = |reason: String| ConfigError::Parse {
+            path: path.clone(),
+            reason,
+        };
+        let drop_in = document(&text).map_err(parse_error)?;
+        for (field, want) in [
+            ("apiVersion", kubelet_config::API_VERSION),
+            ("kind", kubelet_config::KIND),
+        ] {
+            let got = drop_in.get(field).and_then(|v| v.as_str());
+            if got != Some(want) {
+                return Err(parse_error(format!(
+                    "{field}: {got:?}, want {want:?}: each drop-in is a whole KubeletConfiguration document"
+                )));
+            }
+        }
+        merge_object(doc, drop_in);
+    }
+    Ok(())
+}
+
+/// JSON merge patch (RFC 7386): objects merge key by key, a null removes the key, anything
+/// else (lists included) replaces what was there.
+fn merge_object(
+    into: &mut serde_json::Map<String, serde_json::Value>,
+    patch: serde_json::Map<String, serde_json::Value>,
+) {
+    for (key, value) in patch {
+        match (into.get_mut(&key), value) {
+            (_, serde_json::Value::Null) => {
+                into.remove(&key);
+            }
+            (Some(serde_json::Value::Object(old)), serde_json::Value::Object(new)) => {
+                merge_object(old, new)
+            }
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
 }
 
 /// A KubeletConfiguration document (YAML or JSON) as a JSON object.

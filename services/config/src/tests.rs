@@ -405,3 +405,103 @@ fn the_effective_document_has_no_null() {
         serde_json::json!({})
     );
 }
+
+/// `--config-dir` as upstream's "Kubelet Configuration Directory Merging" reference page
+/// (kubernetes.io/docs/reference/node/kubelet-config-directory-merging) shows it: its
+/// structure-field and list examples as written, a map merged key by key, files in
+/// alphanumeric order with only `*.conf` read, flags over everything.
+#[test]
+fn a_config_dir_merges_as_upstreams_reference_page_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let main = dir.path().join("config.yaml");
+    std::fs::write(
+        &main,
+        format!(
+            "{head}port: 20250\nauthorization:\n  mode: Webhook\n  webhook:\n    \
+             cacheAuthorizedTTL: \"5m\"\n    cacheUnauthorizedTTL: \"30s\"\n\
+             serializeImagePulls: false\naddress: \"192.168.0.1\"\n\
+             clusterDNS:\n  - \"192.168.0.9\"\n  - \"192.168.0.8\"\n\
+             evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 10%\n\
+             readOnlyPort: 10255\n"
+        ),
+    )
+    .unwrap();
+    let drop_ins = dir.path().join("kubelet.conf.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    let write = |name: &str, body: &str| std::fs::write(drop_ins.join(name), body).unwrap();
+    // The page's structure-field example.
+    write(
+        "10-authz.conf",
+        &format!(
+            "{head}authorization:\n  mode: AlwaysAllow\n  webhook:\n    \
+             cacheAuthorizedTTL: \"8m\"\n    cacheUnauthorizedTTL: \"45s\"\n\
+             address: \"192.168.0.8\"\n"
+        ),
+    );
+    // The page's list example: the whole list is replaced.
+    write(
+        "20-dns.conf",
+        &format!(
+            "{head}clusterDNS:\n  - \"192.168.0.2\"\n  - \"192.168.0.3\"\n  - \"192.168.0.5\"\n"
+        ),
+    );
+    // A map: its keys merge; a later file wins over an earlier one.
+    write(
+        "30-eviction.conf",
+        &format!("{head}evictionHard:\n  memory.available: 200Mi\n"),
+    );
+    write("40-port.conf", &format!("{head}port: 20251\n"));
+    write("50-port.conf", &format!("{head}port: 20252\n"));
+    // Not a drop-in: only `*.conf` files are read.
+    write("60-port.yaml", &format!("{head}port: 1\n"));
+    write("README", "not a document");
+    let load = |extra: &[&str]| {
+        let mut args = vec![
+            "--config",
+            main.to_str().unwrap(),
+            "--config-dir",
+            drop_ins.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Config::load(&flags(&args))
+    };
+    let c = load(&[]).unwrap().kubelet;
+    assert_eq!(c.port, 20252, "the last file in alphanumeric order wins");
+    assert!(!c.serialize_image_pulls, "a field no drop-in sets stays");
+    assert_eq!(c.authorization.mode, "AlwaysAllow");
+    assert_eq!(
+        c.authorization.webhook.cache_authorized_ttl,
+        Duration::from_secs(480)
+    );
+    assert_eq!(
+        c.authorization.webhook.cache_unauthorized_ttl,
+        Duration::from_secs(45)
+    );
+    assert_eq!(c.address, "192.168.0.8");
+    assert_eq!(c.cluster_dns, ["192.168.0.2", "192.168.0.3", "192.168.0.5"]);
+    let hard = c.eviction_hard.clone().unwrap();
+    assert_eq!(hard["memory.available"], "200Mi");
+    assert_eq!(hard["nodefs.available"], "10%");
+    assert_eq!(c.read_only_port, 10255);
+    // Flags override the drop-ins, as they override the file.
+    let c = load(&["--read-only-port", "0", "--port", "10250"])
+        .unwrap()
+        .kubelet;
+    assert_eq!((c.read_only_port, c.port), (0, 10250));
+
+    // A drop-in that is not a whole document stops the load and is named (upstream fails
+    // on it too, kubernetes #124796).
+    write("70-bare.conf", "port: 3\n");
+    let err = load(&[]).unwrap_err().to_string();
+    assert!(
+        err.contains("70-bare.conf") && err.contains("apiVersion"),
+        "{err}"
+    );
+    std::fs::remove_file(drop_ins.join("70-bare.conf")).unwrap();
+    // A directory that is not there stops it too.
+    let err = Config::load(&flags(&["--config-dir", "/nonexistent/kubelet.conf.d"]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/nonexistent/kubelet.conf.d"), "{err}");
+}

@@ -169,10 +169,15 @@ impl PodSync {
                 if all_done {
                     return Ok(SyncOutcome::Terminated); // finished pod: nothing to run again
                 }
-                // Containers of a dead sandbox cannot be reused: stop them first.
-                for c in rt.containers.iter().filter(|c| c.state == RUNNING) {
-                    self.stop_container(&c.id, 0).await;
-                }
+                // Containers of a dead sandbox cannot be reused: they are killed as
+                // upstream's KillPod does (preStop hooks, Killing events, the pod's grace),
+                // then the pod gets a new sandbox.
+                let running: Vec<&RuntimeContainer> = rt
+                    .containers
+                    .iter()
+                    .filter(|c| c.state == RUNNING)
+                    .collect();
+                self.kill_in_order(pod, &running, grace_seconds(pod)).await;
                 let attempt = rt
                     .sandboxes
                     .iter()
@@ -239,8 +244,11 @@ impl PodSync {
         let initialized = loop {
             let plan = init_plan::compute(&init, &views, app_exists, policy != "Never");
             if plan.kill_pod {
-                // The pod failed: release its sandbox, as for a finished pod.
-                self.stop_sandbox(&sandbox_id).await;
+                // The pod failed (an init container under `Never`): its sidecars are
+                // killed as upstream's KillPod kills them (preStop hooks, the pod's grace,
+                // reverse order), then its sandbox goes, as for a finished pod.
+                self.stop_everything(pod, rt, "an init container failed", None)
+                    .await;
                 self.acted(&uid);
                 return Ok(SyncOutcome::Terminated);
             }
@@ -427,16 +435,18 @@ impl PodSync {
             // serve them: they are stopped in reverse order, each with its preStop hook and
             // the pod's grace (upstream, KEP-753), then the sandbox goes (its IP and
             // network), as upstream; the dead containers stay for their logs.
-            for c in spec.init_containers.iter().flatten().rev() {
-                let running = rt
-                    .containers
-                    .iter()
-                    .find(|r| r.name == c.name && r.state == RUNNING && r.sandbox_id == sandbox_id);
-                if let Some(r) = running {
-                    self.kill_container(Some(pod), &c.name, &r.id, grace_seconds(pod), None)
-                        .await;
-                }
-            }
+            let sidecars: Vec<&RuntimeContainer> = rt
+                .containers
+                .iter()
+                .filter(|r| r.state == RUNNING && r.sandbox_id == sandbox_id)
+                .filter(|r| {
+                    spec.init_containers
+                        .iter()
+                        .flatten()
+                        .any(|c| c.name == r.name)
+                })
+                .collect();
+            self.kill_in_order(pod, &sidecars, grace_seconds(pod)).await;
             tracing::info!(sandbox.id = %sandbox_id, "pod finished; stopping its sandbox");
             self.stop_sandbox(&sandbox_id).await;
             self.acted(&uid);

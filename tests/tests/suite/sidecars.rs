@@ -496,3 +496,72 @@ async fn a_downed_sidecar_leaves_the_phase_running_under_restart_policy_never() 
     );
     node.stop().await;
 }
+
+/// An init container that fails under `restartPolicy: Never` fails the pod, and upstream's
+/// `computePodActions` kills the pod (`KillPod`): its running sidecars are killed as every
+/// kill is, with SIGTERM and the pod's grace period, before the sandbox goes. Here the
+/// sidecar exits 7 on SIGTERM; the old code only stopped the sandbox, whose SIGKILL left
+/// exit code 137.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_init_container_under_never_kills_its_sidecars_gracefully() {
+    if !require_runtime("init failure kills sidecars") {
+        return;
+    }
+    let node = Node::start("init-fails", NodeOptions::default()).await;
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "setup-fails"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 10,
+            "initContainers": [
+                {"name": "proxy", "image": "busybox:1.36", "restartPolicy": "Always",
+                 "command": ["sh", "-c", "trap 'exit 7' TERM; while true; do sleep 0.2; done"]},
+                {"name": "setup", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 2; exit 3"]},
+            ],
+            "containers": [
+                {"name": "app", "image": "busybox:1.36", "command": ["sh", "-c", until_term("")]},
+            ],
+        },
+    });
+    node.write_manifest("setup-fails.json", &pod.to_string());
+    let init_status = |pod: &Value, name: &str| {
+        pod["status"]["initContainerStatuses"]
+            .as_array()
+            .and_then(|s| s.iter().find(|c| c["name"] == name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let pod = eventually(
+        "the pod Failed with its sidecar stopped",
+        DEADLINE,
+        || async {
+            let pod = node.pod("setup-fails").await?;
+            let proxy = init_status(&pod, "proxy");
+            if pod["status"]["phase"] == "Failed" && proxy["state"]["terminated"].is_object() {
+                Ok(pod)
+            } else {
+                Err(pod["status"].to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        init_status(&pod, "setup")["state"]["terminated"]["exitCode"],
+        3,
+        "{}",
+        pod["status"]
+    );
+    assert_eq!(
+        init_status(&pod, "proxy")["state"]["terminated"]["exitCode"],
+        7,
+        "the sidecar got SIGTERM, not the sandbox's SIGKILL: {}",
+        pod["status"]
+    );
+    assert!(
+        container_status(&pod, "app").is_some_and(|c| c["state"]["running"].is_null()),
+        "app never ran: {}",
+        pod["status"]
+    );
+    node.stop().await;
+}

@@ -56,6 +56,25 @@ impl PodSync {
         Err(SyncOutcome::Idle)
     }
 
+    /// The one way pod-sync kills a set of a pod's running containers (upstream's
+    /// `killContainersWithSyncResult`): all at once, each with its preStop hook and a
+    /// Killing event, regular containers first and then the sidecars in reverse order,
+    /// under one grace period for the whole set.
+    pub(crate) async fn kill_in_order(
+        &self,
+        pod: &Pod,
+        running: &[&RuntimeContainer],
+        grace_seconds: i64,
+    ) {
+        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+        let order = TerminationOrder::new(pod, &names);
+        let clock = GraceClock::fixed(grace_seconds);
+        let kills = running.iter().map(|c| {
+            self.kill_container_ordered(Some(pod), &c.name, &c.id, &clock, None, Some(&order))
+        });
+        join_all(kills).await;
+    }
+
     /// Stops every running container (gracefully, regular containers first and then the
     /// sidecars in reverse order, as upstream) and sandbox of a pod that failed.
     pub(crate) async fn stop_everything(
@@ -75,13 +94,7 @@ impl PodSync {
         if acted {
             tracing::info!(%reason, containers = running.len(), "stopping the pod's containers");
         }
-        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
-        let order = TerminationOrder::new(pod, &names);
-        let clock = GraceClock::fixed(grace);
-        let kills = running.iter().map(|c| {
-            self.kill_container_ordered(Some(pod), &c.name, &c.id, &clock, None, Some(&order))
-        });
-        join_all(kills).await;
+        self.kill_in_order(pod, &running, grace).await;
         for s in rt.sandboxes.iter().filter(|s| s.state == READY) {
             self.stop_sandbox(&s.id).await;
             acted = true;
