@@ -55,14 +55,11 @@ impl PodSync {
             if !st.sources_ready {
                 return;
             }
+            let st = &mut *st;
             let before = st.finished.len();
-            let keep: std::collections::HashSet<String> = st
-                .desired
-                .keys()
-                .chain(st.terminating.keys())
-                .cloned()
-                .collect();
-            st.finished.retain(|uid, _| keep.contains(uid));
+            let (desired, terminating) = (&st.desired, &st.terminating);
+            st.finished
+                .retain(|uid, _| desired.contains_key(uid) || terminating.contains_key(uid));
             before != st.finished.len()
         };
         if pruned {

@@ -3,6 +3,7 @@
 //! `generateAPIPodStatus` passes them) and its phase. Pure functions, driven by upstream's
 //! own tables (`conditions/tests.rs`). Transition times are set by the caller.
 
+use crate::init_plan::is_sidecar;
 use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec};
 
 pub const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
@@ -20,10 +21,6 @@ fn cond(kind: &str, ok: bool, reason: &str, message: String) -> PodCondition {
         message: (!message.is_empty()).then_some(message),
         ..Default::default()
     }
-}
-
-fn is_sidecar(c: &k8s_openapi::api::core::v1::Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 fn status_of<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
