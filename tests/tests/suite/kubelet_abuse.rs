@@ -52,23 +52,30 @@ async fn authorized_round(api: &KubeletClient, pod: &str, what: &str) -> Duratio
     pods_took.max(started.elapsed())
 }
 
-/// Runs authorized rounds until `stop` is set; the slowest round.
+/// Runs authorized rounds until `stop` is set, counting them in `rounds`; the slowest.
 async fn keep_checking(
     api: KubeletClient,
     pod: String,
     what: &'static str,
     stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicUsize>,
 ) -> Duration {
     let mut slowest = Duration::ZERO;
-    let mut rounds = 0;
-    while !stop.load(Ordering::SeqCst) || rounds == 0 {
+    while !stop.load(Ordering::SeqCst) || rounds.load(Ordering::SeqCst) == 0 {
         slowest = slowest.max(authorized_round(&api, &pod, what).await);
-        rounds += 1;
+        rounds.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let rounds = rounds.load(Ordering::SeqCst);
     eprintln!("{what}: {rounds} authorized rounds, the slowest {slowest:?}");
     slowest
 }
+
+/// Authorized rounds each flood must see answered while it is in full swing: a stage
+/// lasts until they were, not a fixed time (each round takes over 200 ms).
+const ROUNDS_UNDER_FLOOD: usize = 12;
+/// How long a stage may take to get there on a slow machine.
+const STAGE_DEADLINE: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn floods_of_bogus_tokens_slow_handshakes_and_idle_http2_starve_no_authorized_client() {
@@ -143,13 +150,31 @@ async fn floods_of_bogus_tokens_slow_handshakes_and_idle_http2_starve_no_authori
             })
         })
         .collect();
+    let rounds = Arc::new(AtomicUsize::new(0));
     let checker = tokio::spawn(keep_checking(
         api.clone(),
         pod.clone(),
         "bogus tokens",
         stop.clone(),
+        rounds.clone(),
     ));
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Until as many bogus requests were refused as there are bogus clients (the review
+    // queue went round once, full all along) and the authorized client was answered
+    // that many times meanwhile.
+    eventually(
+        "the bogus-token flood in full swing",
+        STAGE_DEADLINE,
+        || async {
+            let (r, n) = (
+                refused.load(Ordering::SeqCst),
+                rounds.load(Ordering::SeqCst),
+            );
+            (r >= BOGUS_CLIENTS && n >= ROUNDS_UNDER_FLOOD)
+                .then_some(())
+                .ok_or(format!("{r} bogus requests refused, {n} authorized rounds"))
+        },
+    )
+    .await;
     stop.store(true, Ordering::SeqCst);
     checker.await.unwrap();
     for b in bogus {
@@ -171,13 +196,27 @@ async fn floods_of_bogus_tokens_slow_handshakes_and_idle_http2_starve_no_authori
         );
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
     let checker = tokio::spawn(keep_checking(
         api.clone(),
         pod.clone(),
         "slow handshakes",
         stop.clone(),
+        rounds.clone(),
     ));
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Until the authorized client was answered that many times while the silent
+    // connections are held open.
+    eventually(
+        "rounds beside the silent connections",
+        STAGE_DEADLINE,
+        || async {
+            let n = rounds.load(Ordering::SeqCst);
+            (n >= ROUNDS_UNDER_FLOOD)
+                .then_some(())
+                .ok_or(format!("{n} authorized rounds"))
+        },
+    )
+    .await;
     stop.store(true, Ordering::SeqCst);
     checker.await.unwrap();
     drop(silent);
@@ -192,6 +231,7 @@ async fn floods_of_bogus_tokens_slow_handshakes_and_idle_http2_starve_no_authori
         pod.clone(),
         "idle HTTP/2",
         stop.clone(),
+        Arc::new(AtomicUsize::new(0)),
     ));
     let limit = IDLE_TIMEOUT + Duration::from_secs(10);
     for conn in idle {
