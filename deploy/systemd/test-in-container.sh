@@ -463,7 +463,7 @@ flags_reached() {
   dx grep -q -- "--config=/var/lib/kubelet/config.yaml --container-runtime-endpoint=unix:///run/nodeagent-containerd/containerd.sock" /run/nodeagent/kubelet.env \
     || { dx cat /run/nodeagent/kubelet.env; return 1; }
   line=$(dsh "journalctl --no-pager -u nodeagent-pod-sync | grep 'upstream kubelet flags accepted but not acted on' | tail -n 1")
-  grep -q 'flags=\["pod-infra-container-image", "vmodule"\]' <<<"$line" || { echo "pod-sync: $line"; return 1; }
+  grep -q 'flags=\["pod-infra-container-image","vmodule"\]' <<<"$line" || { echo "pod-sync: $line"; return 1; }
 }
 check "kubeadm's and /etc/default/kubelet's flags reach the seven; the ones not acted on are named" wait_until 30 flags_reached
 check "the pods that ran before run on, untouched (containers and PIDs), under kubeadm's layout" stays_same 3 "$before" snapshot

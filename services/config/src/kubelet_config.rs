@@ -159,6 +159,28 @@ pub struct KubeletConfiguration {
     /// Of that, the part kept for critical pods (priority ≥ 2000000000), stopped last.
     #[serde(with = "serde_go")]
     pub shutdown_grace_period_critical_pods: Duration,
+    /// `logging` (component-base's `LoggingConfiguration`): `--logging-format` and `-v`
+    /// override it, as upstream's flags override the file.
+    pub logging: LoggingConfiguration,
+}
+
+/// The part of upstream's `LoggingConfiguration` we act on. `flushFrequency` and `options`
+/// are named as ignored (every line is written at once, unbuffered).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoggingConfiguration {
+    /// `text` (klog's lines) or `json` (component-base's).
+    pub format: String,
+    pub verbosity: u8,
+}
+
+impl Default for LoggingConfiguration {
+    fn default() -> Self {
+        Self {
+            format: "text".into(),
+            verbosity: 0,
+        }
+    }
 }
 
 /// `authentication` (upstream's `KubeletAuthentication`, v1beta1 defaults).
@@ -313,6 +335,7 @@ impl Default for KubeletConfiguration {
             image_maximum_gc_age: Duration::ZERO,
             shutdown_grace_period: Duration::ZERO,
             shutdown_grace_period_critical_pods: Duration::ZERO,
+            logging: LoggingConfiguration::default(),
         }
     }
 }

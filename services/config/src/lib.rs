@@ -157,13 +157,14 @@ pub struct KubeletFlags {
     /// Period of pleg's relist (node-agent specific; upstream hard-codes 1s).
     #[arg(long, default_value = "1s", value_parser = duration::parse_go_duration)]
     pub pleg_relist_period: Duration,
-    /// Log format: "text" or "json" (upstream --logging-format).
-    #[arg(long, default_value = "text")]
-    pub logging_format: String,
-    /// Log verbosity, as upstream (`-v 2`, `--v=2`): 0 info, 4 debug, 6 trace. RUST_LOG
-    /// overrides.
-    #[arg(short = 'v', long, default_value_t = 0)]
-    pub v: u8,
+    /// Log format: "text" (klog's lines) or "json" (component-base's), as upstream's
+    /// --logging-format; over the config file's `logging.format` (default text).
+    #[arg(long)]
+    pub logging_format: Option<String>,
+    /// Log verbosity, as upstream (`-v 2`, `--v=2`): 0 info, 4 debug, 6 trace; over the
+    /// config file's `logging.verbosity` (default 0). RUST_LOG overrides.
+    #[arg(short = 'v', long)]
+    pub v: Option<u8>,
     /// OTLP/gRPC endpoint for traces; unset disables export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -333,10 +334,18 @@ impl Config {
             &flags.vsock_allowed_cids,
             flags.vsock_secret_file.as_deref(),
         )?;
-        if !matches!(flags.logging_format.as_str(), "text" | "json") {
+        let verbosity = flags.v.unwrap_or(kubelet.logging.verbosity);
+        let logging_format = flags
+            .logging_format
+            .clone()
+            .unwrap_or_else(|| kubelet.logging.format.clone());
+        if !matches!(logging_format.as_str(), "text" | "json") {
+            let which = match flags.logging_format {
+                Some(_) => "--logging-format",
+                None => "logging.format",
+            };
             return Err(ConfigError::Invalid(format!(
-                "--logging-format {:?}: want \"text\" or \"json\"",
-                flags.logging_format
+                "{which} {logging_format:?}: want \"text\" or \"json\""
             )));
         }
         if flags.pleg_relist_period.is_zero() {
@@ -382,8 +391,8 @@ impl Config {
             endpoints,
             vsock_auth,
             pleg_relist_period: flags.pleg_relist_period,
-            logging_format: flags.logging_format.clone(),
-            verbosity: flags.v,
+            logging_format,
+            verbosity,
             otlp_endpoint: flags.otlp_endpoint.clone().filter(|e| !e.is_empty()),
             maximum_dead_containers_per_container: flags.maximum_dead_containers_per_container,
             minimum_container_ttl_duration: flags.minimum_container_ttl_duration,

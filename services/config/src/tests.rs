@@ -48,6 +48,40 @@ fn file_then_flags_override() {
     assert_eq!(c.ignored_fields, vec!["topologyManagerPolicy".to_string()]);
 }
 
+/// component-base's `LoggingConfiguration` in the file (`logging.format`,
+/// `logging.verbosity`, defaults text and 0), and upstream's `--logging-format` and `-v`
+/// over it; `flushFrequency` and `options` are named as ignored, nested (every line is
+/// written unbuffered).
+#[test]
+fn logging_comes_from_the_file_and_the_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    let p = path.to_str().unwrap();
+    let c = Config::load(&flags(&[])).unwrap();
+    assert_eq!((c.logging_format.as_str(), c.verbosity), ("text", 0));
+    std::fs::write(
+        &path,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         logging:\n  format: json\n  verbosity: 4\n  flushFrequency: 5s\n",
+    )
+    .unwrap();
+    let c = Config::load(&flags(&["--config", p])).unwrap();
+    assert_eq!((c.logging_format.as_str(), c.verbosity), ("json", 4));
+    assert_eq!(c.ignored_fields, vec!["logging.flushFrequency".to_string()]);
+    let c = Config::load(&flags(&["--config", p, "--logging-format=text", "-v=2"])).unwrap();
+    assert_eq!((c.logging_format.as_str(), c.verbosity), ("text", 2));
+    std::fs::write(
+        &path,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         logging:\n  format: xml\n",
+    )
+    .unwrap();
+    let e = Config::load(&flags(&["--config", p]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(r#"logging.format "xml""#), "{e}");
+}
+
 #[test]
 fn json_config_is_accepted() {
     let (c, _) = parse(r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","port":1234}"#).unwrap();
@@ -354,7 +388,12 @@ fn kubeadms_config_yaml_loads_with_upstreams_defaults() {
     assert_eq!(c.cluster_dns, vec!["10.96.0.10".to_string()]);
     assert_eq!(
         ignored,
-        vec!["cpuManagerReconcilePeriod", "logging", "memorySwap"]
+        vec![
+            "cpuManagerReconcilePeriod",
+            "logging.flushFrequency",
+            "logging.options",
+            "memorySwap"
+        ]
     );
     // kubeadm's file as it is, systemd cgroup driver included (issue 30), validates.
     c.validate().unwrap();

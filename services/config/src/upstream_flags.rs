@@ -352,7 +352,7 @@ mod tests {
             ]
         );
         let flags = Cli::try_parse_from(ours).unwrap().flags;
-        assert_eq!(flags.v, 2);
+        assert_eq!(flags.v, Some(2));
     }
 
     /// pflag reads a boolean flag's value only after `=`: `--rotate-certificates false`

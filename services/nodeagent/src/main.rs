@@ -1,11 +1,14 @@
 //! nodeagent: the seven services in one multi-call binary. Started as `nodeagent-<service>`
 //! (a link to this file, as the deploy scripts install it) or as `nodeagent <service>
 //! [flags]`, it runs that one service, exactly as the service's own binary does.
+//! `nodeagent status` reports on the running services (status.rs).
 //!
 //! Why: each process maps the code it runs, and the seven separate binaries share no
 //! page of it (about 70 % of the seven's memory at rest was their own copies of tokio,
 //! tonic, kube and k8s-openapi). Seven processes of one file share one copy. The processes
 //! stay separate: each is still killed, restarted and upgraded alone.
+
+mod status;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -52,6 +55,11 @@ fn main() -> ExitCode {
     {
         return code;
     }
+    // `nodeagent status [flags]`: the node agent at a glance (status.rs).
+    if args.get(1).is_some_and(|a| a == "status") {
+        args.remove(1);
+        return status::main(args);
+    }
     // `nodeagent pleg ...`: the first argument does; the service sees
     // `nodeagent-pleg ...` as its command line.
     if args.len() > 1 {
@@ -63,7 +71,8 @@ fn main() -> ExitCode {
         eprintln!("nodeagent: no service {service:?}");
     }
     eprintln!(
-        "usage: nodeagent <service> [flags], or through a link named nodeagent-<service>\n\
+        "usage: nodeagent <service> [flags], or through a link named nodeagent-<service>;\n\
+         nodeagent status [flags]: the services' health and builds, the node's conditions, the pods\n\
          services: {}",
         SERVICES.join(", ")
     );

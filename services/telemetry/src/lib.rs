@@ -1,11 +1,15 @@
-//! Telemetry for every service: a tracing subscriber (text or JSON), OpenTelemetry spans
+//! Telemetry for every service: a tracing subscriber (upstream's klog text or
+//! component-base JSON lines, `klog.rs`), OpenTelemetry spans
 //! exported over OTLP/gRPC when an endpoint is configured, and W3C trace-context
 //! propagation both in gRPC metadata (unary calls) and in the per-message `TraceContext`
 //! fields of our streams.
 
+mod go_quote;
+pub mod klog;
 pub mod metrics;
 mod propagation;
 
+pub use go_quote::go_quote;
 pub use propagation::{
     HeaderExtractor, HeaderInjector, context_from_headers, current_trace_context, inject_headers,
     set_parent_from,
@@ -77,26 +81,17 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
         ))
     });
     let otel = tracing_opentelemetry::layer().with_tracer(tracer);
-    // Colour only for a person at a terminal; logs in files and journals stay plain.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
-    let result = if config.format == "json" {
-        registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_writer(std::io::stderr),
-            )
-            .try_init()
+    // Upstream's line formats: klog's text header or component-base's JSON keys.
+    let format = if config.format == "json" {
+        klog::Format::Json
     } else {
-        registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(ansi)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init()
+        klog::Format::Text
     };
+    let result = tracing_subscriber::registry()
+        .with(filter)
+        .with(otel)
+        .with(klog::KlogLayer::new(format, &config.service_name))
+        .try_init();
     // A second init (tests running several services in one process) keeps the first.
     let _ = result;
     Ok(TelemetryGuard { provider })

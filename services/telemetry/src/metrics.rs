@@ -79,6 +79,25 @@ pub fn init_process_metrics(service: &str) {
     }
 }
 
+/// `nodeagent_build_info{service,version} 1`: which build each running service is (they
+/// are upgraded and restarted one at a time, so two may differ); `nodeagent status`
+/// reads it.
+pub fn set_service_build_info(service: &str, version: &str) {
+    static FAMILY: LazyLock<GaugeFamily> = LazyLock::new(|| {
+        register(
+            "nodeagent_build_info",
+            "A metric with a constant '1' value labeled by the service and the version (release and commit) it runs",
+            GaugeFamily::default(),
+        )
+    });
+    FAMILY
+        .get_or_create(&vec![
+            ("service", service.to_string()),
+            ("version", version.to_string()),
+        ])
+        .set(1);
+}
+
 /// The name given to [`init_process_metrics`], if any.
 pub fn service_name() -> Option<&'static str> {
     SERVICE.get().map(String::as_str)

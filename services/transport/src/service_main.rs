@@ -258,6 +258,7 @@ where
             }
         };
         nodeagent_telemetry::metrics::init_process_metrics(service);
+        nodeagent_telemetry::metrics::set_service_build_info(service, VERSION);
         spawn_heap_trim();
         if let Some(auth) = &config.vsock_auth {
             crate::install_vsock_auth(auth.clone());

@@ -185,7 +185,7 @@ async fn pull_secrets_open_a_private_registry_and_a_refused_one_runs_nothing() {
         .log(Service::PodSync)
         .lines()
         .filter(|l| {
-            l.contains(&format!("k8s.pod.name={anon} ")) && l.contains("reason=ErrImagePull")
+            l.contains(&format!("k8s.pod.name=\"{anon}\"")) && l.contains("reason=\"ErrImagePull\"")
         })
         .count();
     let id = node.container_id("authed", "c").await.expect("a container");
@@ -240,8 +240,8 @@ async fn pull_secrets_open_a_private_registry_and_a_refused_one_runs_nothing() {
         node.log(Service::PodSync)
             .lines()
             .filter(|l| {
-                l.contains(&format!("k8s.pod.name={anon} "))
-                    && l.contains("reason=ErrImagePull")
+                l.contains(&format!("k8s.pod.name=\"{anon}\""))
+                    && l.contains("reason=\"ErrImagePull\"")
                     && l.contains("401 Unauthorized")
             })
             .count()

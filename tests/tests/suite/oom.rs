@@ -97,7 +97,7 @@ async fn a_container_over_its_memory_limit_is_oom_killed_and_follows_its_restart
     // a container's own limit, not the node's, so no SystemOOM (as upstream).
     eventually("the OOM watcher saw the kill", DEADLINE, || async {
         let log = node.log(Service::NodeStatus);
-        if log.contains("OOM kill within a memory limit") && log.contains("process=tail") {
+        if log.contains("OOM kill within a memory limit") && log.contains("process=\"tail\"") {
             Ok(())
         } else {
             Err("not in node-status's log".to_string())

@@ -11,7 +11,16 @@ async fn every_service_answers_health_and_stops_cleanly_on_sigterm() {
     if !require_runtime("every_service_answers_health...") {
         return;
     }
-    let mut node = Node::start("health", NodeOptions::default()).await;
+    // pleg logs as component-base's JSON (upstream's --logging-format=json), the others
+    // klog's text, upstream's default: their lines are checked below.
+    let mut node = Node::start(
+        "health",
+        NodeOptions {
+            service_args: vec![(Service::Pleg, vec!["--logging-format=json".into()])],
+            ..NodeOptions::default()
+        },
+    )
+    .await;
     for service in Service::ALL {
         node.wait_serving(service).await;
     }
@@ -32,8 +41,73 @@ async fn every_service_answers_health_and_stops_cleanly_on_sigterm() {
         if let nodeagent_config::Address::Unix(p) = node.socket(service) {
             assert!(!p.exists(), "{} left {}", service.name(), p.display());
         }
+        let logger = format!("nodeagent-{}", service.name());
+        for line in node.log(service).lines() {
+            if service == Service::Pleg {
+                json_line(line, &logger);
+            } else {
+                klog_line(line, &logger);
+            }
+        }
     }
     node.stop().await;
+}
+
+/// A line as klog writes it: its header (klog's `TestHeader`:
+/// `I0102 15:04:05.067890    1234 klog_test.go:%d] `, which test/output.go matches with
+/// `^(.).... ..:..:......... ....... file`), the quoted message, and the service as
+/// `logger`; or a continuation of a multi-line value (`\t` lines closed by ` >`).
+fn klog_line(line: &str, logger: &str) {
+    if line.starts_with('\t') || line == " >" {
+        return;
+    }
+    let b = line.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    let header = b.len() > 31
+        && matches!(b[0], b'I' | b'W' | b'E' | b'F')
+        && digits(1..5)
+        && b[5] == b' '
+        && digits(6..8)
+        && b[8] == b':'
+        && digits(9..11)
+        && b[11] == b':'
+        && digits(12..14)
+        && b[14] == b'.'
+        && digits(15..21)
+        && b[21] == b' '
+        && line[22..29].trim_start().parse::<u32>().is_ok()
+        && b[29] == b' ';
+    let rest = &line[30.min(line.len())..];
+    let file_and_line = rest.split("] ").next().unwrap_or_default();
+    assert!(
+        header
+            && file_and_line.ends_with(|c: char| c.is_ascii_digit())
+            && file_and_line.contains(".rs:")
+            && rest.contains("] \"")
+            && line.contains(&format!(" logger=\"{logger}\"")),
+        "not a klog line of {logger}: {line:?}"
+    );
+}
+
+/// A line as component-base's JSON format writes it (logs/json/json_test.go:
+/// `{"ts":%f,"caller":"json/json_test.go:%d","msg":"test","v":0,...}`), and the service
+/// as `logger`.
+fn json_line(line: &str, logger: &str) {
+    let v: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+    // In this order, as zap's encoder writes them.
+    let at = |key: &str| line.find(&format!("\"{key}\":")).unwrap_or(usize::MAX);
+    assert!(
+        line.starts_with("{\"ts\":") && at("logger") < at("caller") && at("caller") < at("msg"),
+        "{line}"
+    );
+    assert!(
+        v["ts"].as_f64().is_some_and(|ts| ts > 1.6e12),
+        "ts in milliseconds: {line}"
+    );
+    assert_eq!(v["logger"], logger, "{line}");
+    assert!(v["caller"].as_str().unwrap().contains(".rs:"), "{line}");
 }
 
 #[test]
@@ -181,8 +255,7 @@ fn every_service_takes_a_kubeadm_nodes_command_line() {
             .find(|l| l.contains("upstream kubelet flags accepted but not acted on"))
             .unwrap_or_else(|| panic!("{}: no warning in {lines:?}", service.name()));
         assert!(
-            warning
-                .contains(r#"flags=["pod-infra-container-image", "runtime-cgroups", "vmodule"]"#),
+            warning.contains(r#"flags=["pod-infra-container-image","runtime-cgroups","vmodule"]"#),
             "{}: {warning}",
             service.name()
         );
@@ -191,7 +264,9 @@ fn every_service_takes_a_kubeadm_nodes_command_line() {
             .find(|l| l.contains("KubeletConfiguration fields accepted but not acted on"))
             .unwrap_or_else(|| panic!("{}: {lines:?}", service.name()));
         assert!(
-            fields.contains(r#"fields=["cpuManagerReconcilePeriod", "logging", "memorySwap"]"#),
+            fields.contains(
+                r#"fields=["cpuManagerReconcilePeriod","logging.flushFrequency","memorySwap"]"#
+            ),
             "{}: {fields}",
             service.name()
         );
@@ -221,4 +296,73 @@ fn every_service_takes_a_kubeadm_nodes_command_line() {
         assert_eq!(out.status.code(), Some(2), "{}", service.name());
         assert!(String::from_utf8_lossy(&out.stderr).contains("'--no-such-flag'"));
     }
+}
+
+/// `nodeagent status` (issue 31): an operator's one command. With the node up it lists
+/// the seven services serving, each with the build it runs, the node's Ready condition
+/// and the pods by phase, and exits 0; with a service killed it exits 1 and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodeagent_status_reports_services_node_and_pods_and_fails_when_one_is_down() {
+    if !require_runtime("nodeagent status") {
+        return;
+    }
+    let mut node = Node::start("status", NodeOptions::default()).await;
+    for service in Service::ALL {
+        node.wait_serving(service).await;
+    }
+    node.write_manifest(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    node.running_container("web", "c", std::time::Duration::from_secs(90))
+        .await;
+    let multi_call = binary(Service::Pleg).with_file_name("nodeagent");
+    let args = node.args();
+    let status = || {
+        let out = Command::new(&multi_call)
+            .arg("status")
+            .args(&args)
+            .output()
+            .expect("run nodeagent status");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let healthy = nodeagent_tests::eventually(
+        "nodeagent status healthy, the pod Running",
+        std::time::Duration::from_secs(60),
+        || async {
+            match status() {
+                (Some(0), text) if text.contains("pods: 1 (Running 1)") => Ok(text),
+                (code, text) => Err(format!("exit {code:?}:\n{text}")),
+            }
+        },
+    )
+    .await;
+    for service in Service::ALL {
+        let line = healthy
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{} ", service.name())))
+            .unwrap_or_else(|| panic!("no line for {}:\n{healthy}", service.name()));
+        assert!(
+            line.contains(" serving ") && line.contains("(commit "),
+            "{line}\n{healthy}"
+        );
+    }
+    assert!(
+        healthy
+            .lines()
+            .any(|l| l.trim_start().starts_with("Ready") && l.contains(" True ")),
+        "{healthy}"
+    );
+    assert!(healthy.ends_with("\nhealthy\n"), "{healthy}");
+
+    node.signal(Service::Probe, Signal::SIGKILL).await;
+    let (code, text) = status();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("UNHEALTHY:\n  probe: "), "{text}");
+    node.spawn(Service::Probe);
+    node.wait_serving(Service::Probe).await;
+    node.stop().await;
 }

@@ -7,6 +7,7 @@ use super::{FileProjection, Payload, PayloadError, aggregate, clean, mode};
 use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodeagent_config::quantity::{bytes, cpu_millis};
+pub(crate) use nodeagent_telemetry::go_quote;
 use std::collections::BTreeMap;
 
 /// Upstream `downwardapi.CollectData`: one file per item; every failing item is reported.
@@ -99,69 +100,6 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
         .map(|(k, v)| format!("{k}={}", go_quote(v)))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// Go's `strconv.Quote`: `"` and `\` escaped, printable characters kept, `\a \b \f \n \r
-/// \t \v`, other ASCII controls as `\xNN`, other non-printable characters as `\uNNNN` or
-/// `\UNNNNNNNN`. "Printable" follows Go's `unicode.IsPrint` for controls, spaces other than
-/// U+0020, format characters, private use and noncharacters; code points unassigned in
-/// Unicode are kept as they are (Go escapes them; std has no category tables).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if c < ' ' || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if is_go_printable(c) => out.push(c),
-            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn is_go_printable(c: char) -> bool {
-    let u = c as u32;
-    let format_char = matches!(
-        u,
-        0xAD | 0x600..=0x605
-            | 0x61C
-            | 0x6DD
-            | 0x70F
-            | 0x890..=0x891
-            | 0x8E2
-            | 0x180E
-            | 0x200B..=0x200F
-            | 0x202A..=0x202E
-            | 0x2060..=0x2064
-            | 0x2066..=0x206F
-            | 0xFEFF
-            | 0xFFF9..=0xFFFB
-            | 0x110BD
-            | 0x110CD
-            | 0x13430..=0x1343F
-            | 0x1BCA0..=0x1BCA3
-            | 0x1D173..=0x1D17A
-            | 0xE0001
-            | 0xE0020..=0xE007F
-    );
-    let private_use = matches!(u, 0xE000..=0xF8FF | 0xF0000..=0xFFFFD | 0x100000..=0x10FFFD);
-    let noncharacter = matches!(u, 0xFDD0..=0xFDEF) || u & 0xFFFE == 0xFFFE;
-    !(c.is_control()
-        || (c.is_whitespace() && c != ' ')
-        || format_char
-        || private_use
-        || noncharacter)
 }
 
 const QUALIFIED_NAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
