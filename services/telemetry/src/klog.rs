@@ -313,9 +313,16 @@ impl Collect {
     fn put(&mut self, field: &Field, value: Value) {
         match field.name() {
             "message" => {
-                self.message = Some(match value {
+                let text = match value {
                     Value::Str(s) | Value::Json(s) => s,
-                })
+                };
+                // `error!(message = %why, "text")`: tracing records the format string
+                // first; a `message` field after it is a pair like any other.
+                if self.message.is_some() {
+                    self.fields.push(("message".into(), Value::Str(text)));
+                } else {
+                    self.message = Some(text);
+                }
             }
             "log.file" => {
                 if let Value::Str(s) = value {

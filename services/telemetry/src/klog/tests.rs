@@ -469,10 +469,12 @@ fn the_layer_writes_tracing_events_as_klog_lines() {
             tracing::warn!(flags = ?flags, ok = true, "flags \"ignored\"");
             let e = std::io::Error::other("disk full");
             tracing::error!(error = %e, container = "c", "Failed to write");
+            let why = "too big";
+            tracing::info!(reason = "OutOfmemory", message = %why, "pod refused");
         });
         let out = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines.len(), 3, "{out}");
         match format {
             Format::Text => {
                 assert!(lines[0].starts_with('W'), "{out}");
@@ -490,6 +492,12 @@ fn the_layer_writes_tracing_events_as_klog_lines() {
                     "{out}"
                 );
                 assert!(lines[0].contains(" tests.rs:"), "{out}");
+                assert!(
+                    lines[2].ends_with(
+                        r#"] "pod refused" logger="nodeagent-pod-sync" pod="default/web" attempt=1 reason="OutOfmemory" message="too big""#
+                    ),
+                    "{out}"
+                );
             }
             Format::Json => {
                 let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
