@@ -1,29 +1,42 @@
 //! Resource admission, as upstream's kubelet admits a pod before it runs anything of it
-//! (pkg/kubelet/lifecycle/predicate.go: `generalFilter`, the pods, cpu and memory checks of
-//! the scheduler's `noderesources.Fit`): the node's pod count (`maxPods`) and the
-//! requests of the pods it already runs, against allocatable. A pod that does not fit is
-//! Failed with upstream's reason (`OutOf<resource>`) and message, and nothing of it runs.
-//! Only the first resource that does not fit is named, in upstream's order (pods, cpu,
-//! memory), as predicate.go takes `reasons[0]`.
+//! (pkg/kubelet/lifecycle/predicate.go: `generalFilter`, the pods, cpu, memory and
+//! ephemeral-storage checks of the scheduler's `noderesources.Fit`): the node's pod count
+//! (`maxPods`) and the requests of the pods it already runs, against allocatable. A pod
+//! that does not fit is Failed with upstream's reason (`OutOf<resource>`) and message, and
+//! nothing of it runs. Only the first resource that does not fit is named, in upstream's
+//! order (pods, cpu, memory, ephemeral-storage), as predicate.go takes `reasons[0]`.
+//! Extended resources are not checked: this node advertises none (no device plugins), and
+//! predicate.go drops a request for one the node does not have
+//! (`removeMissingExtendedResources`) before it checks.
 
 use crate::aggregate::{aggregate, overhead};
 use crate::quantity::{self, ContainerResources as R};
 use crate::security::Refusal;
 use k8s_openapi::api::core::v1::Pod;
 
-/// What the node admits pods against: `maxPods`, and allocatable cpu (millicores) and
-/// memory (bytes).
+/// What the node admits pods against: `maxPods`, and allocatable cpu (millicores),
+/// memory and ephemeral-storage (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeResources {
     pub pods: i64,
     pub cpu_millis: i64,
     pub memory: i64,
+    pub ephemeral_storage: i64,
 }
 
 impl NodeResources {
     /// This machine's, as node-status reports allocatable (capacity less kubeReserved,
-    /// systemReserved and the hard eviction threshold).
-    pub fn of_this_node(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
+    /// systemReserved and the hard eviction threshold; ephemeral-storage is the
+    /// filesystem of `root_dir`, or of `/` before it exists).
+    pub fn of_this_node(
+        kubelet: &nodeagent_config::KubeletConfiguration,
+        root_dir: &std::path::Path,
+    ) -> Self {
+        let fs = if root_dir.exists() {
+            root_dir
+        } else {
+            std::path::Path::new("/")
+        };
         let capacity = std::collections::BTreeMap::from([
             (
                 "cpu".to_string(),
@@ -32,6 +45,10 @@ impl NodeResources {
             (
                 "memory".to_string(),
                 nodeagent_config::machine::memory_bytes(),
+            ),
+            (
+                "ephemeral-storage".to_string(),
+                nodeagent_config::machine::statvfs(fs).map_or(0, |s| s.capacity),
             ),
         ]);
         let thresholds =
@@ -42,6 +59,7 @@ impl NodeResources {
             pods: i64::from(kubelet.max_pods),
             cpu_millis: get("cpu"),
             memory: get("memory"),
+            ephemeral_storage: get("ephemeral-storage"),
         }
     }
 }
@@ -53,6 +71,7 @@ impl NodeResources {
 pub struct Requests {
     pub cpu_millis: i64,
     pub memory: i64,
+    pub ephemeral_storage: i64,
 }
 
 pub fn requests(pod: &Pod) -> Requests {
@@ -61,6 +80,8 @@ pub fn requests(pod: &Pod) -> Requests {
             + overhead(pod, "cpu", quantity::cpu_millis),
         memory: aggregate(pod, |c| R::of(c).memory_request).total
             + overhead(pod, "memory", quantity::bytes),
+        ephemeral_storage: aggregate(pod, |c| R::of(c).ephemeral_storage_request).total
+            + overhead(pod, "ephemeral-storage", quantity::bytes),
     }
 }
 
@@ -79,13 +100,24 @@ pub fn fit(pod: Requests, running: &[Requests], node: &NodeResources) -> Result<
     if pods + 1 > node.pods {
         return insufficient("OutOfpods", "pods", 1, pods, node.pods);
     }
-    let cpu: i64 = running.iter().map(|r| r.cpu_millis).sum();
-    if pod.cpu_millis > 0 && pod.cpu_millis > node.cpu_millis - cpu {
-        return insufficient("OutOfcpu", "cpu", pod.cpu_millis, cpu, node.cpu_millis);
-    }
-    let memory: i64 = running.iter().map(|r| r.memory).sum();
-    if pod.memory > 0 && pod.memory > node.memory - memory {
-        return insufficient("OutOfmemory", "memory", pod.memory, memory, node.memory);
+    /// (reason, resource, the amount of a pod's requests, allocatable).
+    type Check = (&'static str, &'static str, fn(&Requests) -> i64, i64);
+    let checks: [Check; 3] = [
+        ("OutOfcpu", "cpu", |r| r.cpu_millis, node.cpu_millis),
+        ("OutOfmemory", "memory", |r| r.memory, node.memory),
+        (
+            "OutOfephemeral-storage",
+            "ephemeral-storage",
+            |r| r.ephemeral_storage,
+            node.ephemeral_storage,
+        ),
+    ];
+    for (reason, name, of, allocatable) in checks {
+        let used: i64 = running.iter().map(of).sum();
+        let wanted = of(&pod);
+        if wanted > 0 && wanted > allocatable - used {
+            return insufficient(reason, name, wanted, used, allocatable);
+        }
     }
     Ok(())
 }
@@ -98,10 +130,22 @@ mod tests {
         pods: 3,
         cpu_millis: 2000,
         memory: 4 << 30,
+        ephemeral_storage: 10 << 30,
     };
 
     fn req(cpu_millis: i64, memory: i64) -> Requests {
-        Requests { cpu_millis, memory }
+        Requests {
+            cpu_millis,
+            memory,
+            ephemeral_storage: 0,
+        }
+    }
+
+    fn storage(ephemeral_storage: i64) -> Requests {
+        Requests {
+            ephemeral_storage,
+            ..Requests::default()
+        }
     }
 
     /// Rows in the manner of upstream's noderesources `TestEnoughRequests` and
@@ -116,7 +160,7 @@ mod tests {
             Vec<Requests>,
             Option<(&'static str, &'static str)>,
         );
-        let cases: [Row; 7] = [
+        let cases: [Row; 10] = [
             ("no requests, room", req(0, 0), vec![req(0, 0)], None),
             (
                 "exactly what is left",
@@ -166,6 +210,36 @@ mod tests {
                 vec![req(2000, 0)],
                 None,
             ),
+            // TestEnoughRequests' "storage ephemeral local storage request exceeds
+            // allocatable" and its fitting neighbour.
+            (
+                "too much ephemeral-storage",
+                storage(6 << 30),
+                vec![storage(5 << 30)],
+                Some((
+                    "OutOfephemeral-storage",
+                    "Node didn't have enough resource: ephemeral-storage, requested: 6442450944, used: 5368709120, capacity: 10737418240",
+                )),
+            ),
+            (
+                "ephemeral-storage exactly what is left",
+                storage(5 << 30),
+                vec![storage(5 << 30)],
+                None,
+            ),
+            (
+                "memory is named before ephemeral-storage",
+                Requests {
+                    cpu_millis: 0,
+                    memory: 8 << 30,
+                    ephemeral_storage: 20 << 30,
+                },
+                vec![],
+                Some((
+                    "OutOfmemory",
+                    "Node didn't have enough resource: memory, requested: 8589934592, used: 0, capacity: 4294967296",
+                )),
+            ),
         ];
         for (name, pod, running, want) in cases {
             let got = fit(pod, &running, &NODE)
@@ -186,7 +260,8 @@ mod tests {
                      "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}}},
                 ],
                 "containers": [
-                    {"name": "app", "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}}},
+                    {"name": "app", "resources": {"requests": {"cpu": "500m", "memory": "128Mi"},
+                                                  "limits": {"ephemeral-storage": "1Gi"}}},
                 ],
             }
         }))
@@ -197,7 +272,9 @@ mod tests {
             requests(&pod),
             Requests {
                 cpu_millis: 2050,
-                memory: (1 << 30) + (1 << 20)
+                memory: (1 << 30) + (1 << 20),
+                // The app's limit, its request by defaulting.
+                ephemeral_storage: 1 << 30,
             }
         );
     }

@@ -219,7 +219,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             pod_pids_limit: config.kubelet.pod_pids_limit,
             memory_capacity: nodeagent_config::machine::memory_bytes(),
             seccomp_default: config.kubelet.seccomp_default,
-            allocatable: admission::NodeResources::of_this_node(&config.kubelet),
+            allocatable: admission::NodeResources::of_this_node(&config.kubelet, &config.root_dir),
         },
         state: Mutex::new(State {
             readiness: saved.ready,

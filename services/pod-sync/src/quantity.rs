@@ -9,6 +9,8 @@ pub struct ContainerResources {
     pub memory_limit: Option<i64>,
     /// The memory request, or the limit where no request is set (the API's defaulting).
     pub memory_request: Option<i64>,
+    /// The ephemeral-storage request, or its limit where no request is set.
+    pub ephemeral_storage_request: Option<i64>,
 }
 
 impl ContainerResources {
@@ -27,6 +29,10 @@ impl ContainerResources {
             memory_request: requests
                 .get("memory")
                 .or_else(|| limits.get("memory"))
+                .and_then(|q| bytes(&q.0)),
+            ephemeral_storage_request: requests
+                .get("ephemeral-storage")
+                .or_else(|| limits.get("ephemeral-storage"))
                 .and_then(|q| bytes(&q.0)),
         }
     }

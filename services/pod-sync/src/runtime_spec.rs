@@ -68,6 +68,7 @@ impl NodeContext {
                 pods: 110,
                 cpu_millis: 2000,
                 memory: 4 << 30,
+                ephemeral_storage: 100 << 30,
             },
         }
     }

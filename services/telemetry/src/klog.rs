@@ -376,6 +376,27 @@ impl Visit for Collect {
     }
 }
 
+/// The pairs of a line: the spans' fields (outermost first, as klog's `WithValues`) and
+/// then the event's. A span's key that an inner span or the event sets again is left out,
+/// the later value written in its own place (klog's "override WithValues" case); keys
+/// repeated within the event are all kept (its "print duplicate keys in arguments").
+fn with_values(
+    spans: Vec<Vec<(String, Value)>>,
+    event: Vec<(String, Value)>,
+) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for (i, level) in spans.iter().enumerate() {
+        for (k, v) in level {
+            let again = spans[i + 1..].iter().chain(std::iter::once(&event));
+            if !again.flatten().any(|(key, _)| key == k) {
+                out.push((k.clone(), v.clone()));
+            }
+        }
+    }
+    out.extend(event);
+    out
+}
+
 /// A span's fields, kept in its extensions for the lines written inside it.
 struct SpanFields(Vec<(String, Value)>);
 
@@ -449,15 +470,15 @@ where
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let mut collect = Collect::default();
         event.record(&mut collect);
-        let mut fields = Vec::new();
+        let mut levels: Vec<Vec<(String, Value)>> = Vec::new();
         if let Some(scope) = ctx.event_scope(event) {
             for span in scope.from_root() {
                 if let Some(f) = span.extensions().get::<SpanFields>() {
-                    fields.extend(f.0.iter().cloned());
+                    levels.push(f.0.clone());
                 }
             }
         }
-        fields.append(&mut collect.fields);
+        let fields = with_values(levels, std::mem::take(&mut collect.fields));
         let meta = event.metadata();
         let file = meta
             .file()

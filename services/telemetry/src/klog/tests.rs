@@ -447,6 +447,41 @@ fn debug_renderings_become_values() {
     assert_eq!(debug_value("node-1".into()), s("node-1"));
 }
 
+/// output.go's "override WithValues" (`withValues: duration 1h, X y; values: duration
+/// 1m, A b` gives `X="y" duration="1m0s" A="b"`) and "override single value": a span's
+/// key set again later is written once, with the later value, where the later one is.
+/// Nested spans that both carry `k8s.pod.name` write it once.
+#[test]
+fn a_key_set_again_overrides_the_spans() {
+    let spans = vec![
+        kv(&[("duration", s("1h")), ("X", s("y"))]),
+        kv(&[("pod", s("default/web"))]),
+    ];
+    let event = kv(&[("duration", s("1m0s")), ("A", s("b"))]);
+    assert_eq!(
+        with_values(spans, event),
+        kv(&[
+            ("X", s("y")),
+            ("pod", s("default/web")),
+            ("duration", s("1m0s")),
+            ("A", s("b"))
+        ])
+    );
+    let nested = vec![
+        kv(&[("k8s.pod.name", s("web")), ("probe", s("Readiness"))]),
+        kv(&[("k8s.pod.name", s("web"))]),
+    ];
+    assert_eq!(
+        with_values(nested, kv(&[("akey", s("1")), ("akey", s("2"))])),
+        kv(&[
+            ("probe", s("Readiness")),
+            ("k8s.pod.name", s("web")),
+            ("akey", s("1")),
+            ("akey", s("2"))
+        ])
+    );
+}
+
 /// What the layer makes of real tracing events: span fields first, `error` as `err`,
 /// `?` values that are JSON as JSON, `%` values as strings, numbers bare, the service as
 /// `logger`, one line per event.
