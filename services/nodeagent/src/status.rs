@@ -211,9 +211,10 @@ pub fn render(report: &Report) -> String {
 
 async fn ask_service(config: &Config, service: Service) -> ServiceState {
     let address = config.endpoint(service);
-    let health =
-        nodeagent_transport::check_health(nodeagent_transport::connect(address), "", ASK).await;
-    let mut metrics = MetricsClient::new(nodeagent_transport::connect(address)).with_limits();
+    // One connection serves both questions.
+    let channel = nodeagent_transport::connect(address);
+    let health = nodeagent_transport::check_health(channel.clone(), "", ASK).await;
+    let mut metrics = MetricsClient::new(channel).with_limits();
     let version = match tokio::time::timeout(ASK, metrics.scrape(ScrapeRequest {})).await {
         Ok(Ok(r)) => build_version(&r.into_inner().text),
         _ => None,
