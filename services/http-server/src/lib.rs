@@ -52,25 +52,52 @@ pub struct AppState {
 /// list is too old to stand for the node, and `/pods` answers 503.
 pub const LAST_PODS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long a `/pods` request waits, when pod-sync is away and this instance has no list
+/// of its own yet (it started while pod-sync restarts: both killed at once), for its
+/// follower's first complete list before answering 503. It covers pod-sync's restart and
+/// its status gate while probe answers (`STATUS_GATE_MAX`, 15 s); a caller would otherwise
+/// see this instance alone fail while another instance sharing the port answers.
+pub const FIRST_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// pod-sync's last complete pod list and when it was had: kept current by
 /// [`follow_pod_statuses`], which holds pod-sync's status stream open, so the list is as
 /// new as pod-sync's last word before it went away (not as old as the last `/pods` request
 /// this instance happened to serve, which with several instances sharing the port may be
 /// minutes old and lack pods that run).
-#[derive(Default)]
-pub struct LastPods(std::sync::Mutex<Option<(Vec<Vec<u8>>, std::time::Instant)>>);
+pub struct LastPods(tokio::sync::watch::Sender<Option<(Vec<Vec<u8>>, std::time::Instant)>>);
+
+impl Default for LastPods {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(None))
+    }
+}
+
+/// Whether a list had at `at` may still stand for the node.
+fn young(at: &std::time::Instant) -> bool {
+    at.elapsed() < LAST_PODS_MAX_AGE
+}
 
 impl LastPods {
     fn keep(&self, pods: Vec<Vec<u8>>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((pods, std::time::Instant::now()));
+        self.0.send_replace(Some((pods, std::time::Instant::now())));
     }
 
     /// The last list and its age, if it is younger than [`LAST_PODS_MAX_AGE`].
     fn recent(&self) -> Option<(Vec<Vec<u8>>, std::time::Duration)> {
-        let last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let last = self.0.borrow();
         let (pods, at) = last.as_ref()?;
-        let age = at.elapsed();
-        (age < LAST_PODS_MAX_AGE).then(|| (pods.clone(), age))
+        young(at).then(|| (pods.clone(), at.elapsed()))
+    }
+
+    /// The next list young enough to serve, waiting up to `within` for one.
+    async fn next_within(&self, within: std::time::Duration) -> Option<Vec<Vec<u8>>> {
+        let mut changes = self.0.subscribe();
+        let wanted = |v: &Option<(Vec<Vec<u8>>, std::time::Instant)>| {
+            v.as_ref().is_some_and(|(_, at)| young(at))
+        };
+        let got = tokio::time::timeout(within, changes.wait_for(wanted)).await;
+        let got = got.ok()?.ok()?;
+        (*got).as_ref().map(|(pods, _)| pods.clone())
     }
 }
 
@@ -403,7 +430,8 @@ async fn follow_pod_statuses(client: PodSyncClient<Channel>, state: Arc<AppState
 /// `/pods`: pod-sync's complete list. While pod-sync restarts (its status stream refused
 /// or its gate shut), the last complete list it gave, up to [`LAST_PODS_MAX_AGE`] old,
 /// marked with a `Warning` header (as the API server marks a response, and kubectl shows
-/// it); never a half-empty list.
+/// it); with none, the first one pod-sync gives within [`FIRST_LIST_WAIT`]; never a
+/// half-empty list.
 async fn pods(State(state): State<Arc<AppState>>) -> Response {
     let mut warning = None;
     let answer = match pod_statuses(state.pod_sync.clone()).await {
@@ -418,7 +446,10 @@ async fn pods(State(state): State<Arc<AppState>>) -> Response {
                 ));
                 Ok(pods_json)
             }
-            None => Err(e),
+            // This instance never had a list (or only one too old): wait for its follower's
+            // first, which is pod-sync's current word, rather than fail a caller that
+            // another instance would have answered.
+            None => state.last_pods.next_within(FIRST_LIST_WAIT).await.ok_or(e),
         },
     };
     match answer {

@@ -6,6 +6,7 @@
 
 mod admission;
 mod api_bench;
+mod api_restart;
 mod apiserver_tokens;
 mod bind;
 mod certificates;
