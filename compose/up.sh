@@ -49,7 +49,7 @@ if $cluster; then
   wait_until 120 node_ready || { echo "the node did not become Ready in the API server within 120 s" >&2; exit 1; }
   cat <<MSG
   the cluster:            kubectl --server $API get nodes,pods
-                          (pods without spec.nodeName are scheduled to the node; create
-                          with kubectl create --validate=false -f pod.yaml: no OpenAPI)
+                          (pods without spec.nodeName are scheduled to the node:
+                          kubectl apply -f pod.yaml)
 MSG
 fi

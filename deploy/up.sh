@@ -126,8 +126,8 @@ MSG
       done
       cat <<MSG
   the cluster:           kubectl --server http://127.0.0.1:$API_PORT get nodes,pods
-                         (pods without spec.nodeName are scheduled here; create with
-                         kubectl create --validate=false -f pod.yaml: no OpenAPI is served)
+                         (pods without spec.nodeName are scheduled here:
+                         kubectl apply -f pod.yaml)
   API server log:        $LOGS/apiserver.log (its objects live in memory only)
 MSG
     fi

@@ -666,7 +666,26 @@ async fn handle(
             }
         }
     };
+    use crate::apiserver_fields::{self as fields, Directive};
+    let directive = match Directive::parse(query.get("fieldValidation").map(String::as_str)) {
+        Ok(d) => d,
+        Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", message),
+    };
+    let checked = |object: &Value, before: &Value| {
+        fields::check(t.kind, t.api_version, directive, object, before)
+    };
     match (method, &t.name) {
+        (Method::POST, None) | (Method::PUT, Some(_)) if body.is_object() => {
+            let warnings = match checked(&body, &Value::Null) {
+                Ok(w) => w,
+                Err(message) => return fields::refused(message),
+            };
+            let answer = match &t.name {
+                None => create(&state, &t, body),
+                Some(name) => update(&state, &t, name, body),
+            };
+            fields::with_warnings(answer, &warnings)
+        }
         (Method::GET, None)
             if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
         {
@@ -682,7 +701,7 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_string();
-            patch(&state, &t, name, &ctype, body)
+            patch(&state, &t, name, &ctype, body, checked)
         }
         (Method::DELETE, Some(name)) => delete(&state, &t, name, body, &query),
         _ => status(
@@ -1033,7 +1052,16 @@ pub fn strategic_merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn patch(state: &ApiState, t: &Target, name: &str, ctype: &str, body: Value) -> Response {
+/// Patches the stored object; `check` judges the result's fields (upstream checks the
+/// patched object's unknown fields, as a whole object).
+fn patch(
+    state: &ApiState,
+    t: &Target,
+    name: &str,
+    ctype: &str,
+    body: Value,
+    check: impl Fn(&Value, &Value) -> crate::apiserver_fields::Checked,
+) -> Response {
     let mut s = state.store.lock().unwrap();
     let k = key(t, name);
     let Some(current) = s.objects.get(&k).cloned() else {
@@ -1054,12 +1082,16 @@ fn patch(state: &ApiState, t: &Target, name: &str, ctype: &str, body: Value) -> 
     if let Some(conflict) = stale(t, name, &body, &current) {
         return conflict;
     }
+    let warnings = match check(&next, &current) {
+        Ok(w) => w,
+        Err(message) => return crate::apiserver_fields::refused(message),
+    };
     let next = merge_subresource(t, &current, next);
     let stored = commit(state, &mut s, t, k, next);
     if let Some(ns) = &t.namespace {
         sync_namespace(state, &mut s, ns);
     }
-    json_response(StatusCode::OK, &stored)
+    crate::apiserver_fields::with_warnings(json_response(StatusCode::OK, &stored), &warnings)
 }
 
 fn delete(

@@ -7,8 +7,8 @@
 //! plus the subresources the server answers: `status`, `pods/{log,exec,attach,
 //! portforward}` and `nodes/proxy`, which are forwarded to the node's kubelet API
 //! (`apiserver_proxy`), `serviceaccounts/token` (`apiserver_serviceaccount`) and
-//! `certificatesigningrequests/approval` (`apiserver_csr`). OpenAPI (`/openapi/v2`, `/openapi/v3`) is not served: kubectl's
-//! get, logs, exec and port-forward do without it.
+//! `certificatesigningrequests/approval` (`apiserver_csr`). OpenAPI v3 is served as far as
+//! kubectl reads it to validate (`apiserver_fields`); `/openapi/v2` is not.
 
 use crate::apiserver::RESOURCES;
 use axum::http::StatusCode;
@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 /// The version `/version` reports (the Kubernetes API this server imitates).
-const MAJOR: &str = "1";
-const MINOR: &str = "32";
+pub(crate) const MAJOR: &str = "1";
+pub(crate) const MINOR: &str = "32";
 
 /// Verbs of the storage resources (the test server serves all of them, deletecollection
 /// excepted).

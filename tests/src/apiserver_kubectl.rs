@@ -1,10 +1,12 @@
 //! What a real client (kubectl) needs from the test API server beyond the storage API,
-//! routed in front of it: discovery documents (`apiserver_discovery`), the proxy
+//! routed in front of it: discovery documents (`apiserver_discovery`), OpenAPI v3
+//! (`apiserver_fields`), the proxy
 //! subresources forwarded to kubelets (`apiserver_proxy`), and Tables for `kubectl get`
 //! (`apiserver_table`), made from the storage's own JSON answers.
 
 use crate::apiserver::ApiState;
 use crate::apiserver_discovery;
+use crate::apiserver_fields;
 use crate::apiserver_proxy::{self, Proxied};
 use crate::apiserver_table;
 use axum::extract::{Query, Request, State};
@@ -22,6 +24,7 @@ pub async fn layer(State(state): State<ApiState>, req: Request, next: Next) -> R
     let path = req.uri().path().to_string();
     if req.method() == Method::GET
         && let Some(doc) = apiserver_discovery::document(&path)
+            .or_else(|| apiserver_fields::openapi_document(&path))
     {
         return doc;
     }
