@@ -641,6 +641,13 @@ async fn handle(
             ),
         );
     };
+    use crate::apiserver_fields::{self as fields, Directive};
+    // A JSON body's repeated keys (protobuf has none to repeat).
+    let duplicates = if body.is_empty() || crate::apiserver_protobuf::is_protobuf(&headers) {
+        Vec::new()
+    } else {
+        fields::duplicate_fields(&body)
+    };
     let body: Value = if body.is_empty() {
         Value::Null
     } else if crate::apiserver_protobuf::is_protobuf(&headers) {
@@ -666,13 +673,19 @@ async fn handle(
             }
         }
     };
-    use crate::apiserver_fields::{self as fields, Directive};
     let directive = match Directive::parse(query.get("fieldValidation").map(String::as_str)) {
         Ok(d) => d,
         Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", message),
     };
     let checked = |object: &Value, before: &Value| {
-        fields::check(t.kind, t.api_version, directive, object, before)
+        fields::check(
+            t.kind,
+            t.api_version,
+            directive,
+            &duplicates,
+            object,
+            before,
+        )
     };
     match (method, &t.name) {
         (Method::POST, None) | (Method::PUT, Some(_)) if body.is_object() => {

@@ -16,8 +16,8 @@
 //! the kind's k8s-openapi type and encoded again; a field of the body that does not come
 //! back is unknown. The words are upstream's (`field_validation_test.go`, and what kubectl
 //! prints: `Pod in version "v1" cannot be handled as a Pod: strict decoding error:
-//! unknown field "spec.containers[0].imagee"`). Duplicate fields are not found (serde_json
-//! keeps the last), where upstream reports `duplicate field "..."`.
+//! unknown field "spec.containers[0].imagee"`); a key a JSON body repeats is `duplicate
+//! field "paused"`, first, as upstream lists them.
 
 use crate::apiserver::RESOURCES;
 use axum::http::StatusCode;
@@ -65,6 +65,7 @@ pub fn check(
     kind: &str,
     api_version: &str,
     directive: Directive,
+    duplicates: &[String],
     object: &Value,
     before: &Value,
 ) -> Checked {
@@ -76,9 +77,15 @@ pub fn check(
     } else {
         problems(kind, before)
     };
-    let problems: Vec<String> = problems(kind, object)
-        .into_iter()
-        .filter(|p| !old.contains(p))
+    // Upstream's order: the body's repeated keys as they come, then the unknown fields.
+    let problems: Vec<String> = duplicates
+        .iter()
+        .map(|key| format!("duplicate field \"{key}\""))
+        .chain(
+            problems(kind, object)
+                .into_iter()
+                .filter(|p| !old.contains(p)),
+        )
         .collect();
     if problems.is_empty() || directive == Directive::Warn {
         return Ok(problems);
@@ -119,6 +126,63 @@ pub fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
         }
     }
     response
+}
+
+/// The keys a JSON body repeats within one object, in the body's order (upstream names
+/// the key alone: `duplicate field "paused"`); serde_json would keep the last silently.
+pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
+    use k8s_openapi::serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    struct Repeated(Vec<String>);
+    impl<'de> Deserialize<'de> for Repeated {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(Walk)
+        }
+    }
+    struct Walk;
+    impl<'de> Visitor<'de> for Walk {
+        type Value = Repeated;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Repeated, A::Error> {
+            let (mut seen, mut repeated) = (std::collections::HashSet::new(), Vec::new());
+            while let Some(key) = map.next_key::<String>()? {
+                if !seen.insert(key.clone()) {
+                    repeated.push(key);
+                }
+                repeated.extend(map.next_value::<Repeated>()?.0);
+            }
+            Ok(Repeated(repeated))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Repeated, A::Error> {
+            let mut repeated = Vec::new();
+            while let Some(inner) = seq.next_element::<Repeated>()? {
+                repeated.extend(inner.0);
+            }
+            Ok(Repeated(repeated))
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Repeated, E> {
+            Ok(Repeated(Vec::new()))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Repeated, E> {
+            Ok(Repeated(Vec::new()))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Repeated, E> {
+            Ok(Repeated(Vec::new()))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Repeated, E> {
+            Ok(Repeated(Vec::new()))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Repeated, E> {
+            Ok(Repeated(Vec::new()))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Repeated, E> {
+            Ok(Repeated(Vec::new()))
+        }
+    }
+    serde_json::from_slice::<Repeated>(json)
+        .map(|r| r.0)
+        .unwrap_or_default()
 }
 
 /// `object` decoded as its kind's type and encoded again: `None` for a kind not typed here.
@@ -328,7 +392,7 @@ mod tests {
             json!([{"name": "v", "presistentVolumeClaim": {"claimName": "x"}}]);
         body["metadata"]["region"] = json!("eu");
         let (code, text) =
-            message(check("Pod", "v1", Directive::Strict, &body, &Value::Null).unwrap_err());
+            message(check("Pod", "v1", Directive::Strict, &[], &body, &Value::Null).unwrap_err());
         assert_eq!(code, StatusCode::BAD_REQUEST);
         assert_eq!(
             text,
@@ -340,11 +404,11 @@ mod tests {
     fn warn_and_ignore_accept_and_a_known_body_passes_strict() {
         let body = pod(json!({"name": "c", "image": "busybox", "imagee": "x"}));
         assert_eq!(
-            check("Pod", "v1", Directive::Warn, &body, &Value::Null).unwrap(),
+            check("Pod", "v1", Directive::Warn, &[], &body, &Value::Null).unwrap(),
             vec!["unknown field \"spec.containers[0].imagee\"".to_string()]
         );
         assert!(
-            check("Pod", "v1", Directive::Ignore, &body, &Value::Null)
+            check("Pod", "v1", Directive::Ignore, &[], &body, &Value::Null)
                 .unwrap()
                 .is_empty()
         );
@@ -353,7 +417,7 @@ mod tests {
             "resources": {"limits": {"cpu": 1, "memory": "64Mi"}},
             "ports": [{"containerPort": 80}], "securityContext": null}));
         assert!(
-            check("Pod", "v1", Directive::Strict, &good, &Value::Null)
+            check("Pod", "v1", Directive::Strict, &[], &good, &Value::Null)
                 .unwrap()
                 .is_empty()
         );
@@ -364,6 +428,7 @@ mod tests {
                 "Lease",
                 "coordination.k8s.io/v1",
                 Directive::Strict,
+                &[],
                 &lease,
                 &Value::Null
             )
@@ -377,6 +442,7 @@ mod tests {
                 "Lease",
                 "coordination.k8s.io/v1",
                 Directive::Strict,
+                &[],
                 &bad_lease,
                 &Value::Null,
             )
@@ -393,16 +459,45 @@ mod tests {
         let mut after = before.clone();
         after["metadata"]["labels"]["new"] = json!("x");
         assert!(
-            check("Pod", "v1", Directive::Strict, &after, &before)
+            check("Pod", "v1", Directive::Strict, &[], &after, &before)
                 .unwrap()
                 .is_empty()
         );
         after["spec"]["nodeNmae"] = json!("n");
         let (_, text) =
-            message(check("Pod", "v1", Directive::Strict, &after, &before).unwrap_err());
+            message(check("Pod", "v1", Directive::Strict, &[], &after, &before).unwrap_err());
         assert!(
             text.ends_with("strict decoding error: unknown field \"spec.nodeNmae\""),
             "{text}"
+        );
+    }
+
+    /// `field_validation_test.go`'s SMP body: its repeated keys in its order, the key
+    /// alone, nested ones too; a key repeated in two different objects is no repeat.
+    #[test]
+    fn repeated_keys_are_found_as_upstream_names_them() {
+        let body = br#"{"spec": {"unknown1": "val1", "unknownDupe": "valDupe",
+            "unknownDupe": "valDupe2", "paused": true, "paused": false,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {"metadata": {"labels": {"app": "nginx"}},
+              "spec": {"containers": [{"name": "nginx", "unknownNested": "val1",
+                "imagePullPolicy": "Always", "imagePullPolicy": "Never"}]}}}}"#;
+        assert_eq!(
+            duplicate_fields(body),
+            vec!["unknownDupe", "paused", "imagePullPolicy"]
+        );
+        assert!(duplicate_fields(br#"{"a": {"x": 1}, "b": {"x": [1, {"x": null}]}}"#).is_empty());
+        let pod = pod(json!({"name": "c", "image": "busybox"}));
+        let dups = vec!["image".to_string()];
+        let (_, text) =
+            message(check("Pod", "v1", Directive::Strict, &dups, &pod, &Value::Null).unwrap_err());
+        assert!(
+            text.ends_with("strict decoding error: duplicate field \"image\""),
+            "{text}"
+        );
+        assert_eq!(
+            check("Pod", "v1", Directive::Warn, &dups, &pod, &Value::Null).unwrap(),
+            vec!["duplicate field \"image\"".to_string()]
         );
     }
 
