@@ -11,7 +11,9 @@
 //!   True and upstream's `Scheduled` event ("Successfully assigned ns/name to node", from
 //!   default-scheduler); when no node fits, `PodScheduled` False with reason Unschedulable
 //!   and upstream's "0/N nodes are available: ..." message, and a FailedScheduling event.
-//!   Not considered: resources, affinity, topology spread, preemption.
+//!   NodeResourcesFit is checked against each node's allocatable (pods, cpu, memory:
+//!   `Too many pods`, `Insufficient cpu`); not considered: affinity, topology spread,
+//!   preemption (the message says no victims were found, as with pods of one priority).
 //! - **the node lifecycle controller** (pkg/controller/nodelifecycle,
 //!   `tryUpdateNodeHealth`): a node whose kubelet renewed neither its status heartbeat
 //!   (Ready's `lastHeartbeatTime`) nor its Lease (`kube-node-lease/<node>`'s `renewTime`)
@@ -296,16 +298,116 @@ fn tolerates(pod: &Value, taint: &Value) -> bool {
         })
 }
 
+/// What the pods bound to a node (and not finished) take of it: their count and the
+/// cpu (millicores) and memory (bytes) they request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Load {
+    pub pods: usize,
+    pub cpu_millis: i64,
+    pub memory: i64,
+}
+
+impl Load {
+    fn add(&mut self, pod: &Value) {
+        let (cpu, memory) = requests(pod);
+        self.pods += 1;
+        self.cpu_millis += cpu;
+        self.memory += memory;
+    }
+}
+
+/// A pod's cpu (millicores) and memory (bytes) requests as the scheduler counts them
+/// (upstream's `PodRequests`): its containers and restartable init containers (sidecars)
+/// together, or its largest other init container with the sidecars before it if that is
+/// more, plus `overhead`. A request left out is its limit (the API's defaulting).
+fn requests(pod: &Value) -> (i64, i64) {
+    let amount = |c: &Value, resource: &str| -> i64 {
+        let resources = &c["resources"];
+        let q = resources["requests"][resource]
+            .as_str()
+            .or(resources["limits"][resource].as_str());
+        let parse = |q: &str| match resource {
+            "cpu" => nodeagent_config::quantity::cpu_millis(q),
+            _ => nodeagent_config::quantity::bytes(q),
+        };
+        q.and_then(parse).unwrap_or(0).max(0)
+    };
+    let spec = &pod["spec"];
+    let each = |resource: &str| -> i64 {
+        let mut running: i64 = spec["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| amount(c, resource))
+            .sum();
+        let (mut sidecars, mut init_peak) = (0i64, 0i64);
+        for c in spec["initContainers"].as_array().into_iter().flatten() {
+            if c["restartPolicy"] == "Always" {
+                sidecars += amount(c, resource);
+                init_peak = init_peak.max(sidecars);
+            } else {
+                init_peak = init_peak.max(sidecars + amount(c, resource));
+            }
+        }
+        running += sidecars;
+        let overhead = spec["overhead"][resource]
+            .as_str()
+            .and_then(|q| match resource {
+                "cpu" => nodeagent_config::quantity::cpu_millis(q),
+                _ => nodeagent_config::quantity::bytes(q),
+            })
+            .unwrap_or(0);
+        running.max(init_peak) + overhead
+    };
+    (each("cpu"), each("memory"))
+}
+
+/// NodeResourcesFit's reasons for `node` (pkg/scheduler/framework/plugins/noderesources
+/// `fitsRequest`): `Too many pods` past its allocatable pods, `Insufficient <resource>`
+/// for a request (a positive one) above what is left of its allocatable.
+fn resource_misfits(pod: &Value, node: &Value, load: Load) -> Vec<&'static str> {
+    let allocatable = &node["status"]["allocatable"];
+    let get = |resource: &str| {
+        allocatable[resource].as_str().and_then(|q| match resource {
+            "cpu" => nodeagent_config::quantity::cpu_millis(q),
+            _ => nodeagent_config::quantity::bytes(q),
+        })
+    };
+    let mut misfits = Vec::new();
+    if let Some(pods) = get("pods")
+        && load.pods as i64 + 1 > pods
+    {
+        misfits.push("Too many pods");
+    }
+    let (cpu, memory) = requests(pod);
+    if let Some(free) = get("cpu")
+        && cpu > 0
+        && cpu > free - load.cpu_millis
+    {
+        misfits.push("Insufficient cpu");
+    }
+    if let Some(free) = get("memory")
+        && memory > 0
+        && memory > free - load.memory
+    {
+        misfits.push("Insufficient memory");
+    }
+    misfits
+}
+
 /// Where the scheduler binds `pod`: the name of the fitting node with the fewest pods
 /// (`load`), or upstream's FailedScheduling message.
 pub(crate) fn pick_node(
     pod: &Value,
     nodes: &[Value],
-    load: &HashMap<String, usize>,
+    load: &HashMap<String, Load>,
 ) -> Result<String, String> {
     let mut unschedulable = 0;
     let mut selector = 0;
     let mut taints: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut misfits: std::collections::BTreeMap<&str, usize> = Default::default();
+    // Nodes that failed only for resources: preemption could have freed them.
+    let mut short_of_resources = 0;
     let mut fits: Vec<&str> = Vec::new();
     for node in nodes {
         let name = node["metadata"]["name"].as_str().unwrap_or_default();
@@ -346,16 +448,26 @@ pub(crate) fn pick_node(
             selector += 1;
             continue;
         }
+        let short = resource_misfits(pod, node, load.get(name).copied().unwrap_or_default());
+        if !short.is_empty() {
+            short_of_resources += 1;
+            for reason in short {
+                *misfits.entry(reason).or_default() += 1;
+            }
+            continue;
+        }
         fits.push(name);
     }
     if let Some(best) = fits
         .iter()
-        .min_by_key(|n| (load.get(**n).copied().unwrap_or(0), n.to_string()))
+        .min_by_key(|n| (load.get(**n).map_or(0, |l| l.pods), n.to_string()))
     {
         return Ok(best.to_string());
     }
     // Upstream's reasons, "<count> <reason>" sorted as text, as the scheduler's
-    // FitError.Error prints them (pkg/scheduler/framework/types.go).
+    // FitError.Error prints them (pkg/scheduler/framework/types.go), each part closed by
+    // its `SeparatorFormat` " %v.", so that the preemption part, which ends with its own
+    // period, ends with two (as kube-scheduler's messages do since 1.27).
     let mut reasons: Vec<String> = Vec::new();
     if selector > 0 {
         reasons.push(format!(
@@ -368,19 +480,35 @@ pub(crate) fn pick_node(
     if unschedulable > 0 {
         reasons.push(format!("{unschedulable} node(s) were unschedulable"));
     }
-    reasons.sort();
-    let mut message = format!("0/{} nodes are available", nodes.len());
-    if !reasons.is_empty() {
-        message.push_str(": ");
-        message.push_str(&reasons.join(", "));
+    for (misfit, n) in misfits {
+        reasons.push(format!("{n} {misfit}"));
     }
-    message.push('.');
+    reasons.sort();
+    let mut message = format!("0/{} nodes are available:", nodes.len());
+    if !reasons.is_empty() {
+        message.push_str(&format!(" {}.", reasons.join(", ")));
+    }
     if !nodes.is_empty() {
-        message.push_str(
-            " preemption: 0/N nodes are available: N Preemption is not helpful for scheduling."
-                .replace('N', &nodes.len().to_string())
-                .as_str(),
-        );
+        // DefaultPreemption's word per node: victims could not be found where only
+        // resources were short, preemption cannot help elsewhere.
+        let mut verdicts = Vec::new();
+        if short_of_resources > 0 {
+            verdicts.push(format!(
+                "{short_of_resources} No preemption victims found for incoming pod"
+            ));
+        }
+        let unhelpful = nodes.len() - short_of_resources;
+        if unhelpful > 0 {
+            verdicts.push(format!(
+                "{unhelpful} Preemption is not helpful for scheduling"
+            ));
+        }
+        verdicts.sort();
+        message.push_str(&format!(
+            " preemption: 0/{} nodes are available: {}..",
+            nodes.len(),
+            verdicts.join(", ")
+        ));
     }
     Err(message)
 }
@@ -409,12 +537,12 @@ fn schedule(state: &crate::apiserver::ApiState) {
         return;
     }
     let nodes = state.objects("nodes");
-    let mut load: HashMap<String, usize> = HashMap::new();
+    let mut load: HashMap<String, Load> = HashMap::new();
     for p in &pods {
         if let Some(n) = p["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())
             && !finished(p)
         {
-            *load.entry(n.to_string()).or_default() += 1;
+            load.entry(n.to_string()).or_default().add(p);
         }
     }
     let now = crate::apiserver::now();
@@ -432,7 +560,7 @@ fn schedule(state: &crate::apiserver::ApiState) {
                     );
                 });
                 if bound.is_some() {
-                    *load.entry(node.clone()).or_default() += 1;
+                    load.entry(node.clone()).or_default().add(pod);
                     event(
                         state,
                         pod,
@@ -615,7 +743,11 @@ mod tests {
     #[test]
     fn the_scheduler_spreads_by_load_and_follows_the_node_selector() {
         let nodes = [node("a", "True"), node("b", "True"), node("c", "True")];
-        let load: HashMap<String, usize> = [("a".into(), 2), ("b".into(), 1)].into();
+        let pods = |n| Load {
+            pods: n,
+            ..Load::default()
+        };
+        let load: HashMap<String, Load> = [("a".into(), pods(2)), ("b".into(), pods(1))].into();
         assert_eq!(
             pick_node(&pod(json!(null), json!(null)), &nodes, &load),
             Ok("c".into())
@@ -628,10 +760,109 @@ mod tests {
             pick_node(&nowhere, &nodes, &load),
             Err(
                 "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. \
-                 preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                 preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
                     .into()
             )
         );
+    }
+
+    /// NodeResourcesFit against allocatable, in kube-scheduler's words as users see them
+    /// (`0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available:
+    /// 1 No preemption victims found for incoming pod..`; with a tainted control plane
+    /// beside: `1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint
+    /// {node-role.kubernetes.io/control-plane: }. preemption: 0/2 nodes are available: 1 No
+    /// preemption victims found for incoming pod, 1 Preemption is not helpful for
+    /// scheduling..`).
+    #[test]
+    fn the_scheduler_fits_requests_to_allocatable_in_upstreams_words() {
+        let sized = |name: &str| {
+            let mut n = node(name, "True");
+            n["status"]["allocatable"] = json!({"cpu": "2", "memory": "4Gi", "pods": "3"});
+            n
+        };
+        let wants = |cpu: &str, memory: &str| {
+            json!({"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [
+                {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}})
+        };
+        let busy = Load {
+            pods: 1,
+            cpu_millis: 1500,
+            memory: 1 << 30,
+        };
+        let load: HashMap<String, Load> = [("a".into(), busy)].into();
+        let nodes = [sized("a")];
+        assert_eq!(
+            pick_node(&wants("500m", "1Gi"), &nodes, &load),
+            Ok("a".into())
+        );
+        assert_eq!(
+            pick_node(&wants("1", "1Gi"), &nodes, &load),
+            Err(
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are \
+                 available: 1 No preemption victims found for incoming pod.."
+                    .into()
+            )
+        );
+        assert_eq!(
+            pick_node(&wants("1", "4Gi"), &nodes, &load),
+            Err(
+                "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. \
+                 preemption: 0/1 nodes are available: 1 No preemption victims found for \
+                 incoming pod.."
+                    .into()
+            )
+        );
+        let full: HashMap<String, Load> = [(
+            "a".into(),
+            Load {
+                pods: 3,
+                ..Load::default()
+            },
+        )]
+        .into();
+        assert_eq!(
+            pick_node(&wants("0", "0"), &nodes, &full),
+            Err(
+                "0/1 nodes are available: 1 Too many pods. preemption: 0/1 nodes are \
+                 available: 1 No preemption victims found for incoming pod.."
+                    .into()
+            )
+        );
+        let mut control_plane = sized("cp");
+        control_plane["spec"]["taints"] =
+            json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
+        assert_eq!(
+            pick_node(&wants("1", "1Gi"), &[control_plane, sized("a")], &load),
+            Err(
+                "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint \
+                 {node-role.kubernetes.io/control-plane: }. preemption: 0/2 nodes are \
+                 available: 1 No preemption victims found for incoming pod, 1 Preemption is not \
+                 helpful for scheduling.."
+                    .into()
+            )
+        );
+    }
+
+    /// `PodRequests`: the larger of the running containers (sidecars included) and the
+    /// largest init container with the sidecars started before it, plus overhead; a
+    /// request left out is its limit.
+    #[test]
+    fn pod_requests_count_init_containers_sidecars_and_overhead() {
+        let pod = json!({"spec": {
+            "initContainers": [
+                {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
+                {"name": "init", "resources": {"limits": {"cpu": "3", "memory": "1Gi"}}},
+            ],
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "250m"}}},
+            ],
+            "overhead": {"cpu": "10m", "memory": "1Mi"},
+        }});
+        assert_eq!(requests(&pod), (3100 + 10, (1 << 30) + (1 << 20)));
+        let small = json!({"spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}]}});
+        assert_eq!(requests(&small), (500, 64 << 20));
     }
 
     #[test]
@@ -646,7 +877,7 @@ mod tests {
             pick_node(&pod(json!(null), json!(null)), &nodes, &none),
             Err("0/3 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, \
                  1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 1 node(s) were unschedulable. \
-                 preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                 preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
                 .into())
         );
         let tolerant = pod(

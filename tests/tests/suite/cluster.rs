@@ -115,10 +115,52 @@ async fn three_nodes_and_one_goes_silent_as_the_node_lifecycle_controller_shows_
     })
     .await;
 
-    // A pod pinned to each node runs there and is Ready.
     let client = server.client();
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(client.clone(), NS);
+
+    // A pod asking more CPU than any node's allocatable (as each node posts it) stays
+    // Pending, unbound, in kube-scheduler's words.
+    let mut greedy = pod_yaml("greedy", "");
+    greedy["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nodeSelector");
+    greedy["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"cpu": "1000"}});
+    pods.create(
+        &Default::default(),
+        &serde_json::from_value(greedy).unwrap(),
+    )
+    .await
+    .expect("create greedy");
+    let want = format!(
+        "0/{NODES} nodes are available: {NODES} Insufficient cpu. preemption: 0/{NODES} nodes are available: {NODES} No preemption victims found for incoming pod.."
+    );
+    eventually(
+        "greedy Unschedulable: Insufficient cpu",
+        DEADLINE,
+        || async {
+            let p = state.object("pods", NS, "greedy").ok_or("no pod")?;
+            let scheduled = p["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled").cloned())
+                .ok_or_else(|| format!("no PodScheduled: {}", p["status"]))?;
+            match (
+                &scheduled["reason"],
+                &scheduled["message"],
+                &p["spec"]["nodeName"],
+            ) {
+                (r, m, n) if r == "Unschedulable" && *m == want.as_str() && n.is_null() => Ok(()),
+                _ => Err(format!("{scheduled} nodeName {}", p["spec"]["nodeName"])),
+            }
+        },
+    )
+    .await;
+    pods.delete("greedy", &Default::default())
+        .await
+        .expect("delete greedy");
+
+    // A pod pinned to each node runs there and is Ready.
     for (i, node) in names.iter().enumerate() {
         let pod = serde_json::from_value(pod_yaml(&format!("pinned-{i}"), node)).unwrap();
         pods.create(&Default::default(), &pod)
