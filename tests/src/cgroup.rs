@@ -109,7 +109,35 @@ fn tree_under(hierarchy: &Path, cgroup: &Path) -> Vec<PathBuf> {
 /// first: a test that removes its pods through the runtime, behind pod-sync's back, leaves
 /// the pod cgroups pod-sync would have removed.
 pub fn remove_pod(uid: &str) {
-    let roots: Vec<PathBuf> = if is_v2() {
+    for root in hierarchies() {
+        for qos in ["", "burstable/", "besteffort/"] {
+            remove_under(&root, &format!("kubepods/{qos}pod{uid}"));
+        }
+    }
+}
+
+/// Removes a cgroup and every cgroup below it, deepest first, in every hierarchy (a test
+/// node's own `cgroupRoot`).
+pub fn remove(cgroup: &str) {
+    for root in hierarchies() {
+        remove_under(&root, cgroup.trim_start_matches('/'));
+    }
+}
+
+fn remove_under(root: &Path, cgroup: &str) {
+    let Ok(relative) = root.join(cgroup).strip_prefix(ROOT).map(Path::to_path_buf) else {
+        return;
+    };
+    let mut dirs = tree_under(Path::new(ROOT), &relative);
+    dirs.reverse();
+    for dir in dirs {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// The hierarchies' roots: the unified tree, or each v1 controller's.
+fn hierarchies() -> Vec<PathBuf> {
+    if is_v2() {
         vec![PathBuf::from(ROOT)]
     } else {
         std::fs::read_dir(ROOT)
@@ -121,18 +149,5 @@ pub fn remove_pod(uid: &str) {
                     .collect()
             })
             .unwrap_or_default()
-    };
-    for root in roots {
-        for qos in ["", "burstable/", "besteffort/"] {
-            let pod = root.join(format!("kubepods/{qos}pod{uid}"));
-            let Ok(relative) = pod.strip_prefix(ROOT) else {
-                continue;
-            };
-            let mut dirs = tree_under(Path::new(ROOT), relative);
-            dirs.reverse();
-            for dir in dirs {
-                let _ = std::fs::remove_dir(dir);
-            }
-        }
     }
 }

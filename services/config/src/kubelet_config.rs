@@ -141,6 +141,11 @@ pub struct KubeletConfiguration {
     /// agent and the runtime, and for the system: taken out of the node's allocatable.
     pub kube_reserved: BTreeMap<String, String>,
     pub system_reserved: BTreeMap<String, String>,
+    /// Where node allocatable is enforced (upstream's default `["pods"]`): with `pods`, the
+    /// `kubepods` cgroup is limited to capacity less kubeReserved and systemReserved, else to
+    /// capacity. `system-reserved` and `kube-reserved` (limits on the cgroups
+    /// systemReservedCgroup and kubeReservedCgroup name) are accepted and not enforced.
+    pub enforce_node_allocatable: Vec<String>,
     /// Image GC runs when the image filesystem is this full (percent; 100 disables it)...
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: i32,
@@ -329,6 +334,7 @@ impl Default for KubeletConfiguration {
             merge_default_eviction_settings: false,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
+            enforce_node_allocatable: vec!["pods".into()],
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
             image_minimum_gc_age: Duration::from_secs(120),
@@ -565,6 +571,21 @@ impl KubeletConfiguration {
         }
         if let Err(e) = crate::eviction::Thresholds::from_config(self) {
             errs.push(format!("invalid configuration: {e}"));
+        }
+        // Upstream's validation of enforceNodeAllocatable (its words); the cgroups
+        // `system-reserved` and `kube-reserved` need are not checked, as they are not
+        // enforced here.
+        for value in &self.enforce_node_allocatable {
+            match value.as_str() {
+                "pods" | "system-reserved" | "kube-reserved" => {}
+                "none" if self.enforce_node_allocatable.len() > 1 => errs.push(
+                    "invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified".into(),
+                ),
+                "none" => {}
+                other => errs.push(format!(
+                    "invalid configuration: option {other:?} specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\""
+                )),
+            }
         }
         for (name, reserved) in [
             ("kubeReserved", &self.kube_reserved),

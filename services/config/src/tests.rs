@@ -22,6 +22,7 @@ fn defaults_match_upstream() {
     assert_eq!(c.kubelet.sync_frequency, Duration::from_secs(60));
     assert_eq!(c.kubelet.file_check_frequency, Duration::from_secs(20));
     assert!(c.kubelet.cgroups_per_qos);
+    assert_eq!(c.kubelet.enforce_node_allocatable, vec!["pods".to_string()]);
     assert_eq!(c.node_name, "node-1");
     assert_eq!(
         c.endpoint(Service::Pleg).to_string(),
@@ -105,6 +106,15 @@ fn invalid_configs_are_refused_readably() {
         (
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerRuntimeEndpoint: tcp://x\n",
             "containerRuntimeEndpoint",
+        ),
+        // Upstream's validation words (pkg/kubelet/apis/config/validation).
+        (
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenforceNodeAllocatable: [pods, memory]\n",
+            "invalid configuration: option \"memory\" specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\"",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenforceNodeAllocatable: [none, pods]\n",
+            "may not contain additional enforcements when \"none\" is specified",
         ),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {

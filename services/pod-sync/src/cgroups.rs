@@ -170,6 +170,15 @@ impl PodCgroups {
         }
     }
 
+    /// Sets `kubepods` and the QoS tiers' cgroups ([`qos_cgroups`]), creating them where
+    /// missing (idempotent).
+    pub async fn ensure_qos(&self, tiers: &[(CgroupName, PodResources)]) -> Result<(), String> {
+        for (name, res) in tiers {
+            self.ensure(name, res, 0).await?;
+        }
+        Ok(())
+    }
+
     /// Removes the pod cgroup (missing is fine).
     pub async fn remove(&self, name: &CgroupName) -> Result<(), String> {
         match &self.systemd {
@@ -225,13 +234,99 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
     let guaranteed = qos == QosClass::Guaranteed;
     // A zero limit is no limit, as the runtime's cgroup managers read upstream's zero.
     PodResources {
-        cpu_shares: (cpu_request.saturating_mul(1024) / 1000).clamp(MIN_SHARES as i64, MAX_SHARES)
-            as u64,
+        cpu_shares: milli_cpu_to_shares(cpu_request),
         cpu_quota_us: (cpu_limit > 0 && (guaranteed || cpu.every_container))
             .then(|| (cpu_limit.saturating_mul(CFS_PERIOD_US) / 1000).max(MIN_QUOTA_US)),
         memory_limit_bytes: (memory_limit > 0 && (guaranteed || memory.every_container))
             .then_some(memory_limit),
     }
+}
+
+/// Upstream's `MilliCPUToShares`: 1024 shares a CPU, at least `MinShares` (also for no
+/// request at all), at most `MaxShares`.
+pub fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
+    (milli_cpu.saturating_mul(1024) / 1000).clamp(MIN_SHARES as i64, MAX_SHARES) as u64
+}
+
+/// What the `kubepods` cgroup is limited to: upstream's node allocatable (capacity less
+/// kubeReserved and systemReserved, without the eviction thresholds) where
+/// `enforceNodeAllocatable` has `pods`, else the capacity
+/// (node_container_manager_linux.go `createNodeAllocatableCgroups`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodsLimits {
+    pub cpu_millis: i64,
+    pub memory: i64,
+}
+
+impl PodsLimits {
+    pub fn of_this_node(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
+        let capacity = std::collections::BTreeMap::from([
+            (
+                "cpu".to_string(),
+                nodeagent_config::machine::cpus() as u64 * 1000,
+            ),
+            (
+                "memory".to_string(),
+                nodeagent_config::machine::memory_bytes(),
+            ),
+        ]);
+        let limits = if kubelet.enforce_node_allocatable.iter().any(|e| e == "pods") {
+            nodeagent_config::eviction::allocatable(
+                &capacity,
+                kubelet,
+                &nodeagent_config::eviction::Thresholds::default(),
+            )
+        } else {
+            capacity
+        };
+        let get = |k: &str| limits.get(k).copied().unwrap_or(0) as i64;
+        Self {
+            cpu_millis: get("cpu"),
+            memory: get("memory"),
+        }
+    }
+}
+
+/// `kubepods` and its QoS tiers as upstream's container manager sets them: `kubepods`
+/// gets the shares of [`PodsLimits`]'s CPU and its memory as the limit
+/// (`getCgroupConfig`); `besteffort` always `MinShares`, `burstable` the shares of the
+/// CPU its pods request together (qos_container_manager_linux.go `setCPUCgroupConfig`,
+/// over the active pods). Memory QoS (`QOSReserved`, alpha) is not done.
+pub fn qos_cgroups<'a>(
+    cgroup_root: &str,
+    limits: PodsLimits,
+    active: impl IntoIterator<Item = &'a Pod>,
+) -> Vec<(CgroupName, PodResources)> {
+    let burstable_cpu: i64 = active
+        .into_iter()
+        .filter(|p| qos_class(p) == QosClass::Burstable)
+        .map(|p| crate::admission::requests(p).cpu_millis)
+        .sum();
+    let pods = cgroup_name::pods_cgroup_name(cgroup_root);
+    vec![
+        (
+            pods.clone(),
+            PodResources {
+                cpu_shares: milli_cpu_to_shares(limits.cpu_millis),
+                cpu_quota_us: None,
+                memory_limit_bytes: (limits.memory > 0).then_some(limits.memory),
+            },
+        ),
+        (
+            pods.child(&["burstable"]),
+            PodResources {
+                cpu_shares: milli_cpu_to_shares(burstable_cpu),
+                ..Default::default()
+            },
+        ),
+        (
+            pods.child(&["besteffort"]),
+            PodResources {
+                cpu_shares: MIN_SHARES,
+                ..Default::default()
+            },
+        ),
+    ]
 }
 
 /// cgroup v2's CPU weight for v1 shares (runc's `ConvertCPUSharesToCgroupV2Value`).

@@ -361,6 +361,9 @@ async fn housekeep(sync: &Arc<PodSync>) {
     for uid in orphans {
         sync.trigger(&uid);
     }
+    // The QoS tiers follow the pods that came and went (upstream: every minute and at
+    // each pod cgroup made; here whenever they changed).
+    sync.update_qos_cgroups().await;
     // Volumes left by a pod that is neither desired nor running (e.g. pod-sync died
     // between stopping a pod and releasing its volumes).
     let mut volume = sync.volume.clone();

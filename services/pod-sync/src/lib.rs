@@ -80,6 +80,13 @@ pub struct PodSync {
     delayed: Arc<workers::DelayedTriggers>,
     /// Makes and removes the pod cgroups with the configured driver.
     cgroups: cgroups::PodCgroups,
+    /// `kubepods` and the QoS tiers as last set (one update at a time).
+    qos_set: tokio::sync::Mutex<
+        Vec<(
+            nodeagent_config::cgroup_name::CgroupName,
+            cgroups::PodResources,
+        )>,
+    >,
     /// What the host can enforce of a pod's security context.
     host_security: security::HostSecurity,
     /// The API server, when the node is connected to one.
@@ -220,6 +227,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             memory_capacity: nodeagent_config::machine::memory_bytes(),
             seccomp_default: config.kubelet.seccomp_default,
             allocatable: admission::NodeResources::of_this_node(&config.kubelet, &config.root_dir),
+            pods_limits: cgroups::PodsLimits::of_this_node(&config.kubelet),
         },
         state: Mutex::new(State {
             readiness: saved.ready,
@@ -231,6 +239,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         status_tx,
         delayed: Default::default(),
         cgroups,
+        qos_set: Default::default(),
         host_security: security::HostSecurity::detect(
             config.kubelet.allowed_unsafe_sysctls.clone(),
         ),

@@ -43,6 +43,8 @@ pub struct NodeContext {
     pub seccomp_default: bool,
     /// What pods are admitted against: `maxPods` and allocatable cpu and memory.
     pub allocatable: crate::admission::NodeResources,
+    /// What the `kubepods` cgroup is limited to (`enforceNodeAllocatable`).
+    pub pods_limits: crate::cgroups::PodsLimits,
 }
 
 #[cfg(test)]
@@ -69,6 +71,10 @@ impl NodeContext {
                 cpu_millis: 2000,
                 memory: 4 << 30,
                 ephemeral_storage: 100 << 30,
+            },
+            pods_limits: crate::cgroups::PodsLimits {
+                cpu_millis: 2000,
+                memory: 4 << 30,
             },
         }
     }

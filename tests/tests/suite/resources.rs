@@ -2,7 +2,8 @@
 //! container's `oom_score_adj` by QoS class (read from inside the container; Burstable by
 //! its memory request against this machine's MemTotal, a sidecar no higher than its
 //! regular container), the sandbox's pause process at containerd's -998, and a pod cgroup
-//! whose memory limit counts an init container bigger than the app. An HTTP readiness
+//! whose memory limit counts an init container bigger than the app; `kubepods` and the
+//! QoS tiers' shares and limits. An HTTP readiness
 //! probe redirected to another host is a success with a ProbeWarning event.
 
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -311,6 +312,130 @@ async fn oom_score_adj_by_qos_and_a_pod_cgroup_sized_for_its_init_container() {
         "{relative}"
     );
     node.stop().await;
+}
+
+/// Upstream's `MilliCPUToShares`.
+fn shares(milli_cpu: i64) -> u64 {
+    (milli_cpu * 1024 / 1000).clamp(2, 262_144) as u64
+}
+
+/// `kubepods` and its QoS tiers as upstream's container manager sets them, on a node with
+/// a `cgroupRoot` of its own (other nodes of the suite share `/kubepods`): `kubepods` the
+/// shares of node allocatable's CPU and its memory as the limit, capacity less
+/// kubeReserved and systemReserved and not less the eviction threshold
+/// (node_container_manager_linux.go `getNodeAllocatableAbsolute`, as the e2e
+/// node_container_manager_test expects of `kubepods`); `besteffort` 2 shares; `burstable`
+/// the shares of what its pods request together (qos_container_manager_linux.go
+/// `setCPUCgroupConfig`), following a Burstable pod that goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubepods_and_the_qos_tiers_get_upstreams_shares_and_allocatable() {
+    if !require_runtime("the QoS tiers") {
+        return;
+    }
+    let root = format!("nodeagent-qos-{}", std::process::id());
+    let node = Node::start(
+        "qos-tiers",
+        NodeOptions {
+            extra_config: format!(
+                "cgroupRoot: /{root}\nkubeReserved:\n  cpu: 200m\n  memory: 64Mi\nsystemReserved:\n  memory: 32Mi\n"
+            ),
+            ..NodeOptions::default()
+        },
+    )
+    .await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let pods = [
+        (
+            "burstable",
+            json!({"requests": {"cpu": "250m", "memory": "16Mi"}}),
+        ),
+        ("besteffort", json!({})),
+        (
+            "guaranteed",
+            json!({"limits": {"cpu": "100m", "memory": "32Mi"}}),
+        ),
+    ];
+    for (name, resources) in &pods {
+        node.write_manifest(
+            &format!("{name}.yaml"),
+            &manifest(
+                name,
+                &out,
+                vec![],
+                vec![reporter(name, "app", resources.clone())],
+            ),
+        );
+    }
+    for (name, _) in &pods {
+        node.running_container(name, "app", DEADLINE).await;
+    }
+    let kubepods = format!("{root}/kubepods");
+    let cpus = nodeagent_config::machine::cpus() as i64 * 1000;
+    let memory = nodeagent_config::machine::memory_bytes() as i64;
+    let tier_shares = |tier: &str, want: u64| {
+        let cgroup = if tier.is_empty() {
+            kubepods.clone()
+        } else {
+            format!("{kubepods}/{tier}")
+        };
+        move || {
+            let cgroup = cgroup.clone();
+            async move {
+                match cgroup::cpu_weight_matches_shares(&cgroup, want) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(format!("{cgroup}: not the weight of {want} shares")),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    };
+    eventually(
+        "kubepods' shares",
+        DEADLINE,
+        tier_shares("", shares(cpus - 200)),
+    )
+    .await;
+    assert_eq!(
+        cgroup::memory_limit(&kubepods).unwrap(),
+        Some(memory - 96 * MI),
+        "{kubepods}"
+    );
+    eventually(
+        "burstable's shares",
+        DEADLINE,
+        tier_shares("burstable", shares(250)),
+    )
+    .await;
+    eventually(
+        "besteffort's shares",
+        DEADLINE,
+        tier_shares("besteffort", 2),
+    )
+    .await;
+    // The pods sit under the tiers.
+    let uid_of = |name: &'static str| {
+        let node = &node;
+        async move {
+            let p = eventually(&format!("{name} listed"), DEADLINE, || node.pod(name)).await;
+            p["metadata"]["uid"].as_str().unwrap().to_string()
+        }
+    };
+    let burstable_uid = uid_of("burstable").await;
+    assert!(
+        cgroup::cpu_weight_matches_shares(&format!("{kubepods}/burstable/pod{burstable_uid}"), 256)
+            .unwrap()
+    );
+    // The Burstable pod goes: its tier is back to no request at all (MinShares).
+    node.remove_manifest("burstable.yaml");
+    eventually(
+        "burstable's shares once its pod is gone",
+        DEADLINE,
+        tier_shares("burstable", 2),
+    )
+    .await;
+    node.stop().await;
+    cgroup::remove(&root);
 }
 
 /// busybox httpd answering /cgi-bin/away with a redirect to another host (a CGI script's

@@ -351,3 +351,91 @@ fn removal_walks_every_hierarchy() {
     assert!(fs.path().join("memory/kubepods/besteffort").exists());
     remove_pod_cgroup(fs.path(), "/kubepods/besteffort/podu1").unwrap();
 }
+
+/// `kubepods` and the tiers for upstream's `activeTestPods`
+/// (pkg/kubelet/cm/qos_container_manager_linux_test.go: a Guaranteed pod of 1 CPU, a
+/// Burstable one requesting 1 CPU with a limit of 2, another requesting 2), as
+/// `setCPUCgroupConfig` and `getCgroupConfig` set them: burstable the shares of the 3
+/// CPUs its pods request (3072), besteffort `MinShares`, `kubepods` the shares and memory
+/// of what it is limited to. Under a root of its own (`cgroupRoot: /r`).
+#[test]
+fn qos_tiers_for_upstreams_active_test_pods() {
+    let guaranteed = pod(serde_json::json!({
+        "requests": {"memory": "128Mi", "cpu": "1"}, "limits": {"memory": "128Mi", "cpu": "1"}}));
+    let burstable1 = pod(serde_json::json!({
+        "requests": {"memory": "128Mi", "cpu": "1"}, "limits": {"memory": "256Mi", "cpu": "2"}}));
+    let burstable2 = pod(serde_json::json!({"requests": {"memory": "256Mi", "cpu": "2"}}));
+    let best_effort = pod(serde_json::json!({}));
+    let limits = PodsLimits {
+        cpu_millis: 1500,
+        memory: 3 << 30,
+    };
+    let tiers = qos_cgroups(
+        "/r",
+        limits,
+        [&guaranteed, &burstable1, &burstable2, &best_effort],
+    );
+    let by_name: Vec<(String, PodResources)> = tiers
+        .into_iter()
+        .map(|(n, r)| (n.to_cgroupfs(), r))
+        .collect();
+    assert_eq!(
+        by_name,
+        vec![
+            (
+                "/r/kubepods".to_string(),
+                PodResources {
+                    cpu_shares: 1536,
+                    cpu_quota_us: None,
+                    memory_limit_bytes: Some(3 << 30),
+                }
+            ),
+            (
+                "/r/kubepods/burstable".to_string(),
+                PodResources {
+                    cpu_shares: 3072,
+                    ..Default::default()
+                }
+            ),
+            (
+                "/r/kubepods/besteffort".to_string(),
+                PodResources {
+                    cpu_shares: 2,
+                    ..Default::default()
+                }
+            ),
+        ]
+    );
+    // No Burstable pod: MilliCPUToShares(0) is MinShares, as upstream's.
+    let none = qos_cgroups("/", limits, [&guaranteed]);
+    assert_eq!(none[1].0.to_cgroupfs(), "/kubepods/burstable");
+    assert_eq!(none[1].1.cpu_shares, 2);
+    assert_eq!(milli_cpu_to_shares(0), 2);
+    assert_eq!(milli_cpu_to_shares(1), 2);
+    assert_eq!(milli_cpu_to_shares(250), 256);
+    assert_eq!(milli_cpu_to_shares(i64::MAX), 262_144);
+}
+
+/// `enforceNodeAllocatable: [pods]` (the default) limits `kubepods` to capacity less the
+/// reservations, and not less the eviction threshold (upstream's
+/// `getNodeAllocatableAbsolute`); without `pods` it gets the capacity.
+#[test]
+fn kubepods_is_allocatable_less_reservations_only_where_enforced() {
+    let mut kubelet = nodeagent_config::KubeletConfiguration::default();
+    kubelet.kube_reserved.insert("cpu".into(), "500m".into());
+    kubelet
+        .system_reserved
+        .insert("memory".into(), "1Gi".into());
+    kubelet.eviction_hard = Some(std::collections::BTreeMap::from([(
+        "memory.available".to_string(),
+        "2Gi".to_string(),
+    )]));
+    let enforced = PodsLimits::of_this_node(&kubelet);
+    let cpus = nodeagent_config::machine::cpus() as i64 * 1000;
+    let memory = nodeagent_config::machine::memory_bytes() as i64;
+    assert_eq!(enforced.cpu_millis, cpus - 500);
+    assert_eq!(enforced.memory, memory - (1 << 30));
+    kubelet.enforce_node_allocatable = vec!["none".into()];
+    let capacity = PodsLimits::of_this_node(&kubelet);
+    assert_eq!((capacity.cpu_millis, capacity.memory), (cpus, memory));
+}

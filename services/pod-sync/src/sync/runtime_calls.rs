@@ -4,6 +4,48 @@
 use super::*;
 
 impl PodSync {
+    /// Sets `kubepods` and the QoS tiers (`cgroups::qos_cgroups`) for the active pods (the
+    /// admitted desired ones and those still terminating), when that changed since the
+    /// last time; a failure is logged and retried at the next housekeeping, and a pod
+    /// starts anyway, as upstream's syncPod goes on.
+    pub(crate) async fn update_qos_cgroups(&self) {
+        if !self.node.cgroups_per_qos {
+            return;
+        }
+        let mut set = self.qos_set.lock().await;
+        let tiers = {
+            let st = self.lock();
+            let mut active: HashMap<&str, &Pod> = st
+                .desired
+                .iter()
+                .filter(|(uid, _)| st.admitted.contains(*uid))
+                .map(|(uid, p)| (uid.as_str(), p))
+                .collect();
+            for (uid, p) in &st.terminating {
+                active.entry(uid.as_str()).or_insert(p);
+            }
+            crate::cgroups::qos_cgroups(
+                &self.node.cgroup_root,
+                self.node.pods_limits,
+                active.into_values(),
+            )
+        };
+        if *set == tiers {
+            return;
+        }
+        match self.cgroups.ensure_qos(&tiers).await {
+            Ok(()) => {
+                let shares: Vec<String> = tiers
+                    .iter()
+                    .map(|(n, r)| format!("{}={}", n.path(self.node.cgroup_driver), r.cpu_shares))
+                    .collect();
+                tracing::debug!(shares = ?shares, "QoS cgroups set");
+                *set = tiers;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot set the QoS cgroups"),
+        }
+    }
+
     pub(crate) async fn ensure_volumes(
         &self,
         pod: &Pod,
@@ -36,6 +78,9 @@ impl PodSync {
         if let Some(name) =
             crate::cgroups::pod_cgroup_name(pod, self.node.cgroups_per_qos, &self.node.cgroup_root)
         {
+            // The tiers first, with this pod among the active ones (upstream's syncPod calls
+            // UpdateQOSCgroups before it makes a pod cgroup).
+            self.update_qos_cgroups().await;
             let res = crate::cgroups::pod_resources(pod);
             self.cgroups
                 .ensure(&name, &res, self.node.pod_pids_limit)
