@@ -562,18 +562,23 @@ async fn kubectl_apply_validates_fields_on_the_server_and_configures_in_place() 
         "a refused pod was stored"
     );
 
-    let out = kubectl
-        .run_with_input(&["apply", "-f", "-"], &spec("", ""))
-        .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("pod/{pod} created\n")
-    );
+    // `kubectl apply -f -` of `yaml` succeeds and says `pod/<name> <verb>`.
+    let applied = |yaml: String, verb: &'static str| {
+        let (kubectl, pod) = (&kubectl, &pod);
+        async move {
+            let out = kubectl.run_with_input(&["apply", "-f", "-"], &yaml).await;
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                format!("pod/{pod} {verb}\n")
+            );
+        }
+    };
+    applied(spec("", ""), "created").await;
     kubectl.wait_running(&pod).await;
     let id_of = || async {
         kubectl
@@ -589,19 +594,7 @@ async fn kubectl_apply_validates_fields_on_the_server_and_configures_in_place() 
     let first = id_of().await;
 
     // A label changed in the file: a strategic merge patch, the pod kept.
-    let labelled = spec("  labels:\n    tier: web\n", "");
-    let out = kubectl
-        .run_with_input(&["apply", "-f", "-"], &labelled)
-        .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("pod/{pod} configured\n")
-    );
+    applied(spec("  labels:\n    tier: web\n", ""), "configured").await;
     let tier = kubectl
         .ok(&["get", "pod", &pod, "-o", "jsonpath={.metadata.labels.tier}"])
         .await;
