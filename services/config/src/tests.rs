@@ -107,10 +107,11 @@ fn invalid_configs_are_refused_readably() {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerRuntimeEndpoint: tcp://x\n",
             "containerRuntimeEndpoint",
         ),
-        // Upstream's validation words (pkg/kubelet/apis/config/validation).
+        // Upstream's rows (pkg/kubelet/apis/config/validation/validation_test.go,
+        // "invalid EnforceNodeAllocatable" and the "none" one), their words.
         (
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenforceNodeAllocatable: [pods, memory]\n",
-            "invalid configuration: option \"memory\" specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\"",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenforceNodeAllocatable: [invalid-enforce-node-allocatable]\n",
+            "invalid configuration: option \"invalid-enforce-node-allocatable\" specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\"",
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenforceNodeAllocatable: [none, pods]\n",
