@@ -268,7 +268,6 @@ pub fn openapi_document(path: &str) -> Option<Response> {
 
 fn group_versions() -> Vec<&'static str> {
     let mut gvs: Vec<&str> = RESOURCES.iter().map(|r| r.2).collect();
-    gvs.dedup();
     gvs.sort();
     gvs.dedup();
     gvs

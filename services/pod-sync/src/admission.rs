@@ -37,20 +37,11 @@ impl NodeResources {
         } else {
             std::path::Path::new("/")
         };
-        let capacity = std::collections::BTreeMap::from([
-            (
-                "cpu".to_string(),
-                nodeagent_config::machine::cpus() as u64 * 1000,
-            ),
-            (
-                "memory".to_string(),
-                nodeagent_config::machine::memory_bytes(),
-            ),
-            (
-                "ephemeral-storage".to_string(),
-                nodeagent_config::machine::statvfs(fs).map_or(0, |s| s.capacity),
-            ),
-        ]);
+        let mut capacity = cpu_and_memory_capacity();
+        capacity.insert(
+            "ephemeral-storage".to_string(),
+            nodeagent_config::machine::statvfs(fs).map_or(0, |s| s.capacity),
+        );
         let thresholds =
             nodeagent_config::eviction::Thresholds::from_config(kubelet).unwrap_or_default();
         let allocatable = nodeagent_config::eviction::allocatable(&capacity, kubelet, &thresholds);
@@ -62,6 +53,20 @@ impl NodeResources {
             ephemeral_storage: get("ephemeral-storage"),
         }
     }
+}
+
+/// This machine's cpu (millicores) and memory (bytes), as capacity lists them.
+pub fn cpu_and_memory_capacity() -> std::collections::BTreeMap<String, u64> {
+    std::collections::BTreeMap::from([
+        (
+            "cpu".to_string(),
+            nodeagent_config::machine::cpus() as u64 * 1000,
+        ),
+        (
+            "memory".to_string(),
+            nodeagent_config::machine::memory_bytes(),
+        ),
+    ])
 }
 
 /// A pod's requests as upstream's `PodRequests` counts them (init containers and sidecars

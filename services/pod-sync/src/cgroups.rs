@@ -260,16 +260,7 @@ pub struct PodsLimits {
 
 impl PodsLimits {
     pub fn of_this_node(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
-        let capacity = std::collections::BTreeMap::from([
-            (
-                "cpu".to_string(),
-                nodeagent_config::machine::cpus() as u64 * 1000,
-            ),
-            (
-                "memory".to_string(),
-                nodeagent_config::machine::memory_bytes(),
-            ),
-        ]);
+        let capacity = crate::admission::cpu_and_memory_capacity();
         let limits = if kubelet.enforce_node_allocatable.iter().any(|e| e == "pods") {
             nodeagent_config::eviction::allocatable(
                 &capacity,
