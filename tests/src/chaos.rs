@@ -203,6 +203,10 @@ pub struct Violation {
     pub what: String,
 }
 
+/// How long before a `/pods` poll began a kill noted for it may count as the poll's
+/// cause: the kill is noted, then the signal is sent, then the process dies.
+const KILL_NOTE_SLACK: Duration = Duration::from_millis(100);
+
 /// The test's own records: what it wants, and what each view showed over time.
 #[derive(Default)]
 pub struct Records {
@@ -221,8 +225,14 @@ pub struct Records {
     pub observations: BTreeMap<&'static str, u64>,
     /// `/pods` polls made, answered or not.
     pub polls: u64,
-    /// When and why a `/pods` poll got no list.
+    /// When and why a `/pods` poll got no list (other than [`Records::lost_in_flight`]).
     pub unanswered: Vec<String>,
+    /// `/pods` polls whose connection broke without an answer while an http-server
+    /// instance was SIGKILLed: the request that instance held died with it (a SIGKILL
+    /// allows no drain, and no other process has the connection).
+    pub lost_in_flight: Vec<String>,
+    /// When an http-server instance was SIGKILLed.
+    pub api_kills: Vec<Duration>,
     /// `/pods` answers that listed fewer pods than the last complete answer while the
     /// test wanted no fewer (a half-empty list), with what they lacked.
     pub half_empty: Vec<String>,
@@ -232,6 +242,30 @@ pub struct Records {
 impl Records {
     fn elapsed(&self) -> Duration {
         self.started.map(|s| s.elapsed()).unwrap_or_default()
+    }
+
+    /// Notes that an http-server instance is about to be SIGKILLed.
+    pub fn note_api_kill(&mut self) {
+        let now = self.elapsed();
+        self.api_kills.push(now);
+    }
+
+    /// Starts the API's availability count afresh.
+    pub fn reset_availability(&mut self) {
+        self.polls = 0;
+        self.unavailable.remove("/pods");
+        self.unanswered.clear();
+        self.lost_in_flight.clear();
+        self.api_kills.clear();
+    }
+
+    /// A `/pods` poll made from `from` to `to` got no answer because its connection broke:
+    /// whether an http-server instance was killed meanwhile (the kill is noted just before
+    /// the signal, so one noted up to [`KILL_NOTE_SLACK`] before the poll also counts).
+    fn killed_during(&self, from: Duration, to: Duration) -> bool {
+        self.api_kills
+            .iter()
+            .any(|&k| k + KILL_NOTE_SLACK >= from && k <= to)
     }
 
     /// A pod is wanted if the test wants its name at its generation.
@@ -471,8 +505,12 @@ pub fn follow_views(node: &Node, records: &SharedRecords, poll: Duration) -> Vie
 /// Polls `/pods` every `period` for as long as the task lives and records what it shows.
 pub async fn follow_pods_endpoint(port: u16, records: SharedRecords, period: Duration) {
     loop {
-        records.lock().unwrap().polls += 1;
-        match crate::http_get(port, "/pods").await {
+        let from = {
+            let mut r = records.lock().unwrap();
+            r.polls += 1;
+            r.elapsed()
+        };
+        match crate::http::get(port, "/pods").await {
             Ok((200, body)) => {
                 if let Ok(list) = serde_json::from_str::<Value>(&body) {
                     let pods: Vec<PodView> = list["items"]
@@ -502,13 +540,22 @@ pub async fn follow_pods_endpoint(port: u16, records: SharedRecords, period: Dur
             }
             other => {
                 let mut r = records.lock().unwrap();
-                *r.unavailable.entry("/pods").or_default() += 1;
-                let at = r.elapsed().as_secs_f64();
-                let why = match other {
-                    Ok((code, body)) => format!("{code}: {}", body.trim()),
-                    Err(e) => e,
-                };
-                r.unanswered.push(format!("{at:.1}s {why}"));
+                let to = r.elapsed();
+                let at = format!("{:.2}s-{:.2}s", from.as_secs_f64(), to.as_secs_f64());
+                match other {
+                    // Connected, then cut off without an answer, while an instance died.
+                    Err(crate::HttpError::Broken(e)) if r.killed_during(from, to) => {
+                        r.lost_in_flight.push(format!("{at} {e}"));
+                    }
+                    other => {
+                        *r.unavailable.entry("/pods").or_default() += 1;
+                        let why = match other {
+                            Ok((code, body)) => format!("{code}: {}", body.trim()),
+                            Err(e) => e.to_string(),
+                        };
+                        r.unanswered.push(format!("{at} {why}"));
+                    }
+                }
             }
         }
         tokio::time::sleep(period).await;
@@ -746,5 +793,18 @@ mod tests {
         assert_eq!(a, b);
         let (p50, p99, max) = percentiles(&[Duration::from_secs(1), Duration::from_secs(3)]);
         assert!(p50 >= 1.0 && p99 <= 3.0 && max == 3.0);
+    }
+
+    #[test]
+    fn a_poll_is_lost_in_flight_only_when_a_kill_fell_within_it() {
+        let ms = Duration::from_millis;
+        let r = Records {
+            api_kills: vec![ms(5000)],
+            ..Records::default()
+        };
+        assert!(r.killed_during(ms(4000), ms(6000)));
+        assert!(r.killed_during(ms(5050), ms(5500)), "noted just before the poll");
+        assert!(!r.killed_during(ms(5200), ms(5500)), "began well after the kill");
+        assert!(!r.killed_during(ms(3000), ms(4900)), "ended before the kill");
     }
 }

@@ -33,7 +33,7 @@ pub mod spdy;
 mod status;
 pub mod websocket;
 
-pub use http::http_get;
+pub use http::{HttpError, http_get};
 pub use node::{Node, NodeOptions, binary, free_port, require_runtime, rss_kib, wait_serving};
 pub use status::{container_status, is_running, ready_results};
 

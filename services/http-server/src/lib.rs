@@ -6,6 +6,8 @@
 
 pub mod cli;
 
+mod last_pods;
+
 pub mod auth;
 mod health;
 pub mod listener;
@@ -28,6 +30,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use health::{HealthReport, check_all};
+pub use last_pods::{FIRST_LIST_WAIT, LAST_PODS_MAX_AGE, LastPods};
 
 pub struct AppState {
     pub config: Config,
@@ -44,61 +47,7 @@ pub struct AppState {
     /// Exec, attach, port-forward and log-follow streams open at once.
     pub streams: streaming::StreamLimit,
     /// The last complete pod list pod-sync gave, served (marked) while pod-sync restarts.
-    pub last_pods: LastPods,
-}
-
-/// How long after pod-sync last answered `/pods` still serves its last complete list.
-/// A restarted pod-sync serves again within its status gate (45 s at most); past this the
-/// list is too old to stand for the node, and `/pods` answers 503.
-pub const LAST_PODS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long a `/pods` request waits, when pod-sync is away and this instance has no list
-/// of its own yet (it started while pod-sync restarts: both killed at once), for its
-/// follower's first complete list before answering 503. It covers pod-sync's restart and
-/// its status gate while probe answers (`STATUS_GATE_MAX`, 15 s); a caller would otherwise
-/// see this instance alone fail while another instance sharing the port answers.
-pub const FIRST_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
-
-/// pod-sync's last complete pod list and when it was had: kept current by
-/// [`follow_pod_statuses`], which holds pod-sync's status stream open, so the list is as
-/// new as pod-sync's last word before it went away (not as old as the last `/pods` request
-/// this instance happened to serve, which with several instances sharing the port may be
-/// minutes old and lack pods that run).
-pub struct LastPods(tokio::sync::watch::Sender<Option<(Vec<Vec<u8>>, std::time::Instant)>>);
-
-impl Default for LastPods {
-    fn default() -> Self {
-        Self(tokio::sync::watch::Sender::new(None))
-    }
-}
-
-/// Whether a list had at `at` may still stand for the node.
-fn young(at: &std::time::Instant) -> bool {
-    at.elapsed() < LAST_PODS_MAX_AGE
-}
-
-impl LastPods {
-    fn keep(&self, pods: Vec<Vec<u8>>) {
-        self.0.send_replace(Some((pods, std::time::Instant::now())));
-    }
-
-    /// The last list and its age, if it is younger than [`LAST_PODS_MAX_AGE`].
-    fn recent(&self) -> Option<(Vec<Vec<u8>>, std::time::Duration)> {
-        let last = self.0.borrow();
-        let (pods, at) = last.as_ref()?;
-        young(at).then(|| (pods.clone(), at.elapsed()))
-    }
-
-    /// The next list young enough to serve, waiting up to `within` for one.
-    async fn next_within(&self, within: std::time::Duration) -> Option<Vec<Vec<u8>>> {
-        let mut changes = self.0.subscribe();
-        let wanted = |v: &Option<(Vec<Vec<u8>>, std::time::Instant)>| {
-            v.as_ref().is_some_and(|(_, at)| young(at))
-        };
-        let got = tokio::time::timeout(within, changes.wait_for(wanted)).await;
-        let got = got.ok()?.ok()?;
-        (*got).as_ref().map(|(pods, _)| pods.clone())
-    }
+    pub last_pods: Arc<LastPods>,
 }
 
 /// The handlers the read-only port serves (upstream's default handlers, no debugging
@@ -189,7 +138,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = Arc::new(AppState {
         client_ca: tls.as_ref().and_then(|t| t.client_ca.clone()),
         streams: streaming::StreamLimit::default(),
-        last_pods: LastPods::default(),
+        last_pods: Arc::new(LastPods::new(Some(last_pods::file(&config.root_dir)))),
         pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()).with_limits(),
         peers,
         cri,
@@ -204,6 +153,16 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         )?,
     });
     let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (persist, stop) = (state.last_pods.clone().persist(), shutdown.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = persist => {}
+                _ = stop.wait() => {}
+            }
+            Ok(())
+        });
+    }
     {
         let (client, state, stop) = (state.pod_sync.clone(), state.clone(), shutdown.clone());
         tasks.spawn(async move {
@@ -422,13 +381,17 @@ async fn follow_pod_statuses(client: PodSyncClient<Channel>, state: Arc<AppState
                     Err(_) => break,
                 }
             }
+            if have_snapshot {
+                state.last_pods.touch();
+            }
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 
 /// `/pods`: pod-sync's complete list. While pod-sync restarts (its status stream refused
-/// or its gate shut), the last complete list it gave, up to [`LAST_PODS_MAX_AGE`] old,
+/// or its gate shut), the last complete list it gave (this instance's, else the one the
+/// instances keep on disk, see [`last_pods`]), up to [`LAST_PODS_MAX_AGE`] old,
 /// marked with a `Warning` header (as the API server marks a response, and kubectl shows
 /// it); with none, the first one pod-sync gives within [`FIRST_LIST_WAIT`]; never a
 /// half-empty list.
