@@ -803,8 +803,17 @@ mod tests {
             ..Records::default()
         };
         assert!(r.killed_during(ms(4000), ms(6000)));
-        assert!(r.killed_during(ms(5050), ms(5500)), "noted just before the poll");
-        assert!(!r.killed_during(ms(5200), ms(5500)), "began well after the kill");
-        assert!(!r.killed_during(ms(3000), ms(4900)), "ended before the kill");
+        assert!(
+            r.killed_during(ms(5050), ms(5500)),
+            "noted just before the poll"
+        );
+        assert!(
+            !r.killed_during(ms(5200), ms(5500)),
+            "began well after the kill"
+        );
+        assert!(
+            !r.killed_during(ms(3000), ms(4900)),
+            "ended before the kill"
+        );
     }
 }
