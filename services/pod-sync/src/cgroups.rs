@@ -153,8 +153,19 @@ impl PodCgroups {
         Ok(Self { fs, systemd })
     }
 
-    /// Creates the pod cgroup with its limits (idempotent).
+    /// Creates the pod cgroup with its limits (idempotent): a `create` of upstream's
+    /// `kubelet_cgroup_manager_duration_seconds`.
     pub async fn ensure(
+        &self,
+        name: &CgroupName,
+        res: &PodResources,
+        pids_limit: i64,
+    ) -> Result<(), String> {
+        timed("create", self.apply(name, res, pids_limit)).await
+    }
+
+    /// Makes `name` (where missing) and sets its limits.
+    async fn apply(
         &self,
         name: &CgroupName,
         res: &PodResources,
@@ -172,20 +183,37 @@ impl PodCgroups {
 
     /// Sets `kubepods` and the QoS tiers' cgroups ([`qos_cgroups`]), creating them where
     /// missing (idempotent).
+    /// Each is an `update` (upstream's QoS container manager updates the tiers through
+    /// its cgroup manager's Update).
     pub async fn ensure_qos(&self, tiers: &[(CgroupName, PodResources)]) -> Result<(), String> {
         for (name, res) in tiers {
-            self.ensure(name, res, 0).await?;
+            timed("update", self.apply(name, res, 0)).await?;
         }
         Ok(())
     }
 
-    /// Removes the pod cgroup (missing is fine).
+    /// Removes the pod cgroup (missing is fine): a `destroy`.
     pub async fn remove(&self, name: &CgroupName) -> Result<(), String> {
-        match &self.systemd {
-            Some(slices) => slices.remove(name).await,
-            None => remove_pod_cgroup(&self.fs, &name.to_cgroupfs()),
-        }
+        timed("destroy", async {
+            match &self.systemd {
+                Some(slices) => slices.remove(name).await,
+                None => remove_pod_cgroup(&self.fs, &name.to_cgroupfs()),
+            }
+        })
+        .await
     }
+}
+
+/// Runs a cgroup manager operation and records its duration under `operation` (upstream
+/// records failed ones too).
+async fn timed<T>(operation: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = work.await;
+    nodeagent_telemetry::metrics::kubelet::record_cgroup_operation(
+        operation,
+        started.elapsed().as_secs_f64(),
+    );
+    out
 }
 
 /// Pod-level limits (upstream `ResourceConfigForPod`): CPU shares from the pod's requests,

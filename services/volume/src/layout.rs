@@ -126,80 +126,108 @@ impl PodVolumeLayout {
             out.paths.insert(v.name.clone(), PathBuf::new());
         }
         for v in volumes {
-            let path = if let Some(empty) = &v.empty_dir {
-                let dir = self.volume_dir(uid, EMPTY_DIR, &v.name)?;
-                std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
-                match empty.medium.as_deref().unwrap_or_default() {
-                    "" => {
-                        set_mode(&dir, 0o777)?;
-                        if let Some(over) = over_limit(&dir, empty) {
-                            out.over_limit.push((v.name.clone(), over.0, over.1));
-                        }
-                    }
-                    "Memory" => {
-                        let size = memory_size(pod, empty, &objects.node_allocatable);
-                        mount_tmpfs(&dir, size)?;
-                    }
-                    medium if medium.starts_with("HugePages") => {
-                        return Err(VolumeError::SetUp {
-                            name: v.name,
-                            reason: hugepages_refusal(),
-                        });
-                    }
-                    other => {
-                        return Err(VolumeError::SetUp {
-                            name: v.name,
-                            reason: format!("unknown storage medium {other:?}"),
-                        });
-                    }
-                }
-                if let Some(group) = fs_group(pod) {
-                    give_to_group(&dir, group)?;
-                }
-                dir.into_path_buf()
-            } else if let Some(host) = &v.host_path {
-                ensure_host_path(
-                    &v.name,
-                    &host.path,
-                    host.type_.as_deref().unwrap_or_default(),
-                )?
-            } else if let Some(plugin) = payload::plugin_dir(&v) {
-                let dir = self.volume_dir(uid, plugin, &v.name)?;
-                match self.fill(&v, plugin, &dir, pod, objects) {
-                    Ok(()) => {}
-                    // Set up before: keep what the containers see, report the failure.
-                    Err(reason) if dir.as_path().join(atomic_writer::DATA_DIR).exists() => {
-                        out.stale.push(
-                            VolumeError::SetUp {
-                                name: v.name.clone(),
-                                reason,
-                            }
-                            .to_string(),
-                        )
-                    }
-                    Err(reason) => {
-                        return Err(VolumeError::SetUp {
-                            name: v.name,
-                            reason,
-                        });
-                    }
-                }
-                dir.into_path_buf()
-            } else {
-                let kind = if v.persistent_volume_claim.is_some() {
-                    "persistentVolumeClaim"
-                } else if v.ephemeral.is_some() {
-                    "ephemeral"
-                } else if v.csi.is_some() {
-                    "csi"
-                } else {
-                    "this kind of"
-                };
-                return Err(VolumeError::Unsupported { name: v.name, kind });
-            };
-            out.paths.insert(v.name, path);
+            // Each volume's set-up is a `volume_mount` operation as upstream counts them
+            // (storage_operation_duration_seconds; a payload volume refilled on every pass,
+            // as upstream remounts configMap and secret volumes on every pod sync).
+            let plugin = plugin_name(&v);
+            let started = std::time::Instant::now();
+            let stale_before = out.stale.len();
+            let name = v.name.clone();
+            let result = self.set_up(v, uid, pod, objects, &mut out);
+            if let Some(plugin) = plugin {
+                let ok = result.is_ok() && out.stale.len() == stale_before;
+                nodeagent_telemetry::metrics::kubelet::record_storage_operation(
+                    &plugin,
+                    "volume_mount",
+                    started.elapsed().as_secs_f64(),
+                    ok,
+                );
+            }
+            out.paths.insert(name, result?);
         }
         Ok(out)
+    }
+
+    /// Sets up one volume of `pod`; its directory (or hostPath).
+    fn set_up(
+        &self,
+        v: k8s_openapi::api::core::v1::Volume,
+        uid: &str,
+        pod: &Pod,
+        objects: &ApiObjects,
+        out: &mut Ensured,
+    ) -> Result<PathBuf, VolumeError> {
+        Ok(if let Some(empty) = &v.empty_dir {
+            let dir = self.volume_dir(uid, EMPTY_DIR, &v.name)?;
+            std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+            match empty.medium.as_deref().unwrap_or_default() {
+                "" => {
+                    set_mode(&dir, 0o777)?;
+                    if let Some(over) = over_limit(&dir, empty) {
+                        out.over_limit.push((v.name.clone(), over.0, over.1));
+                    }
+                }
+                "Memory" => {
+                    let size = memory_size(pod, empty, &objects.node_allocatable);
+                    mount_tmpfs(&dir, size)?;
+                }
+                medium if medium.starts_with("HugePages") => {
+                    return Err(VolumeError::SetUp {
+                        name: v.name,
+                        reason: hugepages_refusal(),
+                    });
+                }
+                other => {
+                    return Err(VolumeError::SetUp {
+                        name: v.name,
+                        reason: format!("unknown storage medium {other:?}"),
+                    });
+                }
+            }
+            if let Some(group) = fs_group(pod) {
+                give_to_group(&dir, group)?;
+            }
+            dir.into_path_buf()
+        } else if let Some(host) = &v.host_path {
+            ensure_host_path(
+                &v.name,
+                &host.path,
+                host.type_.as_deref().unwrap_or_default(),
+            )?
+        } else if let Some(plugin) = payload::plugin_dir(&v) {
+            let dir = self.volume_dir(uid, plugin, &v.name)?;
+            match self.fill(&v, plugin, &dir, pod, objects) {
+                Ok(()) => {}
+                // Set up before: keep what the containers see, report the failure.
+                Err(reason) if dir.as_path().join(atomic_writer::DATA_DIR).exists() => {
+                    out.stale.push(
+                        VolumeError::SetUp {
+                            name: v.name.clone(),
+                            reason,
+                        }
+                        .to_string(),
+                    )
+                }
+                Err(reason) => {
+                    return Err(VolumeError::SetUp {
+                        name: v.name,
+                        reason,
+                    });
+                }
+            }
+            dir.into_path_buf()
+        } else {
+            let kind = if v.persistent_volume_claim.is_some() {
+                "persistentVolumeClaim"
+            } else if v.ephemeral.is_some() {
+                "ephemeral"
+            } else if v.csi.is_some() {
+                "csi"
+            } else {
+                "this kind of"
+            };
+            return Err(VolumeError::Unsupported { name: v.name, kind });
+        })
     }
 
     /// Writes a payload volume atomically; secrets, tokens and pod fields live on tmpfs
@@ -524,6 +552,19 @@ fn host_path_type(path: &Path) -> Result<&'static str, String> {
 /// True if any mount point lies under `dir` (from /proc/self/mountinfo).
 fn mounted_under(dir: &Path) -> std::io::Result<bool> {
     Ok(!subpath::mounts_under(dir)?.is_empty())
+}
+
+/// Upstream's name of the plugin that serves `v` (`kubernetes.io/empty-dir`, the name its
+/// directory carries with `~` for `/`), for the volume metrics; None for kinds not served.
+pub fn plugin_name(v: &k8s_openapi::api::core::v1::Volume) -> Option<String> {
+    let dir = if v.empty_dir.is_some() {
+        EMPTY_DIR
+    } else if v.host_path.is_some() {
+        "kubernetes.io~host-path"
+    } else {
+        payload::plugin_dir(v)?
+    };
+    Some(dir.replacen('~', "/", 1))
 }
 
 #[cfg(test)]

@@ -26,6 +26,16 @@ pub struct VolumeService {
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The last FailedMount message posted per (pod uid, message), and when.
     reported: Mutex<HashMap<(String, String), Instant>>,
+    /// Per pod asked for: its volumes' plugins, and those of the volumes set up
+    /// (`volume_manager_total_volumes`' desired and actual states).
+    volumes: Mutex<HashMap<String, PodVolumeCounts>>,
+}
+
+/// A pod's volumes by plugin: those it has, and those set up.
+#[derive(Default)]
+struct PodVolumeCounts {
+    desired: Vec<String>,
+    actual: Vec<String>,
 }
 
 impl VolumeService {
@@ -35,7 +45,45 @@ impl VolumeService {
             fetcher,
             busy: Mutex::default(),
             reported: Mutex::default(),
+            volumes: Mutex::default(),
         }
+    }
+
+    /// Notes a pod's volumes after an ensure (`set_up`: whether every one is set up; a
+    /// failed pass keeps what the last one set up) or its release (None), and serves the
+    /// totals as `volume_manager_total_volumes`.
+    fn count_volumes(&self, uid: &str, now: Option<(&Pod, bool)>) {
+        let mut volumes = self.volumes.lock().unwrap();
+        match now {
+            Some((pod, set_up)) => {
+                let desired: Vec<String> = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volumes.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(crate::layout::plugin_name)
+                    .collect();
+                let entry = volumes.entry(uid.to_string()).or_default();
+                if set_up {
+                    entry.actual = desired.clone();
+                }
+                entry.desired = desired;
+            }
+            None => {
+                volumes.remove(uid);
+            }
+        }
+        let mut counts = std::collections::BTreeMap::<String, (i64, i64)>::new();
+        for pod in volumes.values() {
+            for plugin in &pod.desired {
+                counts.entry(plugin.clone()).or_default().0 += 1;
+            }
+            for plugin in &pod.actual {
+                counts.entry(plugin.clone()).or_default().1 += 1;
+            }
+        }
+        nodeagent_telemetry::metrics::kubelet::set_volume_counts(&counts);
     }
 
     fn pod_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -94,6 +142,7 @@ impl VolumeService {
         let ensured = tokio::task::spawn_blocking(move || layout.ensure(&for_layout, &objects))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
+        self.count_volumes(&uid, Some((&pod, ensured.is_ok())));
         match ensured {
             Ok(ensured) => {
                 for message in &ensured.stale {
@@ -195,6 +244,7 @@ impl Volume for VolumeService {
         .instrument(span)
         .await?;
         self.fetcher.forget_pod(&req.pod_uid);
+        self.count_volumes(&req.pod_uid, None);
         self.busy.lock().unwrap().remove(&req.pod_uid);
         self.reported
             .lock()

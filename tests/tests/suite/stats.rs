@@ -705,3 +705,121 @@ async fn summary_reports_empty_dir_usage_after_a_container_writes() {
     assert!(p.get("volume").is_none(), "{p}");
     node.stop().await;
 }
+
+/// `/metrics`, or why not yet (the node's API may still be starting).
+async fn metrics_text(node: &Node) -> Result<String, String> {
+    let r = node.api.get("/metrics").await?;
+    (r.status == 200)
+        .then(|| r.text())
+        .ok_or_else(|| format!("/metrics: {}", r.status))
+}
+
+/// The value of the sample of `family` named `name` whose labels include `want`, if any.
+fn sample(
+    families: &std::collections::BTreeMap<String, prom::Family>,
+    family: &str,
+    name: &str,
+    want: &[(&str, &str)],
+) -> Option<f64> {
+    families.get(family)?.samples.iter().find_map(|s| {
+        (s.name == name
+            && want
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+        .then_some(s.value)
+    })
+}
+
+/// kubernetes-mixin's kubelet dashboard (dashboards/kubelet.libsonnet) reads the volume
+/// manager's counts (`volume_manager_total_volumes{state}`, "Actual/Desired Volume
+/// Count"), the storage operations (`storage_operation_duration_seconds` by
+/// operation_name and volume_plugin, "Storage Operation Rate") and the cgroup manager's
+/// (`kubelet_cgroup_manager_duration_seconds` by operation_type): from a real pod with an
+/// emptyDir and a hostPath, under upstream's names and label values
+/// (pkg/volume/util/metrics.go, pkg/kubelet/volumemanager/metrics, pkg/kubelet/metrics).
+#[tokio::test(flavor = "multi_thread")]
+async fn volume_and_cgroup_operations_fill_the_mixins_kubelet_dashboard() {
+    if !require_runtime("volume and cgroup manager metrics") {
+        return;
+    }
+    let node = Node::start("stats_volume_metrics", NodeOptions::default()).await;
+    let host_dir = node.path("host-volume");
+    node.write_manifest(
+        "writer.yaml",
+        &WRITER.replace("HOSTDIR", &host_dir.display().to_string()),
+    );
+    let mounted = |plugin: &'static str| {
+        [
+            ("volume_plugin", plugin),
+            ("operation_name", "volume_mount"),
+            ("status", "success"),
+            ("migrated", "false"),
+        ]
+    };
+    let volumes =
+        |plugin: &'static str, state: &'static str| [("plugin_name", plugin), ("state", state)];
+    let cgroup = |op: &'static str| [("operation_type", op)];
+    eventually("the volume and cgroup series", DEADLINE, || async {
+        let families = prom::parse(&metrics_text(&node).await?)?;
+        let count = |family: &str, want: &[(&str, &str)]| {
+            sample(&families, family, &format!("{family}_count"), want).unwrap_or(0.0)
+        };
+        let gauge = |want: &[(&str, &str)]| {
+            sample(
+                &families,
+                "volume_manager_total_volumes",
+                "volume_manager_total_volumes",
+                want,
+            )
+        };
+        let seen = [
+            count(
+                "storage_operation_duration_seconds",
+                &mounted("kubernetes.io/empty-dir"),
+            ) >= 1.0,
+            count(
+                "storage_operation_duration_seconds",
+                &mounted("kubernetes.io/host-path"),
+            ) >= 1.0,
+            gauge(&volumes(
+                "kubernetes.io/empty-dir",
+                "desired_state_of_world",
+            )) == Some(1.0),
+            gauge(&volumes("kubernetes.io/empty-dir", "actual_state_of_world")) == Some(1.0),
+            gauge(&volumes("kubernetes.io/host-path", "actual_state_of_world")) == Some(1.0),
+            count("kubelet_cgroup_manager_duration_seconds", &cgroup("create")) >= 1.0,
+            count("kubelet_cgroup_manager_duration_seconds", &cgroup("update")) >= 1.0,
+        ];
+        seen.iter()
+            .all(|s| *s)
+            .then_some(())
+            .ok_or_else(|| format!("seen {seen:?}"))
+    })
+    .await;
+    // The pod goes: its volumes leave both states, its cgroup is destroyed.
+    node.remove_manifest("writer.yaml");
+    eventually(
+        "the volumes released, the pod cgroup destroyed",
+        DEADLINE,
+        || async {
+            let families = prom::parse(&metrics_text(&node).await?)?;
+            let actual = sample(
+                &families,
+                "volume_manager_total_volumes",
+                "volume_manager_total_volumes",
+                &volumes("kubernetes.io/empty-dir", "actual_state_of_world"),
+            );
+            let destroyed = sample(
+                &families,
+                "kubelet_cgroup_manager_duration_seconds",
+                "kubelet_cgroup_manager_duration_seconds_count",
+                &cgroup("destroy"),
+            );
+            (actual == Some(0.0) && destroyed.is_some_and(|n| n >= 1.0))
+                .then_some(())
+                .ok_or_else(|| format!("empty-dir actual {actual:?}, destroy count {destroyed:?}"))
+        },
+    )
+    .await;
+    node.stop().await;
+}

@@ -6,13 +6,11 @@
 //!
 //! `/metrics` is rendered as the route renders it (this process's registry, parsed and
 //! merged, classic text); the families other services register (pleg, pod-sync, probe,
-//! node-status) live in `nodeagent_telemetry` and `nodeagent_config`, so they are touched
+//! node-status, volume) live in `nodeagent_telemetry` and `nodeagent_config`, so they are touched
 //! here as those services touch them. `/metrics/cadvisor` is rendered from a Summary
 //! assembled from a planted cgroup tree, v2 and v1.
 //!
-//! Read by the mixin but not served yet, so not in the table: `kubelet_cgroup_manager_duration_seconds`,
-//! `storage_operation_duration_seconds`, `storage_operation_errors_total`,
-//! `volume_manager_total_volumes`, `rest_client_requests_total`,
+//! Read by the mixin but not served yet, so not in the table: `rest_client_requests_total`,
 //! `rest_client_request_duration_seconds`, `kubelet_volume_stats_*` (PVCs are not
 //! supported), `container_fs_{reads,writes}{,_bytes}_total`, `kubelet_node_config_error`
 //! and `go_goroutines` (see /work/mixin-metrics.md of the research that listed them).
@@ -120,6 +118,34 @@ const MIXIN: &[Read] = &[
         labels: &["operation_type", "le"],
         endpoint: Metrics,
         mixin: "dashboards/kubelet.libsonnet \"Operation Duration 99th quantile\"",
+    },
+    Read {
+        name: "kubelet_cgroup_manager_duration_seconds",
+        kind: Kind::Histogram,
+        labels: &["operation_type", "le"],
+        endpoint: Metrics,
+        mixin: "dashboards/kubelet.libsonnet \"Cgroup manager operation rate\", \"Cgroup manager 99th quantile\"",
+    },
+    Read {
+        name: "storage_operation_duration_seconds",
+        kind: Kind::Histogram,
+        labels: &["operation_name", "volume_plugin", "le"],
+        endpoint: Metrics,
+        mixin: "dashboards/kubelet.libsonnet \"Storage Operation Rate\", \"Storage Operation Duration 99th quantile\"",
+    },
+    Read {
+        name: "storage_operation_errors_total",
+        kind: Kind::Counter,
+        labels: &["operation_name", "volume_plugin"],
+        endpoint: Metrics,
+        mixin: "dashboards/kubelet.libsonnet \"Storage Operation Error Rate\"",
+    },
+    Read {
+        name: "volume_manager_total_volumes",
+        kind: Kind::Gauge,
+        labels: &["state"],
+        endpoint: Metrics,
+        mixin: "dashboards/kubelet.libsonnet \"Actual Volume Count\", \"Desired Volume Count\"",
     },
     Read {
         name: "kubelet_evictions",
@@ -360,6 +386,9 @@ fn render_metrics() -> String {
         .observe(2.0);
     kubelet::record_runtime_operation("list_podsandbox", 0.01, true);
     kubelet::record_eviction("memory.available");
+    kubelet::record_cgroup_operation("create", 0.01);
+    kubelet::record_storage_operation("kubernetes.io/configmap", "volume_mount", 0.01, false);
+    kubelet::set_volume_counts(&[("kubernetes.io/configmap".to_string(), (1, 0))].into());
     let not_after = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
     for kind in [CertKind::Client, CertKind::Serving] {
         let m = CertMetrics::get(kind);

@@ -162,6 +162,116 @@ pub fn record_eviction(signal: &str) {
         .inc();
 }
 
+/// `kubelet_cgroup_manager_duration_seconds{operation_type}`: `create`, `update` or
+/// `destroy` of a pod's or a QoS tier's cgroup (pkg/kubelet/metrics/metrics.go
+/// `CgroupManagerDuration`, DefBuckets; pkg/kubelet/cm/cgroup_manager_linux.go).
+pub static CGROUP_MANAGER_DURATION: LazyLock<HistogramFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_cgroup_manager_duration_seconds",
+        "[ALPHA] Duration in seconds for cgroup manager operations. Broken down by method.",
+        histogram_family(default_histogram),
+    )
+});
+
+/// Records one cgroup manager operation (`create`, `update`, `destroy`).
+pub fn record_cgroup_operation(operation: &'static str, seconds: f64) {
+    CGROUP_MANAGER_DURATION
+        .get_or_create(&vec![("operation_type", operation.to_string())])
+        .observe(seconds);
+}
+
+/// `storage_operation_duration_seconds{volume_plugin,operation_name,status,migrated}`
+/// (pkg/volume/util/metrics.go `storageOperationMetric`, its buckets).
+pub static STORAGE_OPERATION_DURATION: LazyLock<HistogramFamily> = LazyLock::new(|| {
+    register(
+        "storage_operation_duration_seconds",
+        "[ALPHA] Storage operation duration",
+        histogram_family(|| {
+            Histogram::new([
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+            ])
+        }),
+    )
+});
+
+/// `storage_operation_errors_total{volume_plugin,operation_name}` (pkg/volume/util/metrics.go
+/// `storageOperationErrorMetric`, deprecated upstream but read by kubernetes-mixin's
+/// kubelet dashboard).
+pub static STORAGE_OPERATION_ERRORS: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "storage_operation_errors",
+        "[ALPHA] Storage operation errors (Deprecated since 1.21.0)",
+        CounterFamily::default(),
+    )
+});
+
+/// Records one volume operation as upstream's `OperationCompleteHook` does: its duration
+/// with `status` `success` or `fail-unknown` (`migrated` is always `false`: no in-tree
+/// plugin is migrated to CSI here), and an error count on failure. `plugin` is upstream's
+/// plugin name (`kubernetes.io/empty-dir`); `operation` e.g. `volume_mount`.
+pub fn record_storage_operation(plugin: &str, operation: &'static str, seconds: f64, ok: bool) {
+    let status = if ok { "success" } else { "fail-unknown" };
+    STORAGE_OPERATION_DURATION
+        .get_or_create(&vec![
+            ("volume_plugin", plugin.to_string()),
+            ("operation_name", operation.to_string()),
+            ("status", status.to_string()),
+            ("migrated", "false".to_string()),
+        ])
+        .observe(seconds);
+    if !ok {
+        STORAGE_OPERATION_ERRORS
+            .get_or_create(&vec![
+                ("volume_plugin", plugin.to_string()),
+                ("operation_name", operation.to_string()),
+            ])
+            .inc();
+    }
+}
+
+/// `volume_manager_total_volumes{plugin_name,state}`: the volumes of the pods on the node
+/// (`desired_state_of_world`) and those set up (`actual_state_of_world`), by plugin
+/// (pkg/kubelet/volumemanager/metrics/metrics.go).
+pub static VOLUME_MANAGER_TOTAL_VOLUMES: LazyLock<GaugeFamily> = LazyLock::new(|| {
+    register(
+        "volume_manager_total_volumes",
+        "[ALPHA] Number of volumes in Volume Manager",
+        GaugeFamily::default(),
+    )
+});
+
+/// Sets `volume_manager_total_volumes` to `counts` (plugin -> (desired, actual)); a plugin
+/// counted before and absent now drops to 0, as upstream's collector would no longer list it.
+pub fn set_volume_counts(counts: &std::collections::BTreeMap<String, (i64, i64)>) {
+    let family = &*VOLUME_MANAGER_TOTAL_VOLUMES;
+    let state = |plugin: &str, state: &str| {
+        vec![
+            ("plugin_name", plugin.to_string()),
+            ("state", state.to_string()),
+        ]
+    };
+    static KNOWN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    for plugin in known.iter().filter(|p| !counts.contains_key(*p)) {
+        family
+            .get_or_create(&state(plugin, "desired_state_of_world"))
+            .set(0);
+        family
+            .get_or_create(&state(plugin, "actual_state_of_world"))
+            .set(0);
+    }
+    for (plugin, (desired, actual)) in counts {
+        known.insert(plugin.clone());
+        family
+            .get_or_create(&state(plugin, "desired_state_of_world"))
+            .set(*desired);
+        family
+            .get_or_create(&state(plugin, "actual_state_of_world"))
+            .set(*actual);
+    }
+}
+
 /// The version this node agent reports as its kubelet version (NodeInfo.kubeletVersion).
 pub const GIT_VERSION: &str = concat!("v1.37.0-nodeagent.", env!("CARGO_PKG_VERSION"));
 
