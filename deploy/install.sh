@@ -105,19 +105,13 @@ if grep -q '^    clientCAFile: /etc/nodeagent/pki/ca.crt' "$CONFIG"; then
   # The default configuration's client CA, and an admin certificate for the kubelet API.
   bash deploy/lib/admin-pki.sh /etc/nodeagent/pki
 fi
-if [ ! -e "$ENVFILE" ]; then
-  cat >"$ENVFILE" <<'EOF'
-# Extra flags for all seven nodeagent services (read by their systemd units), e.g.
-# NODEAGENT_ARGS="--hostname-override=node-1 --v=2"
-NODEAGENT_ARGS=
-EOF
-fi
+if [ ! -e "$ENVFILE" ]; then install -m 0644 deploy/config/nodeagent.env "$ENVFILE"; fi
 # Several http-server instances share port 10250 (SO_REUSEPORT): with tcp_migrate_req=1 a
 # stopping instance's queued connections move to another instance instead of being reset.
 # The units run with ProtectKernelTunables=yes, so the setting is made here.
 SYSCTL=/etc/sysctl.d/60-nodeagent.conf
 if [ -e /proc/sys/net/ipv4/tcp_migrate_req ]; then
-  printf '# written by nodeagent deploy/install.sh\nnet.ipv4.tcp_migrate_req = 1\n' >"$SYSCTL"
+  install -m 0644 deploy/config/60-nodeagent.conf "$SYSCTL"
   sysctl -q -w net.ipv4.tcp_migrate_req=1 || log "could not set net.ipv4.tcp_migrate_req now; $SYSCTL sets it at boot"
 fi
 if [ -f README.md ]; then mkdir -p "$DOC" && install -m 0644 README.md "$DOC/README.md"; fi

@@ -19,6 +19,9 @@
 #   - an API pod (the test API server in the node): config-source's checkpoint written under
 #     ProtectSystem=strict (0600); with the API server down and config-source restarted the
 #     pods run on untouched; the API server back without the pod: it goes
+#   - the Debian package (deploy/package/build-deb.sh): dpkg -i with the operator's flags,
+#     a pod; dpkg -i of a later version with the pod running (every service restarted, the
+#     pod untouched); dpkg --purge (nothing of ours left, the pod's containers run on)
 # Prints PASS/FAIL per check, exits non-zero on any failure, always removes the container.
 #
 # Usage: deploy/systemd/test-in-container.sh [BIN_DIR]   (run as root; needs docker)
@@ -644,6 +647,98 @@ dsh 'sed -i "s|^NODEAGENT_ARGS=.*|NODEAGENT_ARGS=|" /etc/nodeagent/nodeagent.env
 # As the kubeadm section left it: the agent uninstalled (its configuration kept), so that
 # the next install starts the units afresh with the next configuration.
 dx bash /opt/nodeagent/deploy/uninstall.sh >/dev/null || fail "deploy/uninstall.sh after the API pod section"
+
+# ------------------------------------------------------------------ the Debian package
+# deploy/package/build-deb.sh's package, built on this machine twice (the second a later
+# version), used on the node as an operator does: `dpkg -i` with flags they seeded in
+# nodeagent.env (--force-confold keeps it), the example pod; `dpkg -i` of the later version
+# with the pod running (each service restarted onto it, the pod untouched, the operator's
+# conffile kept); `dpkg --purge` (binaries, units, configuration and PKI gone; the pod's
+# containers run on, as upstream's kubelet package leaves them).
+t=$SECONDS
+mkdir -p "$stage/pkg"
+pkg_new=$(bash deploy/package/build-deb.sh --out "$stage/pkg" "$stage/bin") || fail "deploy/package/build-deb.sh"
+pkg_version=$(dpkg-deb -f "$pkg_new" Version)
+pkg_old=$(bash deploy/package/build-deb.sh --version "$pkg_version~previous" --out "$stage/pkg" "$stage/bin") \
+  || fail "deploy/package/build-deb.sh --version"
+tar -C "$stage" -c pkg | docker exec -i "$NAME" tar -C /opt/nodeagent -x
+info "packages built in $((SECONDS - t)) s: $(basename "$pkg_old"), $(basename "$pkg_new")"
+# The configuration the sections above kept is install.sh's (put back after the purge):
+# the package installs its own, but for the flags the operator seeds (this node's runtime
+# is nodeagent-containerd's).
+dx mkdir -p /root/install-config
+dx mv /etc/nodeagent/kubelet-config.yaml /etc/nodeagent/nodeagent.env /root/install-config/
+dsh 'printf "NODEAGENT_ARGS=--container-runtime-endpoint=unix:///run/nodeagent-containerd/containerd.sock\n" >/etc/nodeagent/nodeagent.env'
+t=$SECONDS
+if out=$(dx dpkg --force-confold -i "/opt/nodeagent/pkg/$(basename "$pkg_old")" 2>&1); then
+  pass "dpkg -i: the package installs ($((SECONDS - t)) s)"
+else
+  fail "dpkg -i: the package installs"; printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
+fi
+pkg_installed() {
+  local u bad=""
+  dx test -x /usr/bin/nodeagent || { echo "/usr/bin/nodeagent missing"; return 1; }
+  [ "$(dx readlink /usr/bin/kubelet)" = nodeagent ] || { echo "/usr/bin/kubelet is not the link"; return 1; }
+  dx grep -q '^ExecStart=/usr/bin/nodeagent-pod-sync ' /lib/systemd/system/nodeagent-pod-sync.service \
+    || { echo "nodeagent-pod-sync.service does not run /usr/bin/nodeagent-pod-sync"; return 1; }
+  dx grep -q '^containerRuntimeEndpoint: unix:///run/containerd/containerd.sock$' /etc/nodeagent/kubelet-config.yaml \
+    || { echo "the packaged configuration lacks upstream's runtime endpoint"; return 1; }
+  dx systemctl is-enabled --quiet kubelet.target || { echo "kubelet.target not enabled"; return 1; }
+  for u in kubelet.target "${ALL_UNITS[@]}"; do [ "$(dx systemctl is-active "$u")" = active ] || bad+=" $u"; done
+  [ -z "$bad" ] || { echo "not active:$bad"; return 1; }
+}
+check "the package's binary, links, units and configuration in place; kubelet.target enabled, the seven active" \
+  wait_until 60 pkg_installed
+web_running() {
+  dx $KAPI/pods | python3 -c 'import json, sys
+pods = json.load(sys.stdin)["items"]
+sys.exit(0 if any(p["metadata"]["name"].startswith("web-") and p["status"].get("phase") == "Running" for p in pods) else 1)'
+}
+check "the example pod runs under the package's services" wait_until 120 web_running
+main_pids() { local u; for u in "${ALL_UNITS[@]}"; do dx systemctl show -p MainPID --value "$u"; done; }
+pids_before=$(main_pids)
+before=$(snapshot)
+t=$SECONDS
+if out=$(dx dpkg -i "/opt/nodeagent/pkg/$(basename "$pkg_new")" 2>&1); then
+  pass "dpkg -i of the later version: the package upgrades ($((SECONDS - t)) s)"
+else
+  fail "dpkg -i of the later version: the package upgrades"; printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
+fi
+upgraded() {
+  local u now bad="" i=0
+  [ "$(dx dpkg-query -W -f '${Version}' nodeagent)" = "$pkg_version" ] || { echo "installed: $(dx dpkg-query -W nodeagent)"; return 1; }
+  now=$(main_pids)
+  for u in "${ALL_UNITS[@]}"; do
+    i=$((i + 1))
+    if [ "$(sed -n "${i}p" <<<"$now")" = "$(sed -n "${i}p" <<<"$pids_before")" ] \
+      || [ "$(dx systemctl is-active "$u")" != active ]; then bad+=" $u"; fi
+  done
+  [ -z "$bad" ] || { echo "not restarted, or not active:$bad"; return 1; }
+  dx grep -q container-runtime-endpoint /etc/nodeagent/nodeagent.env || { echo "the operator's nodeagent.env was replaced"; return 1; }
+}
+check "upgraded: the later version, each of the seven restarted and active, the operator's nodeagent.env kept" \
+  wait_until 60 upgraded
+check "the upgrade leaves the pod's containers and PIDs untouched" stays_same 3 "$before" snapshot
+check "the pod still Running after the upgrade" wait_until 60 web_running
+t=$SECONDS
+if out=$(dx dpkg --purge nodeagent 2>&1); then
+  pass "dpkg --purge nodeagent ($((SECONDS - t)) s)"
+else
+  fail "dpkg --purge nodeagent"; printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
+fi
+purged() {
+  local u left
+  # (/etc/nodeagent itself stays: setup.sh's containerd configuration is in it.)
+  left=$(dx bash -c 'ls -d /usr/bin/nodeagent /usr/bin/nodeagent-pod-sync /usr/bin/kubelet /lib/systemd/system/kubelet.target \
+    /lib/systemd/system/nodeagent-pod-sync.service /etc/nodeagent/kubelet-config.yaml /etc/nodeagent/nodeagent.env \
+    /etc/nodeagent/pki /etc/sysctl.d/60-nodeagent.conf /run/nodeagent 2>/dev/null' || true)
+  [ -z "$left" ] || { echo "left: $left"; return 1; }
+  for u in "${ALL_UNITS[@]}"; do [ "$(dx systemctl is-active "$u")" != active ] || { echo "$u active"; return 1; }; done
+  ! dx dpkg-query -W nodeagent >/dev/null 2>&1 || { echo "dpkg still knows nodeagent"; return 1; }
+}
+check "purged: binaries, links, units, configuration, PKI and sockets gone; the seven stopped" purged
+check "the pod's containers run on after the purge (containers and PIDs untouched)" stays_same 3 "$before" snapshot
+dx mv /root/install-config/kubelet-config.yaml /root/install-config/nodeagent.env /etc/nodeagent/
 
 # ------------------------------------------------------------------ graceful node shutdown
 # logind in the node, the agent installed again with shutdownGracePeriod 20s (8s of it for
