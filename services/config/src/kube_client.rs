@@ -23,7 +23,7 @@ pub async fn kube_client(path: &Path) -> anyhow::Result<kube::Client> {
         loaded: tokio::sync::Mutex::new(None),
     });
     // A broken kubeconfig fails here, at start, with its reason.
-    let first = source.current().await?;
+    let (first, _) = source.current().await?;
     let namespace = first.default_namespace().to_string();
     Ok(kube::Client::new(Reloading(source), namespace))
 }
@@ -54,6 +54,8 @@ struct Loaded {
     /// The kubeconfig and the certificate files it names, with their stamps at load.
     files: Vec<(PathBuf, Option<Stamp>)>,
     client: kube::Client,
+    /// The API server's host:port (the `host` label of the rest_client metrics).
+    host: String,
 }
 
 impl Loaded {
@@ -68,11 +70,12 @@ struct Source {
 }
 
 impl Source {
-    /// The client of the files as they are now (a stat of each per request).
-    async fn current(&self) -> anyhow::Result<kube::Client> {
+    /// The client of the files as they are now (a stat of each per request), and its
+    /// server's host:port.
+    async fn current(&self) -> anyhow::Result<(kube::Client, String)> {
         let mut loaded = self.loaded.lock().await;
         if let Some(l) = loaded.as_ref().filter(|l| l.fresh()) {
-            return Ok(l.client.clone());
+            return Ok((l.client.clone(), l.host.clone()));
         }
         let reloading = loaded.is_some();
         let next = load(&self.path).await?;
@@ -80,9 +83,9 @@ impl Source {
             tracing::info!(kubeconfig = %self.path.display(),
                 "the kubeconfig or its client certificate changed; new requests use it");
         }
-        let client = next.client.clone();
+        let current = (next.client.clone(), next.host.clone());
         *loaded = Some(next);
-        Ok(client)
+        Ok(current)
     }
 }
 
@@ -102,9 +105,18 @@ async fn load(path: &Path) -> anyhow::Result<Loaded> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?;
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let client =
         kube::Client::try_from(config).with_context(|| format!("kubeconfig {}", path.display()))?;
-    Ok(Loaded { files, client })
+    Ok(Loaded {
+        files,
+        client,
+        host,
+    })
 }
 
 /// The kubeconfig's current context.
@@ -153,14 +165,28 @@ impl tower::Service<http::Request<Body>> for Reloading {
         Poll::Ready(Ok(()))
     }
 
+    /// Each request is counted and timed as client-go's rest_client metrics count them
+    /// (the response's status, or `<error>`; the time until the response's head).
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let source = self.0.clone();
         Box::pin(async move {
-            let client = source
+            let (client, host) = source
                 .current()
                 .await
                 .map_err(|e| kube::Error::Service(e.into()))?;
-            client.send(request).await
+            let method = request.method().to_string();
+            let started = std::time::Instant::now();
+            let response = client.send(request).await;
+            // `send` hands back every response as it came (statuses included); an error
+            // is a request that got none.
+            let code = response.as_ref().ok().map(|r| r.status().as_u16());
+            nodeagent_telemetry::metrics::kubelet::record_rest_request(
+                &method,
+                &host,
+                code,
+                started.elapsed().as_secs_f64(),
+            );
+            response
         })
     }
 }

@@ -823,3 +823,58 @@ async fn volume_and_cgroup_operations_fill_the_mixins_kubelet_dashboard() {
     .await;
     node.stop().await;
 }
+
+/// client-go's request metrics, which kubernetes-mixin's kubelet dashboard reads ("RPC
+/// Rate" by `rest_client_requests_total{code}`, "Request duration" from
+/// `rest_client_request_duration_seconds`): every service's requests to the API server,
+/// under upstream's labels (k8s.io/component-base/metrics/prometheus/restclient:
+/// `code`, `method`, `host`; `verb`, `host`), and `code="<error>"` for a request that got
+/// no response, as client-go counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_requests_are_counted_as_client_go_counts_them() {
+    if !require_runtime("rest client metrics") {
+        return;
+    }
+    let (server, node) =
+        Node::start_with_api_server("stats_rest_client", NodeOptions::default()).await;
+    let host = server.url().trim_start_matches("http://").to_string();
+    let total = |families: &std::collections::BTreeMap<String, prom::Family>, code: &str| {
+        families
+            .get("rest_client_requests_total")
+            .map(|f| {
+                f.samples
+                    .iter()
+                    .filter(|s| {
+                        s.labels.get("host") == Some(&host)
+                            && s.labels.get("code").is_some_and(|c| c.starts_with(code))
+                    })
+                    .map(|s| s.value)
+                    .sum::<f64>()
+            })
+            .unwrap_or(0.0)
+    };
+    eventually("answered requests counted", DEADLINE, || async {
+        let families = prom::parse(&metrics_text(&node).await?)?;
+        let timed = sample(
+            &families,
+            "rest_client_request_duration_seconds",
+            "rest_client_request_duration_seconds_count",
+            &[("verb", "GET"), ("host", host.as_str())],
+        );
+        (total(&families, "2") >= 1.0 && timed.is_some_and(|n| n >= 1.0))
+            .then_some(())
+            .ok_or_else(|| format!("2xx {}, GET timed {timed:?}", total(&families, "2")))
+    })
+    .await;
+    // The API server goes away: requests end without a response.
+    server.stop().await;
+    eventually("requests with no response counted", DEADLINE, || async {
+        let families = prom::parse(&metrics_text(&node).await?)?;
+        let errors = total(&families, "<error>");
+        (errors >= 1.0)
+            .then_some(())
+            .ok_or_else(|| format!("<error> count {errors}"))
+    })
+    .await;
+    node.stop().await;
+}

@@ -10,8 +10,7 @@
 //! here as those services touch them. `/metrics/cadvisor` is rendered from a Summary
 //! assembled from a planted cgroup tree, v2 and v1.
 //!
-//! Read by the mixin but not served yet, so not in the table: `rest_client_requests_total`,
-//! `rest_client_request_duration_seconds`, `kubelet_volume_stats_*` (PVCs are not
+//! Read by the mixin but not served yet, so not in the table: `kubelet_volume_stats_*` (PVCs are not
 //! supported), `container_fs_{reads,writes}{,_bytes}_total`, `kubelet_node_config_error`
 //! and `go_goroutines` (see /work/mixin-metrics.md of the research that listed them).
 
@@ -139,6 +138,21 @@ const MIXIN: &[Read] = &[
         labels: &["operation_name", "volume_plugin"],
         endpoint: Metrics,
         mixin: "dashboards/kubelet.libsonnet \"Storage Operation Error Rate\"",
+    },
+    Read {
+        name: "rest_client_requests_total",
+        kind: Kind::Counter,
+        labels: &["code"],
+        endpoint: Metrics,
+        mixin: "dashboards/kubelet.libsonnet \"RPC Rate\"",
+    },
+    Read {
+        // The dashboard also groups by `url`, a label client-go replaced by `host`.
+        name: "rest_client_request_duration_seconds",
+        kind: Kind::Histogram,
+        labels: &["verb", "le"],
+        endpoint: Metrics,
+        mixin: "dashboards/kubelet.libsonnet \"Request duration 99th quantile\"",
     },
     Read {
         name: "volume_manager_total_volumes",
@@ -387,6 +401,7 @@ fn render_metrics() -> String {
     kubelet::record_runtime_operation("list_podsandbox", 0.01, true);
     kubelet::record_eviction("memory.available");
     kubelet::record_cgroup_operation("create", 0.01);
+    kubelet::record_rest_request("GET", "127.0.0.1:6443", Some(200), 0.01);
     kubelet::record_storage_operation("kubernetes.io/configmap", "volume_mount", 0.01, false);
     kubelet::set_volume_counts(&[("kubernetes.io/configmap".to_string(), (1, 0))].into());
     let not_after = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);

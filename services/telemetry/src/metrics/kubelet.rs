@@ -272,6 +272,49 @@ pub fn set_volume_counts(counts: &std::collections::BTreeMap<String, (i64, i64)>
     }
 }
 
+/// `rest_client_requests_total{code,method,host}`: every request to the API server
+/// (k8s.io/component-base/metrics/prometheus/restclient `requestResult`; `code` is
+/// `<error>` when no response came, as client-go counts it).
+pub static REST_CLIENT_REQUESTS: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "rest_client_requests",
+        "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+        CounterFamily::default(),
+    )
+});
+
+/// `rest_client_request_duration_seconds{verb,host}`: until the response's head
+/// (restclient `requestLatency`, its buckets).
+pub static REST_CLIENT_REQUEST_DURATION: LazyLock<HistogramFamily> = LazyLock::new(|| {
+    register(
+        "rest_client_request_duration_seconds",
+        "[ALPHA] Request latency in seconds. Broken down by verb, and host.",
+        histogram_family(|| {
+            Histogram::new([
+                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+            ])
+        }),
+    )
+});
+
+/// Records one API server request: `code` None when it got no response.
+pub fn record_rest_request(method: &str, host: &str, code: Option<u16>, seconds: f64) {
+    let code = code.map_or_else(|| "<error>".to_string(), |c| c.to_string());
+    REST_CLIENT_REQUESTS
+        .get_or_create(&vec![
+            ("code", code),
+            ("method", method.to_string()),
+            ("host", host.to_string()),
+        ])
+        .inc();
+    REST_CLIENT_REQUEST_DURATION
+        .get_or_create(&vec![
+            ("verb", method.to_string()),
+            ("host", host.to_string()),
+        ])
+        .observe(seconds);
+}
+
 /// The version this node agent reports as its kubelet version (NodeInfo.kubeletVersion).
 pub const GIT_VERSION: &str = concat!("v1.37.0-nodeagent.", env!("CARGO_PKG_VERSION"));
 
