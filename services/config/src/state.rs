@@ -38,17 +38,28 @@ pub fn prepare_root_dir(root: &Path) -> std::io::Result<()> {
     private_dir(&root.join("pods"))
 }
 
-/// Writes `bytes` to `path` through `<path>.tmp` (synced), renamed over it; makes the
-/// directory first (0700). The file is 0600 whatever the umask: state files hold pod
-/// specs and node details that only the agent reads.
+/// Writes `bytes` to `path` through a temporary file of this process's own
+/// (`<path>.<pid>.tmp`, so that processes writing the same file do not race on it), synced,
+/// renamed over it; makes the directory first (0700). The file is 0600 whatever the umask:
+/// state files hold pod specs and node details that only the agent reads.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// [`write_atomically`] without the sync: for a file rewritten often whose loss in a
+/// machine crash costs nothing (a torn or empty file must be refused by its reader).
+pub fn write_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
     let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = std::path::PathBuf::from(tmp_name);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -58,7 +69,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .open(&tmp)?;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(bytes)?;
-    file.sync_all()?;
+    if sync {
+        file.sync_all()?;
+    }
+    drop(file);
     std::fs::rename(&tmp, path)
 }
 

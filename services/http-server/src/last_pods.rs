@@ -133,18 +133,11 @@ fn young(age: Duration) -> bool {
     age < LAST_PODS_MAX_AGE
 }
 
-/// The file: `{"at": <unix ms>, "pods": [<pod>, ...]}`, written through a temporary file
-/// of this process's own (several instances write it) renamed over it, 0600 (pod specs).
-/// Not synced: after a crash of the machine a torn or empty file is refused, and the list
-/// is long too old to serve anyway.
+/// The file: `{"at": <unix ms>, "pods": [<pod>, ...]}`, 0600 (pod specs), through a
+/// temporary file of this process's own (several instances write it). Not synced: after a
+/// crash of the machine a torn or empty file is refused, and the list is long too old to
+/// serve anyway.
 fn write(path: &Path, s: &Stamped) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
     let at = s
         .wall
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -158,16 +151,7 @@ fn write(path: &Path, s: &Stamped) -> std::io::Result<()> {
         bytes.extend_from_slice(pod);
     }
     bytes.extend_from_slice(b"]}");
-    let tmp = dir.join(format!(".last-pods.{}.tmp", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(&bytes)?;
-    drop(file);
-    std::fs::rename(&tmp, path)
+    nodeagent_config::state::write_unsynced(path, &bytes)
 }
 
 /// The list in the file and its age; None when there is no file, or it says it is from
