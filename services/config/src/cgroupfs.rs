@@ -1,5 +1,5 @@
-//! CPU, memory, swap and pid counts of a cgroup, on cgroup v1 (cpuacct, memory and pids
-//! hierarchies) and v2 (the unified tree), computed as cAdvisor does: the working set is
+//! CPU, memory, swap, block I/O and pid counts of a cgroup, on cgroup v1 (cpuacct, memory,
+//! blkio and pids hierarchies) and v2 (the unified tree), computed as cAdvisor does: the working set is
 //! the usage less inactive file pages.
 
 use crate::cgroup_name::{
@@ -85,6 +85,120 @@ pub fn cfs_from(stat: &str, v2: bool) -> Option<Cfs> {
         throttled_ns,
     })
 }
+
+/// A cgroup's block I/O on one device, as cAdvisor's `DiskIo` carries it
+/// (`IoServiceBytes` and `IoServiced`, "Read" and "Write") into
+/// `container_fs_{reads,writes}{_bytes,}_total`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BlockIo {
+    pub major: u32,
+    pub minor: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub reads: u64,
+    pub writes: u64,
+}
+
+/// `MAJ:MIN`.
+fn device_numbers(s: &str) -> Option<(u32, u32)> {
+    let (major, minor) = s.split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// v2's `io.stat`: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N` per device
+/// (the discard counters are left out, as cAdvisor's `Read`/`Write` leave them).
+pub fn io_stat_v2(text: &str) -> Vec<BlockIo> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (major, minor) = device_numbers(fields.next()?)?;
+            let mut io = BlockIo {
+                major,
+                minor,
+                ..Default::default()
+            };
+            for field in fields {
+                let Some((key, value)) = field.split_once('=') else {
+                    continue;
+                };
+                let Ok(value) = value.parse() else { continue };
+                match key {
+                    "rbytes" => io.read_bytes = value,
+                    "wbytes" => io.write_bytes = value,
+                    "rios" => io.reads = value,
+                    "wios" => io.writes = value,
+                    _ => {}
+                }
+            }
+            Some(io)
+        })
+        .collect()
+}
+
+/// v1's blkio pair (`*io_service_bytes*` and `*io_serviced*`): `MAJ:MIN Read N`,
+/// `MAJ:MIN Write N` (and Sync, Async, Discard, Total, which are not wanted) per device,
+/// then a `Total N` line. Devices in the order first seen.
+pub fn blkio_v1(service_bytes: &str, serviced: &str) -> Vec<BlockIo> {
+    let mut out: Vec<BlockIo> = Vec::new();
+    for (text, bytes) in [(service_bytes, true), (serviced, false)] {
+        for line in text.lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(dev), Some(op), Some(value)) = (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let (Some((major, minor)), Ok(value)) = (device_numbers(dev), value.parse::<u64>())
+            else {
+                continue;
+            };
+            let i = match out
+                .iter()
+                .position(|d| (d.major, d.minor) == (major, minor))
+            {
+                Some(i) => i,
+                None => {
+                    out.push(BlockIo {
+                        major,
+                        minor,
+                        ..Default::default()
+                    });
+                    out.len() - 1
+                }
+            };
+            let io = &mut out[i];
+            match (op, bytes) {
+                ("Read", true) => io.read_bytes = value,
+                ("Write", true) => io.write_bytes = value,
+                ("Read", false) => io.reads = value,
+                ("Write", false) => io.writes = value,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// v1's blkio file pairs in runc's order of preference (libcontainer/cgroups/fs/blkio.go:
+/// BFQ, CFQ, the throttle layer's recursive, then its own): the first whose byte counts
+/// name a device.
+const BLKIO_V1_FILES: [(&str, &str); 4] = [
+    (
+        "blkio.bfq.io_service_bytes_recursive",
+        "blkio.bfq.io_serviced_recursive",
+    ),
+    (
+        "blkio.io_service_bytes_recursive",
+        "blkio.io_serviced_recursive",
+    ),
+    (
+        "blkio.throttle.io_service_bytes_recursive",
+        "blkio.throttle.io_serviced_recursive",
+    ),
+    (
+        "blkio.throttle.io_service_bytes",
+        "blkio.throttle.io_serviced",
+    ),
+];
 
 #[derive(Debug, Clone)]
 pub struct Cgroups {
@@ -299,6 +413,30 @@ impl Cgroups {
         Some(container_cgroup(&pod.0, pod.1, id)).filter(|rel| self.exists(rel))
     }
 
+    /// The cgroup's block I/O per device (v2 `io.stat`, v1 the blkio files of
+    /// [`BLKIO_V1_FILES`]); None when unreadable, empty when it has done none.
+    pub fn block_io(&self, rel: &str) -> Option<Vec<BlockIo>> {
+        if self.v2 {
+            return Some(io_stat_v2(
+                &std::fs::read_to_string(self.dir("", rel).join("io.stat")).ok()?,
+            ));
+        }
+        let dir = self.dir("blkio", rel);
+        let mut readable = false;
+        for (bytes, serviced) in BLKIO_V1_FILES {
+            let Ok(bytes) = std::fs::read_to_string(dir.join(bytes)) else {
+                continue;
+            };
+            readable = true;
+            let serviced = std::fs::read_to_string(dir.join(serviced)).unwrap_or_default();
+            let io = blkio_v1(&bytes, &serviced);
+            if !io.is_empty() {
+                return Some(io);
+            }
+        }
+        readable.then(Vec::new)
+    }
+
     /// The cgroup of all pods (`kubepods`, or `kubepods.slice` under the systemd driver).
     pub fn pods_cgroup(&self, cgroup_root: &str) -> String {
         let name = pods_cgroup_name(cgroup_root);
@@ -314,6 +452,53 @@ impl Cgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel's formats (Documentation/admin-guide/cgroup-v2.rst "io.stat" example;
+    /// v1 blkio-controller.rst `blkio.throttle.io_service_bytes`), as runc parses them.
+    #[test]
+    fn block_io_from_v2_io_stat_and_v1_blkio_files() {
+        let v2 = "8:16 rbytes=1459200 wbytes=314773504 rios=192 wios=353 dbytes=0 dios=0\n\
+                  8:0 rbytes=90430464 wbytes=299008000 rios=8950 wios=1252 dbytes=50331648 dios=3021\n";
+        assert_eq!(
+            io_stat_v2(v2),
+            vec![
+                BlockIo {
+                    major: 8,
+                    minor: 16,
+                    read_bytes: 1459200,
+                    write_bytes: 314773504,
+                    reads: 192,
+                    writes: 353
+                },
+                BlockIo {
+                    major: 8,
+                    minor: 0,
+                    read_bytes: 90430464,
+                    write_bytes: 299008000,
+                    reads: 8950,
+                    writes: 1252
+                },
+            ]
+        );
+        let bytes = "253:0 Read 4096000\n253:0 Write 8192\n253:0 Sync 8192\n253:0 Async 4096000\n\
+                     253:0 Discard 0\n253:0 Total 4104192\nTotal 4104192\n";
+        let serviced = "253:0 Read 1000\n253:0 Write 2\n253:0 Sync 2\n253:0 Async 1000\n\
+                        253:0 Discard 0\n253:0 Total 1002\nTotal 1002\n";
+        assert_eq!(
+            blkio_v1(bytes, serviced),
+            vec![BlockIo {
+                major: 253,
+                minor: 0,
+                read_bytes: 4096000,
+                write_bytes: 8192,
+                reads: 1000,
+                writes: 2
+            }]
+        );
+        // A cgroup that has done no I/O.
+        assert_eq!(blkio_v1("Total 0\n", "Total 0\n"), vec![]);
+        assert_eq!(io_stat_v2(""), vec![]);
+    }
 
     #[test]
     fn working_set_is_usage_less_inactive_file_on_v1_and_v2() {

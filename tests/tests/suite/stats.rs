@@ -878,3 +878,178 @@ async fn api_server_requests_are_counted_as_client_go_counts_them() {
     .await;
     node.stop().await;
 }
+
+/// A container reads 8 MiB and writes 2 MiB with O_DIRECT (no page cache between it and
+/// the disk, so the I/O is its own on cgroup v1 too, where buffered writeback is charged
+/// to the root cgroup) on a hostPath volume.
+const DISK_IO: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: disk-io
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: io
+    image: busybox:1.36
+    command: ["sh", "-c", "dd if=/io/data of=/dev/null bs=64k iflag=direct && dd if=/dev/zero of=/io/out bs=64k count=32 oflag=direct && touch /io/done; exec sleep 3600"]
+    volumeMounts:
+    - name: io
+      mountPath: /io
+  volumes:
+  - name: io
+    hostPath:
+      path: HOSTDIR
+      type: Directory
+"#;
+
+/// On cgroup v1, kernels since 6.10 count a cgroup's I/O (`blkio.throttle.io_service_bytes`
+/// and `io_serviced`, which runc and cAdvisor read) only once blk-throttle is in use on the
+/// disk's queue (block/blk-throttle.c `blk_throtl_activated`): until some cgroup has a
+/// rule, every counter stays at `Total 0` (the root's too) and cAdvisor serves no series
+/// either. An operator who wants them sets a rule; so does this test: one that never
+/// throttles (1 PiB/s, at the root, for the disk holding `path`), removed at once, which
+/// leaves the accounting on. Nothing to do on cgroup v2, whose io.stat always counts.
+fn enable_v1_io_accounting(path: &std::path::Path) {
+    let root = std::path::Path::new("/sys/fs/cgroup/blkio");
+    if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() || !root.exists() {
+        return;
+    }
+    let st = nix::sys::stat::stat(path).expect("stat the test's directory");
+    let mut dev = format!(
+        "{}:{}",
+        nix::sys::stat::major(st.st_dev),
+        nix::sys::stat::minor(st.st_dev)
+    );
+    // A rule names a whole disk, not a partition.
+    let sys = std::path::PathBuf::from(format!("/sys/dev/block/{dev}"));
+    if sys.join("partition").exists() {
+        dev = std::fs::read_to_string(sys.join("../dev"))
+            .expect("the partition's disk")
+            .trim()
+            .to_string();
+    }
+    let rule = root.join("blkio.throttle.read_bps_device");
+    std::fs::write(&rule, format!("{dev} 1125899906842624\n"))
+        .unwrap_or_else(|e| panic!("a rule for {dev} in {}: {e}", rule.display()));
+    std::fs::write(&rule, format!("{dev} 0\n"))
+        .unwrap_or_else(|e| panic!("removing the rule for {dev}: {e}"));
+}
+
+/// kubernetes-mixin's `diskDeviceSelector` (config.libsonnet):
+/// `device=~"(/dev/)?(mmcblk.p.+|nvme.+|rbd.+|sd.+|vd.+|xvd.+|dm-.+|md.+|dasd.+)"`.
+fn mixin_disk_device(device: &str) -> bool {
+    let name = device.strip_prefix("/dev/").unwrap_or(device);
+    if let Some(rest) = name.strip_prefix("mmcblk") {
+        return rest.len() >= 3 && rest.as_bytes()[1] == b'p';
+    }
+    ["nvme", "rbd", "sd", "vd", "xvd", "dm-", "md", "dasd"]
+        .iter()
+        .any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+}
+
+/// kubernetes-mixin's Storage IO panels and tables (dashboards/resources/{cluster,
+/// namespace,pod,workload}.libsonnet) read `container_fs_{reads,writes}_total` and
+/// `container_fs_{reads,writes}_bytes_total` from cAdvisor's endpoint, selecting
+/// `container!=""` and a disk by `diskDeviceSelector`, and sum by pod and container. A real
+/// container's O_DIRECT reads and writes on the node's disk must show there, counted as
+/// cAdvisor counts them (the cgroup's io.stat or blkio counters per device), named as
+/// cAdvisor names the device (`/dev/<name>`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_containers_disk_io_fills_the_mixins_storage_io_panels() {
+    if !require_runtime("container disk I/O metrics") {
+        return;
+    }
+    let node = Node::start("stats_disk_io", NodeOptions::default()).await;
+    let dir = node.path("io");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    // 8 MiB that are not all zeros, synced to the disk before the pod reads them.
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(dir.join("data")).expect("create");
+        f.write_all(&data).expect("write");
+        f.sync_all().expect("sync");
+    }
+    enable_v1_io_accounting(&dir);
+    node.write_manifest(
+        "disk-io.yaml",
+        &DISK_IO.replace("HOSTDIR", &dir.display().to_string()),
+    );
+    let pod_name = node.pod_name("disk-io");
+    eventually(
+        "the container's O_DIRECT reads and writes",
+        DEADLINE,
+        || async {
+            dir.join("done")
+                .exists()
+                .then_some(())
+                .ok_or_else(|| "the container has not done its I/O yet".to_string())
+        },
+    )
+    .await;
+    let seen = eventually("the disk I/O series of the container", DEADLINE, || async {
+        let families = prom::parse(&get_text(&node, "/metrics/cadvisor").await)?;
+        let mut seen = Vec::new();
+        for family in [
+            "container_fs_reads_bytes_total",
+            "container_fs_writes_bytes_total",
+            "container_fs_reads_total",
+            "container_fs_writes_total",
+        ] {
+            let f = families
+                .get(family)
+                .ok_or_else(|| format!("no {family} family"))?;
+            if f.kind != "counter" {
+                return Err(format!("{family} is a {}", f.kind));
+            }
+            // The mixin sums over the devices it selects.
+            let (mut sum, mut devices) = (0.0, Vec::new());
+            for s in &f.samples {
+                let l = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or_default();
+                if l("pod") == pod_name && l("namespace") == "default" && l("container") == "io" {
+                    devices.push(l("device").to_string());
+                    if mixin_disk_device(l("device")) {
+                        sum += s.value;
+                    }
+                }
+            }
+            seen.push((family, sum, devices));
+        }
+        let enough =
+            |family: &str, min: f64| seen.iter().any(|(f, sum, _)| *f == family && *sum >= min);
+        (enough("container_fs_reads_bytes_total", (8u32 << 20) as f64)
+            && enough("container_fs_writes_bytes_total", (2u32 << 20) as f64)
+            && enough("container_fs_reads_total", 1.0)
+            && enough("container_fs_writes_total", 1.0))
+        .then(|| seen.clone())
+        .ok_or_else(|| format!("summed over the mixin's devices: {seen:?}"))
+    })
+    .await;
+    eprintln!("disk I/O of the container, summed over the mixin's devices: {seen:?}");
+    node.stop().await;
+}
+
+#[test]
+fn the_mixins_disk_device_selector() {
+    for yes in [
+        "/dev/vda",
+        "vdb",
+        "/dev/sda",
+        "/dev/nvme0n1",
+        "/dev/dm-0",
+        "/dev/mmcblk0p1",
+        "xvda",
+    ] {
+        assert!(mixin_disk_device(yes), "{yes}");
+    }
+    for no in [
+        "/dev/loop0",
+        "/dev/zram0",
+        "/dev/vd",
+        "",
+        "/dev/sr0",
+        "overlay",
+    ] {
+        assert!(!mixin_disk_device(no), "{no}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The device a filesystem is mounted from, as cAdvisor names it in its `device` label:
 //! the path's `st_dev` matched against `/proc/self/mountinfo`'s `major:minor` field, whose
-//! mount source (after ` - fstype `) is the device (`/dev/vda1`, `overlay`, `tmpfs`).
+//! mount source (after ` - fstype `) is the device (`/dev/vda1`, `overlay`, `tmpfs`); and a
+//! block device's name from its numbers, for the disk I/O series.
 
 use std::path::Path;
 
@@ -15,6 +16,22 @@ pub fn device_of(path: &Path) -> Option<String> {
     );
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     source_of(&info, &wanted)
+}
+
+/// The block device `MAJ:MIN` as cAdvisor names it in its disk I/O series (its
+/// `MachineInfoNamer`: `/dev/` and the kernel's name, here the `DEVNAME` of
+/// /sys/dev/block/MAJ:MIN/uevent); None for a device the kernel does not list.
+pub fn block_device_name(numbers: &str) -> Option<String> {
+    let uevent = std::fs::read_to_string(format!("/sys/dev/block/{numbers}/uevent")).ok()?;
+    devname(&uevent).map(|name| format!("/dev/{name}"))
+}
+
+/// `DEVNAME=` of a uevent file.
+fn devname(uevent: &str) -> Option<&str> {
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .filter(|n| !n.is_empty())
 }
 
 /// The mount source of the first mountinfo line whose `major:minor` is `wanted`.
@@ -70,6 +87,14 @@ mod tests {
         assert_eq!(source_of(INFO, "0:21").as_deref(), Some("proc"));
         assert_eq!(source_of(INFO, "0:50").as_deref(), Some("my disk"));
         assert_eq!(source_of(INFO, "9:9"), None);
+    }
+
+    #[test]
+    fn a_block_device_is_named_from_its_uevent() {
+        let uevent = "MAJOR=253\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\nDISKSEQ=9\n";
+        assert_eq!(devname(uevent), Some("vda"));
+        assert_eq!(devname("MAJOR=7\nMINOR=0\n"), None);
+        assert_eq!(block_device_name("4095:1048575"), None);
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //! assembled from a planted cgroup tree, v2 and v1.
 //!
 //! Read by the mixin but not served yet, so not in the table: `kubelet_volume_stats_*` (PVCs are not
-//! supported), `container_fs_{reads,writes}{,_bytes}_total`, `kubelet_node_config_error`
-//! and `go_goroutines` (see /work/mixin-metrics.md of the research that listed them).
+//! supported), `kubelet_node_config_error` and `go_goroutines` (see /work/mixin-metrics.md
+//! of the research that listed them).
 
 use super::exposition::{self, Exposition, Family, Kind};
 use super::resource::render_cadvisor;
@@ -42,6 +42,10 @@ struct Read {
 use Endpoint::{Cadvisor, Metrics};
 
 const CADVISOR_CONTAINER: &[&str] = &["container", "image", "namespace", "pod"];
+
+/// The disk I/O series: the mixin's Storage IO panels select `container!=""` and a device
+/// (`diskDeviceSelector`, checked on a real device by tests/tests/suite/stats.rs).
+const CADVISOR_DISK: &[&str] = &["container", "device", "namespace", "pod"];
 
 const MIXIN: &[Read] = &[
     Read {
@@ -317,6 +321,38 @@ const MIXIN: &[Read] = &[
         endpoint: Cadvisor,
         mixin: "dashboards/resources/queries/{cluster,namespace,pod,workload}.libsonnet; dashboards/network-usage/queries/*.libsonnet",
     },
+    Read {
+        name: "container_fs_reads_total",
+        kind: Kind::Counter,
+        labels: CADVISOR_DISK,
+        endpoint: Cadvisor,
+        mixin: "dashboards/resources/{cluster,namespace,pod,workload}.libsonnet storageIOColumns and \
+                \"IOPS Reads\" (container!=\"\", device=~diskDeviceSelector)",
+    },
+    Read {
+        name: "container_fs_writes_total",
+        kind: Kind::Counter,
+        labels: CADVISOR_DISK,
+        endpoint: Cadvisor,
+        mixin: "dashboards/resources/{cluster,namespace,pod,workload}.libsonnet storageIOColumns and \
+                \"IOPS Writes\" (container!=\"\", device=~diskDeviceSelector)",
+    },
+    Read {
+        name: "container_fs_reads_bytes_total",
+        kind: Kind::Counter,
+        labels: CADVISOR_DISK,
+        endpoint: Cadvisor,
+        mixin: "dashboards/resources/{cluster,namespace,pod,workload}.libsonnet storageIOColumns and \
+                \"Throughput Read\" (container!=\"\", device=~diskDeviceSelector)",
+    },
+    Read {
+        name: "container_fs_writes_bytes_total",
+        kind: Kind::Counter,
+        labels: CADVISOR_DISK,
+        endpoint: Cadvisor,
+        mixin: "dashboards/resources/{cluster,namespace,pod,workload}.libsonnet storageIOColumns and \
+                \"Throughput Write\" (container!=\"\", device=~diskDeviceSelector)",
+    },
 ];
 
 fn kind_name(kind: Kind) -> &'static str {
@@ -427,6 +463,25 @@ fn write(root: &Path, rel: &str, text: &str) {
 
 const POD: &str = "kubepods/burstable/podu1";
 
+/// The planted I/O's device: a block device of this machine (`MAJ:MIN` and its name), as
+/// /sys/dev/block lists them, for the device label is named from there.
+fn disk() -> (String, String) {
+    let mut found: Vec<(String, String)> = std::fs::read_dir("/sys/dev/block")
+        .expect("/sys/dev/block")
+        .flatten()
+        .filter_map(|e| {
+            let numbers = e.file_name().to_string_lossy().into_owned();
+            let name = crate::metrics::devices::block_device_name(&numbers)?;
+            Some((numbers, name))
+        })
+        .collect();
+    found.sort();
+    found
+        .into_iter()
+        .next()
+        .expect("a block device in /sys/dev/block")
+}
+
 /// A v2 tree: the pod and its container `c1`, both under a CPU quota, with swap.
 fn plant_v2(root: &Path) {
     write(root, "cgroup.controllers", "cpu memory pids\n");
@@ -447,11 +502,20 @@ fn plant_v2(root: &Path) {
         write(root, &format!("{cg}/memory.swap.current"), "4096\n");
         write(root, &format!("{cg}/memory.swap.max"), "max\n");
         write(root, &format!("{cg}/memory.events"), "oom 0\noom_kill 0\n");
+        write(
+            root,
+            &format!("{cg}/io.stat"),
+            &format!(
+                "{} rbytes=4096000 wbytes=8192 rios=1000 wios=2 dbytes=0 dios=0\n",
+                disk().0
+            ),
+        );
     }
 }
 
-/// The same on v1 (cpu, cpuacct and memory hierarchies; memsw for swap).
+/// The same on v1 (cpu, cpuacct, memory and blkio hierarchies; memsw for swap).
 fn plant_v1(root: &Path) {
+    let d = disk().0;
     for cg in [POD.to_string(), format!("{POD}/c1")] {
         write(root, &format!("cpuacct/{cg}/cpuacct.usage"), "2000000000\n");
         write(root, &format!("cpu/{cg}/cpu.cfs_quota_us"), "50000\n");
@@ -484,6 +548,16 @@ fn plant_v1(root: &Path) {
             root,
             &format!("memory/{cg}/memory.memsw.limit_in_bytes"),
             "9223372036854771712\n",
+        );
+        write(
+            root,
+            &format!("blkio/{cg}/blkio.throttle.io_service_bytes"),
+            &format!("{d} Read 4096000\n{d} Write 8192\n{d} Total 4104192\nTotal 4104192\n"),
+        );
+        write(
+            root,
+            &format!("blkio/{cg}/blkio.throttle.io_serviced"),
+            &format!("{d} Read 1000\n{d} Write 2\n{d} Total 1002\nTotal 1002\n"),
         );
     }
 }
@@ -541,6 +615,22 @@ fn cadvisor_serves_what_the_mixin_reads_on_v2_and_v1() {
         ] {
             assert!(
                 text.contains(&format!("{name}{{{ctr}}} {value} ")),
+                "{version}: {name} {value}\n{text}"
+            );
+        }
+        // Disk I/O, on the container's series with the device named as cAdvisor names it.
+        let io = format!(
+            "container=\"app\",device=\"{}\",id=\"/kubepods/burstable/podu1/c1\",image=\"registry.example/app:1\",name=\"c1\",namespace=\"default\",pod=\"web-0\"",
+            disk().1
+        );
+        for (name, value) in [
+            ("container_fs_reads_bytes_total", "4096000"),
+            ("container_fs_writes_bytes_total", "8192"),
+            ("container_fs_reads_total", "1000"),
+            ("container_fs_writes_total", "2"),
+        ] {
+            assert!(
+                text.contains(&format!("{name}{{{io}}} {value}\n")),
                 "{version}: {name} {value}\n{text}"
             );
         }

@@ -2,10 +2,11 @@
 //! `/metrics/cadvisor` (cAdvisor's container families and labels), from the same
 //! collection as the Summary API.
 
-use super::devices::device_of;
+use super::devices::{block_device_name, device_of};
 use super::exposition::{Family, Kind, render_family};
 use super::text;
 use crate::AppState;
+use crate::stats::cgroup::BlockIo;
 use crate::stats::collect::{Collected, collect};
 use crate::stats::types::{ContainerStats, CpuStats, FsStats, MemoryStats, SwapStats};
 use axum::extract::State;
@@ -162,6 +163,10 @@ struct Cadvisor {
     fs_inodes_total: Family,
     fs_limit: Family,
     fs_usage: Family,
+    fs_reads: Family,
+    fs_writes: Family,
+    fs_read_bytes: Family,
+    fs_write_bytes: Family,
 }
 
 impl Cadvisor {
@@ -294,6 +299,26 @@ impl Cadvisor {
                 "Number of bytes that are consumed by the container on this filesystem.",
                 Kind::Gauge,
             ),
+            fs_reads: Family::new(
+                "container_fs_reads_total",
+                "Cumulative count of reads completed",
+                Kind::Counter,
+            ),
+            fs_writes: Family::new(
+                "container_fs_writes_total",
+                "Cumulative count of writes completed",
+                Kind::Counter,
+            ),
+            fs_read_bytes: Family::new(
+                "container_fs_reads_bytes_total",
+                "Cumulative count of bytes read",
+                Kind::Counter,
+            ),
+            fs_write_bytes: Family::new(
+                "container_fs_writes_bytes_total",
+                "Cumulative count of bytes written",
+                Kind::Counter,
+            ),
         }
     }
 
@@ -310,6 +335,26 @@ impl Cadvisor {
         ] {
             if let Some(v) = value {
                 family.push(&with_device, v as f64, t);
+            }
+        }
+    }
+
+    /// A cgroup's block I/O per device (cAdvisor's `DiskIo`, "Read" and "Write"), the
+    /// device named as cAdvisor names it; a device with no name is left out.
+    fn block_io(&mut self, labels: &[(&str, &str); 6], io: &[BlockIo]) {
+        for d in io {
+            let Some(device) = block_device_name(&format!("{}:{}", d.major, d.minor)) else {
+                continue;
+            };
+            let mut with_device: Vec<(&str, &str)> = labels.to_vec();
+            with_device.insert(1, ("device", device.as_str()));
+            for (family, value) in [
+                (&mut self.fs_reads, d.reads),
+                (&mut self.fs_writes, d.writes),
+                (&mut self.fs_read_bytes, d.read_bytes),
+                (&mut self.fs_write_bytes, d.write_bytes),
+            ] {
+                family.push(&with_device, value as f64, None);
             }
         }
     }
@@ -415,6 +460,10 @@ impl Cadvisor {
             &self.fs_inodes_total,
             &self.fs_limit,
             &self.fs_usage,
+            &self.fs_reads,
+            &self.fs_read_bytes,
+            &self.fs_writes,
+            &self.fs_write_bytes,
             &self.machine_cpus,
             &self.machine_memory,
         ] {
@@ -514,6 +563,7 @@ pub fn render_cadvisor(c: &Collected) -> String {
                 ("pod", name),
             ];
             m.container(&labels, ctr);
+            m.block_io(&labels, &meta.block_io);
             // The container's writable layer, on the image filesystem.
             if let (Some(fs), Some(device)) = (&ctr.rootfs, &image_device) {
                 m.fs(&labels, device, fs);

@@ -10,7 +10,7 @@
 //! each container, pod and the node is kept in memory and the rate computed against it
 //! (`sample`).
 
-use super::cgroup::Cgroups;
+use super::cgroup::{BlockIo, Cgroups};
 use super::host::{self, DEFAULT_INTERFACE};
 use super::sample::{
     CPU_SAMPLES, cpu_stats, cri_swap, fs_stats, memory_stats, summed_swap, swap_stats,
@@ -42,6 +42,8 @@ pub struct ContainerMeta {
     pub image: String,
     /// The cgroup path (cAdvisor's `id` label), or "" when unknown.
     pub cgroup: String,
+    /// The cgroup's block I/O per device (`/metrics/cadvisor` only: the Summary has none).
+    pub block_io: Vec<BlockIo>,
 }
 
 /// The Summary and what `/metrics/cadvisor` needs besides.
@@ -465,6 +467,10 @@ fn assemble(
                     .map(|i| i.image.clone())
                     .unwrap_or_default(),
                 cgroup: cgroup.clone().map(|p| p.to_string()).unwrap_or_default(),
+                block_io: cgroup
+                    .as_deref()
+                    .and_then(|rel| cgroups.block_io(rel))
+                    .unwrap_or_default(),
             });
             containers.push(ContainerStats {
                 name,
