@@ -185,9 +185,9 @@ impl PodCgroups {
     /// missing (idempotent).
     /// Each is an `update` (upstream's QoS container manager updates the tiers through
     /// its cgroup manager's Update).
-    pub async fn ensure_qos(&self, tiers: &[(CgroupName, PodResources)]) -> Result<(), String> {
-        for (name, res) in tiers {
-            timed("update", self.apply(name, res, 0)).await?;
+    pub async fn ensure_qos(&self, tiers: &[QosTier]) -> Result<(), String> {
+        for (name, res, pids_limit) in tiers {
+            timed("update", self.apply(name, res, *pids_limit)).await?;
         }
         Ok(())
     }
@@ -284,11 +284,19 @@ pub fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
 pub struct PodsLimits {
     pub cpu_millis: i64,
     pub memory: i64,
+    /// Tasks (`pids.max`, systemd's `TasksMax`); 0 where the kernel's most is unknown.
+    /// Upstream's `pid` capacity is the smaller of `kernel.pid_max` and
+    /// `kernel.threads-max` (pkg/kubelet/stats/pidlimit), less `kubeReserved` and
+    /// `systemReserved` `pid` where enforced.
+    pub pids: i64,
 }
 
 impl PodsLimits {
     pub fn of_this_node(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
-        let capacity = crate::admission::cpu_and_memory_capacity();
+        let mut capacity = crate::admission::cpu_and_memory_capacity();
+        if let (Some(max), _) = nodeagent_config::machine::rlimit() {
+            capacity.insert("pid".into(), max.max(0) as u64);
+        }
         let limits = if kubelet.enforce_node_allocatable.iter().any(|e| e == "pods") {
             nodeagent_config::eviction::allocatable(
                 &capacity,
@@ -302,20 +310,24 @@ impl PodsLimits {
         Self {
             cpu_millis: get("cpu"),
             memory: get("memory"),
+            pids: get("pid"),
         }
     }
 }
 
+/// A QoS cgroup, its limits and its tasks limit (0: none).
+pub type QosTier = (CgroupName, PodResources, i64);
+
 /// `kubepods` and its QoS tiers as upstream's container manager sets them: `kubepods`
-/// gets the shares of [`PodsLimits`]'s CPU and its memory as the limit
-/// (`getCgroupConfig`); `besteffort` always `MinShares`, `burstable` the shares of the
+/// gets the shares of [`PodsLimits`]'s CPU, its memory as the limit and its tasks as the
+/// pids limit (`getCgroupConfig`); `besteffort` always `MinShares`, `burstable` the shares of the
 /// CPU its pods request together (qos_container_manager_linux.go `setCPUCgroupConfig`,
 /// over the active pods). Memory QoS (`QOSReserved`, alpha) is not done.
 pub fn qos_cgroups<'a>(
     cgroup_root: &str,
     limits: PodsLimits,
     active: impl IntoIterator<Item = &'a Pod>,
-) -> Vec<(CgroupName, PodResources)> {
+) -> Vec<QosTier> {
     let burstable_cpu: i64 = active
         .into_iter()
         .filter(|p| qos_class(p) == QosClass::Burstable)
@@ -330,6 +342,7 @@ pub fn qos_cgroups<'a>(
                 cpu_quota_us: None,
                 memory_limit_bytes: (limits.memory > 0).then_some(limits.memory),
             },
+            limits.pids.max(0),
         ),
         (
             pods.child(&["burstable"]),
@@ -337,6 +350,7 @@ pub fn qos_cgroups<'a>(
                 cpu_shares: milli_cpu_to_shares(burstable_cpu),
                 ..Default::default()
             },
+            0,
         ),
         (
             pods.child(&["besteffort"]),
@@ -344,6 +358,7 @@ pub fn qos_cgroups<'a>(
                 cpu_shares: MIN_SHARES,
                 ..Default::default()
             },
+            0,
         ),
     ]
 }

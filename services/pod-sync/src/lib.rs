@@ -81,12 +81,7 @@ pub struct PodSync {
     /// Makes and removes the pod cgroups with the configured driver.
     cgroups: cgroups::PodCgroups,
     /// `kubepods` and the QoS tiers as last set (one update at a time).
-    qos_set: tokio::sync::Mutex<
-        Vec<(
-            nodeagent_config::cgroup_name::CgroupName,
-            cgroups::PodResources,
-        )>,
-    >,
+    qos_set: tokio::sync::Mutex<Vec<cgroups::QosTier>>,
     /// What the host can enforce of a pod's security context.
     host_security: security::HostSecurity,
     /// The API server, when the node is connected to one.

@@ -75,6 +75,7 @@ impl NodeContext {
             pods_limits: crate::cgroups::PodsLimits {
                 cpu_millis: 2000,
                 memory: 4 << 30,
+                pids: 4 << 20,
             },
         }
     }

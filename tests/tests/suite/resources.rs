@@ -321,7 +321,7 @@ fn shares(milli_cpu: i64) -> u64 {
 
 /// `kubepods` and its QoS tiers as upstream's container manager sets them, on a node with
 /// a `cgroupRoot` of its own (other nodes of the suite share `/kubepods`): `kubepods` the
-/// shares of node allocatable's CPU and its memory as the limit, capacity less
+/// shares of node allocatable's CPU, its memory and its tasks as the limits, capacity less
 /// kubeReserved and systemReserved and not less the eviction threshold
 /// (node_container_manager_linux.go `getNodeAllocatableAbsolute`, as the e2e
 /// node_container_manager_test expects of `kubepods`); `besteffort` 2 shares; `burstable`
@@ -337,7 +337,7 @@ async fn kubepods_and_the_qos_tiers_get_upstreams_shares_and_allocatable() {
         "qos-tiers",
         NodeOptions {
             extra_config: format!(
-                "cgroupRoot: /{root}\nkubeReserved:\n  cpu: 200m\n  memory: 64Mi\nsystemReserved:\n  memory: 32Mi\n"
+                "cgroupRoot: /{root}\nkubeReserved:\n  cpu: 200m\n  memory: 64Mi\n  pid: \"100\"\nsystemReserved:\n  memory: 32Mi\n  pid: \"1000\"\n"
             ),
             ..NodeOptions::default()
         },
@@ -399,6 +399,21 @@ async fn kubepods_and_the_qos_tiers_get_upstreams_shares_and_allocatable() {
     assert_eq!(
         cgroup::memory_limit(&kubepods).unwrap(),
         Some(memory - 96 * MI),
+        "{kubepods}"
+    );
+    // Tasks: upstream's pid capacity (pkg/kubelet/stats/pidlimit: the smaller of
+    // kernel.pid_max and kernel.threads-max) less the reserved pids, as `getCgroupConfig`
+    // sets `PidsLimit` on the node allocatable cgroup.
+    let sysctl = |p: &str| -> i64 {
+        cgroup::read(std::path::Path::new(p))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let tasks = sysctl("/proc/sys/kernel/pid_max").min(sysctl("/proc/sys/kernel/threads-max"));
+    assert_eq!(
+        cgroup::read(&cgroup::file(&kubepods, ("pids", "pids.max"), "pids.max")).unwrap(),
+        (tasks - 1100).to_string(),
         "{kubepods}"
     );
     eventually(

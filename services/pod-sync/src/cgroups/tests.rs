@@ -369,15 +369,16 @@ fn qos_tiers_for_upstreams_active_test_pods() {
     let limits = PodsLimits {
         cpu_millis: 1500,
         memory: 3 << 30,
+        pids: 4096,
     };
     let tiers = qos_cgroups(
         "/r",
         limits,
         [&guaranteed, &burstable1, &burstable2, &best_effort],
     );
-    let by_name: Vec<(String, PodResources)> = tiers
+    let by_name: Vec<(String, PodResources, i64)> = tiers
         .into_iter()
-        .map(|(n, r)| (n.to_cgroupfs(), r))
+        .map(|(n, r, p)| (n.to_cgroupfs(), r, p))
         .collect();
     assert_eq!(
         by_name,
@@ -388,21 +389,24 @@ fn qos_tiers_for_upstreams_active_test_pods() {
                     cpu_shares: 1536,
                     cpu_quota_us: None,
                     memory_limit_bytes: Some(3 << 30),
-                }
+                },
+                4096
             ),
             (
                 "/r/kubepods/burstable".to_string(),
                 PodResources {
                     cpu_shares: 3072,
                     ..Default::default()
-                }
+                },
+                0
             ),
             (
                 "/r/kubepods/besteffort".to_string(),
                 PodResources {
                     cpu_shares: 2,
                     ..Default::default()
-                }
+                },
+                0
             ),
         ]
     );
@@ -430,12 +434,21 @@ fn kubepods_is_allocatable_less_reservations_only_where_enforced() {
         "memory.available".to_string(),
         "2Gi".to_string(),
     )]));
+    kubelet.system_reserved.insert("pid".into(), "1000".into());
+    kubelet.kube_reserved.insert("pid".into(), "24".into());
     let enforced = PodsLimits::of_this_node(&kubelet);
     let cpus = nodeagent_config::machine::cpus() as i64 * 1000;
     let memory = nodeagent_config::machine::memory_bytes() as i64;
+    // Upstream's pid capacity: min(kernel.pid_max, kernel.threads-max).
+    let read = |p: &str| -> i64 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+    let tasks = read("/proc/sys/kernel/pid_max").min(read("/proc/sys/kernel/threads-max"));
     assert_eq!(enforced.cpu_millis, cpus - 500);
     assert_eq!(enforced.memory, memory - (1 << 30));
+    assert_eq!(enforced.pids, tasks - 1024);
     kubelet.enforce_node_allocatable = vec!["none".into()];
     let capacity = PodsLimits::of_this_node(&kubelet);
-    assert_eq!((capacity.cpu_millis, capacity.memory), (cpus, memory));
+    assert_eq!(
+        (capacity.cpu_millis, capacity.memory, capacity.pids),
+        (cpus, memory, tasks)
+    );
 }

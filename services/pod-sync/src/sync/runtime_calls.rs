@@ -37,7 +37,9 @@ impl PodSync {
             Ok(()) => {
                 let shares: Vec<String> = tiers
                     .iter()
-                    .map(|(n, r)| format!("{}={}", n.path(self.node.cgroup_driver), r.cpu_shares))
+                    .map(|(n, r, _)| {
+                        format!("{}={}", n.path(self.node.cgroup_driver), r.cpu_shares)
+                    })
                     .collect();
                 tracing::debug!(shares = ?shares, "QoS cgroups set");
                 *set = tiers;
