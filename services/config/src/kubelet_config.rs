@@ -177,6 +177,17 @@ pub struct LoggingConfiguration {
     /// `text` (klog's lines) or `json` (component-base's).
     pub format: String,
     pub verbosity: u8,
+    /// Per-file verbosity (component-base's `VModuleConfiguration`), under `--vmodule`.
+    pub vmodule: Vec<VModuleItem>,
+}
+
+/// One `vmodule` entry: source files whose name (without its extension) matches
+/// `filePattern` (a glob) log at `verbosity`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VModuleItem {
+    pub file_pattern: String,
+    pub verbosity: u8,
 }
 
 impl Default for LoggingConfiguration {
@@ -184,6 +195,7 @@ impl Default for LoggingConfiguration {
         Self {
             format: "text".into(),
             verbosity: 0,
+            vmodule: Vec::new(),
         }
     }
 }

@@ -165,6 +165,12 @@ pub struct KubeletFlags {
     /// config file's `logging.verbosity` (default 0). RUST_LOG overrides.
     #[arg(short = 'v', long)]
     pub v: Option<u8>,
+    /// Per-file verbosity, as klog's `--vmodule`: a comma-separated list of `pattern=N`,
+    /// each pattern a source file's name without its extension (`runtime_calls`), or a
+    /// glob (`sync*`), or a path suffix (`pod-sync/src/sync/*`); over the config file's
+    /// `logging.vmodule`.
+    #[arg(long)]
+    pub vmodule: Option<String>,
     /// OTLP/gRPC endpoint for traces; unset disables export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -245,6 +251,8 @@ pub struct Config {
     pub pleg_relist_period: Duration,
     pub logging_format: String,
     pub verbosity: u8,
+    /// `--vmodule` or `logging.vmodule`: (file pattern, verbosity).
+    pub vmodule: Vec<(String, u8)>,
     pub otlp_endpoint: Option<String>,
     /// The container GC's keep count and minimum age (see [`KubeletFlags`]).
     pub maximum_dead_containers_per_container: i32,
@@ -335,6 +343,15 @@ impl Config {
             flags.vsock_secret_file.as_deref(),
         )?;
         let verbosity = flags.v.unwrap_or(kubelet.logging.verbosity);
+        let vmodule = match &flags.vmodule {
+            Some(text) => parse_vmodule(text).map_err(ConfigError::Invalid)?,
+            None => kubelet
+                .logging
+                .vmodule
+                .iter()
+                .map(|i| (i.file_pattern.clone(), i.verbosity))
+                .collect(),
+        };
         let logging_format = flags
             .logging_format
             .clone()
@@ -393,6 +410,7 @@ impl Config {
             pleg_relist_period: flags.pleg_relist_period,
             logging_format,
             verbosity,
+            vmodule,
             otlp_endpoint: flags.otlp_endpoint.clone().filter(|e| !e.is_empty()),
             maximum_dead_containers_per_container: flags.maximum_dead_containers_per_container,
             minimum_container_ttl_duration: flags.minimum_container_ttl_duration,
@@ -734,3 +752,21 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// klog's `--vmodule` value: `pattern=N[,pattern=N...]` (klog's `moduleSpec.Set`: an
+/// empty value is no patterns; a pattern must not be empty, N must be a number).
+pub fn parse_vmodule(text: &str) -> Result<Vec<(String, u8)>, String> {
+    let syntax =
+        || format!("--vmodule {text:?}: syntax error: expect comma-separated list of filename=N");
+    text.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let (pattern, level) = part.split_once('=').ok_or_else(syntax)?;
+            if pattern.is_empty() {
+                return Err(syntax());
+            }
+            let level = level.parse::<u8>().map_err(|_| syntax())?;
+            Ok((pattern.to_string(), level))
+        })
+        .collect()
+}

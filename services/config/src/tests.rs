@@ -555,3 +555,41 @@ fn a_config_dir_merges_as_upstreams_reference_page_shows() {
         .to_string();
     assert!(err.contains("/nonexistent/kubelet.conf.d"), "{err}");
 }
+
+/// `--vmodule` as klog's `moduleSpec.Set` reads it: `pattern=N` pairs, an empty value for
+/// none; a missing `=`, an empty pattern or a level that is not a number is klog's
+/// "syntax error: expect comma-separated list of filename=N". The flag wins over the
+/// config file's `logging.vmodule` (component-base's VModuleConfiguration).
+#[test]
+fn vmodule_is_read_as_klog_reads_it() {
+    assert_eq!(
+        crate::parse_vmodule("runtime_calls=4,sync/*=6").unwrap(),
+        vec![("runtime_calls".to_string(), 4), ("sync/*".to_string(), 6)]
+    );
+    assert_eq!(crate::parse_vmodule("").unwrap(), vec![]);
+    for bad in ["sync", "=4", "sync=x", "sync=-1"] {
+        let err = crate::parse_vmodule(bad).unwrap_err();
+        assert!(
+            err.contains("syntax error: expect comma-separated list of filename=N"),
+            "{bad}: {err}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "logging:\n  vmodule:\n  - filePattern: probe*\n    verbosity: 5\n",
+    )
+    .unwrap();
+    let c = Config::load(&flags(&["--config", path.to_str().unwrap()])).unwrap();
+    assert_eq!(c.vmodule, vec![("probe*".to_string(), 5)]);
+    assert!(c.ignored_fields.is_empty(), "{:?}", c.ignored_fields);
+    let c = Config::load(&flags(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--vmodule=runtime_calls=4",
+    ]))
+    .unwrap();
+    assert_eq!(c.vmodule, vec![("runtime_calls".to_string(), 4)]);
+    assert!(Config::load(&flags(&["--vmodule=oops"])).is_err());
+}

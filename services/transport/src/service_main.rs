@@ -249,6 +249,7 @@ where
             service_name: format!("nodeagent-{service}"),
             format: config.logging_format.clone(),
             verbosity: config.verbosity,
+            vmodule: config.vmodule.clone(),
             otlp_endpoint: config.otlp_endpoint.clone(),
         }) {
             Ok(t) => t,

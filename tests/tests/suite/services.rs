@@ -366,3 +366,75 @@ async fn nodeagent_status_reports_services_node_and_pods_and_fails_when_one_is_d
     node.wait_serving(Service::Probe).await;
     node.stop().await;
 }
+
+/// klog's `--vmodule` in a real service (k8s.io/klog/v2: "-vmodule=gopher*=3 sets the V
+/// level to 3 in all Go files whose names begin with gopher"): pod-sync at `-v=0` with
+/// `--vmodule=runtime_calls=4` and RUST_LOG unset, as the units run it, writes the debug
+/// line of sync/runtime_calls.rs (the QoS tiers set, at `v` 4 in component-base's JSON)
+/// and no line above `v` 0 from any other file; the same node without `--vmodule` writes
+/// no line above `v` 0 at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vmodule_raises_one_source_files_level_in_a_real_service() {
+    if !require_runtime("vmodule_raises_one_source_files_level...") {
+        return;
+    }
+    for vmodule in [true, false] {
+        let mut args = vec!["--logging-format=json".to_string(), "-v=0".into()];
+        if vmodule {
+            args.push("--vmodule=runtime_calls=4".into());
+        }
+        let node = Node::start(
+            if vmodule { "vmodule" } else { "vmodule-off" },
+            NodeOptions {
+                env: vec![("RUST_LOG".into(), String::new())],
+                service_args: vec![(Service::PodSync, args)],
+                ..NodeOptions::default()
+            },
+        )
+        .await;
+        node.write_manifest(
+            "sleeper.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: sleeper\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox:1.36\n    command: [sleep, \"3600\"]\n",
+        );
+        node.running_container("sleeper", "main", std::time::Duration::from_secs(60))
+            .await;
+        let lines: Vec<serde_json::Value> = node
+            .log(Service::PodSync)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let verbose: Vec<&serde_json::Value> = lines
+            .iter()
+            .filter(|l| l["v"].as_u64().is_some_and(|v| v > 0))
+            .collect();
+        if vmodule {
+            assert!(
+                verbose.iter().any(|l| l["msg"] == "QoS cgroups set"
+                    && l["v"] == 4
+                    && l["caller"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("runtime_calls.rs"))),
+                "no debug line of runtime_calls.rs: {verbose:#?}"
+            );
+            let others: Vec<_> = verbose
+                .iter()
+                .filter(|l| {
+                    !l["caller"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("runtime_calls.rs"))
+                })
+                .collect();
+            assert!(
+                others.is_empty(),
+                "lines above v 0 from other files: {others:#?}"
+            );
+        } else {
+            assert!(
+                verbose.is_empty(),
+                "lines above v 0 without --vmodule: {verbose:#?}"
+            );
+        }
+        assert!(lines.len() > 3, "pod-sync wrote {} JSON lines", lines.len());
+        node.stop().await;
+    }
+}
