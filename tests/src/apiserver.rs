@@ -238,8 +238,24 @@ impl ApiServer {
     /// 127.0.0.1 and localhost from the server's CA, and client certificates of that CA
     /// authenticating each request (`apiserver_csr`).
     pub async fn start_tls(state: ApiState) -> ApiServer {
+        Self::start_tls_at(state, ([127, 0, 0, 1], 0).into())
+            .await
+            .expect("bind the API server")
+    }
+
+    /// Serves `state` over TLS on `addr` (the standalone binary's `--tls-dir`), its serving
+    /// certificate for 127.0.0.1, localhost and `addr`'s IP.
+    pub async fn start_tls_at(
+        state: ApiState,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<ApiServer> {
         use rustls::pki_types::pem::PemObject as _;
-        let identity = state.root_ca.issue_server(&["127.0.0.1", "localhost"]);
+        let ip = addr.ip().to_string();
+        let mut sans = vec!["127.0.0.1", "localhost"];
+        if !addr.ip().is_unspecified() && !sans.contains(&ip.as_str()) {
+            sans.push(&ip);
+        }
+        let identity = state.root_ca.issue_server(&sans);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls::pki_types::CertificateDer::pem_slice_iter(state.root_ca_pem().as_bytes()) {
@@ -263,9 +279,7 @@ impl ApiServer {
             .with_client_cert_verifier(verifier)
             .with_single_cert(certs, key)
             .expect("server config");
-        Self::serve(state, ([127, 0, 0, 1], 0).into(), Some(Arc::new(config)))
-            .await
-            .expect("bind the API server")
+        Self::serve(state, addr, Some(Arc::new(config))).await
     }
 
     async fn serve(
@@ -359,11 +373,19 @@ impl ApiServer {
     /// certificate from the server's CA: what kubectl needs against the TLS server (with
     /// no credentials at all it prompts for a password).
     pub fn admin_kubeconfig(&self) -> String {
-        use base64::Engine;
-        let id = self
-            .state
+        self.admin_kubeconfig_of(&self.admin_identity())
+    }
+
+    /// A client certificate of an administrator (`test-admin` in `system:masters`).
+    pub fn admin_identity(&self) -> crate::pki::Identity {
+        self.state
             .root_ca
-            .issue_client("test-admin", &["system:masters"]);
+            .issue_client("test-admin", &["system:masters"])
+    }
+
+    /// A kubeconfig with `id` as its credentials.
+    pub fn admin_kubeconfig_of(&self, id: &crate::pki::Identity) -> String {
+        use base64::Engine;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         self.kubeconfig_with(&format!(
             "{{client-certificate-data: {}, client-key-data: {}}}",

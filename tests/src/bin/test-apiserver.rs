@@ -1,10 +1,13 @@
 //! `nodeagent-test-apiserver`: the test API server on its own, for kubectl and a node agent
-//! outside the test suite (the compose `cluster` profile). Plain HTTP, no authentication:
-//! bind it to loopback or a private network only.
+//! outside the test suite (the compose `cluster` profile, the systemd test's `kubeadm
+//! join`). Plain HTTP without authentication (bind it to loopback or a private network
+//! only), or HTTPS with client certificates and bootstrap tokens (`--tls-dir`).
 //!
 //! ```text
 //! nodeagent-test-apiserver --port 8080 --kubelet-client-pki /var/lib/test-apiserver
 //! kubectl --server http://127.0.0.1:8080 get nodes
+//! nodeagent-test-apiserver --port 6443 --tls-dir /root/apiserver --bootstrap-token abcdef.0123456789abcdef
+//! kubectl --kubeconfig /root/apiserver/admin.conf get nodes
 //! ```
 
 use anyhow::Context;
@@ -16,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 /// The test API server (pods, nodes, leases, events, configmaps, secrets, serviceaccounts
 /// and their tokens; discovery; the pods/log, exec, attach, portforward and nodes/proxy
-/// subresources) on plain HTTP.
+/// subresources) on plain HTTP, or HTTPS with `--tls-dir`.
 #[derive(Parser, Debug)]
 #[command(name = "nodeagent-test-apiserver")]
 struct Args {
@@ -49,6 +52,19 @@ struct Args {
     /// Unknown (kube-controller-manager's flag; "50s", "2m" or seconds).
     #[arg(long, default_value = "50s", value_parser = parse_duration)]
     node_monitor_grace_period: std::time::Duration,
+    /// Serve HTTPS instead of HTTP, with a CA made at start (kept in memory only) that
+    /// signs the serving certificate and approved CSRs and authenticates client
+    /// certificates; written to this directory: `ca.crt` (a kubelet's clientCAFile and what
+    /// `kubeadm join` puts in /etc/kubernetes/pki/ca.crt), an administrator's pair
+    /// (`admin.crt`, `admin.key`, `test-admin` in `system:masters`) and `admin.conf`.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+    /// A bootstrap token (`<id>.<secret>`, repeatable) that authenticates as
+    /// `system:bootstrap:<id>` in `system:bootstrappers`, as `kubeadm token create` makes
+    /// one; kubelets' client CSRs are approved, serving ones wait for `kubectl certificate
+    /// approve`. Needs --tls-dir.
+    #[arg(long, requires = "tls_dir")]
+    bootstrap_token: Vec<String>,
     /// Leave pods without spec.nodeName unscheduled and nodes' health alone (no scheduler,
     /// no node lifecycle controller).
     #[arg(long)]
@@ -84,6 +100,22 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// Writes `text` to `path` with `mode`, through a temporary file renamed into place.
+fn write(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(text.as_bytes())?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
 /// The kubelet client pair in `dir`, made (with its CA) when absent.
 fn client_pki(dir: &Path) -> anyhow::Result<Identity> {
     let (cert, key) = (
@@ -99,20 +131,6 @@ fn client_pki(dir: &Path) -> anyhow::Result<Identity> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let ca = TestCa::new("nodeagent-test-apiserver-kubelet-client-ca");
     let id = ca.issue_client("kube-apiserver-kubelet-client", &["system:masters"]);
-    let write = |path: &Path, text: &str, mode: u32| -> anyhow::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(text.as_bytes())?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
-    };
     write(&key, &id.key_pem, 0o600)?;
     write(&cert, &id.cert_pem, 0o644)?;
     // Last: its presence tells a waiting kubelet that the pair is complete.
@@ -149,14 +167,39 @@ async fn main() -> anyhow::Result<()> {
     if !args.no_controllers {
         state.cluster.enable(Some(args.node_monitor_grace_period));
     }
+    for token in &args.bootstrap_token {
+        state.certificates.add_bootstrap_token(token);
+    }
     let addr = (args.bind_address, args.port).into();
-    let server = ApiServer::start_at(state, addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
-    eprintln!(
-        "nodeagent-test-apiserver: serving on http://{}:{} (try: kubectl --server http://{}:{} get nodes)",
-        args.bind_address, server.port, args.bind_address, server.port
-    );
+    let server = match &args.tls_dir {
+        Some(_) => ApiServer::start_tls_at(state, addr).await,
+        None => ApiServer::start_at(state, addr).await,
+    }
+    .with_context(|| format!("listening on {addr}"))?;
+    match &args.tls_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let admin = server.admin_identity();
+            write(&dir.join("admin.key"), &admin.key_pem, 0o600)?;
+            write(&dir.join("admin.crt"), &admin.cert_pem, 0o644)?;
+            write(
+                &dir.join("admin.conf"),
+                &server.admin_kubeconfig_of(&admin),
+                0o600,
+            )?;
+            // Last: its presence tells a waiting client that the directory is complete.
+            write(&dir.join("ca.crt"), server.state.root_ca_pem(), 0o644)?;
+            eprintln!(
+                "nodeagent-test-apiserver: serving on {} (try: kubectl --kubeconfig {} get nodes)",
+                server.url(),
+                dir.join("admin.conf").display()
+            );
+        }
+        None => eprintln!(
+            "nodeagent-test-apiserver: serving on http://{}:{} (try: kubectl --server http://{}:{} get nodes)",
+            args.bind_address, server.port, args.bind_address, server.port
+        ),
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

@@ -11,8 +11,9 @@
 //! assembled from a planted cgroup tree, v2 and v1.
 //!
 //! Read by the mixin but not served yet, so not in the table: `kubelet_volume_stats_*` (PVCs are not
-//! supported), `kubelet_node_config_error` and `go_goroutines` (see /work/mixin-metrics.md
-//! of the research that listed them).
+//! supported), `go_goroutines` (no Go runtime) and `kubelet_node_config_error` (upstream's
+//! kubelet dropped it with dynamic kubelet configuration in 1.24,
+//! kubernetes/kubernetes#106932).
 
 use super::exposition::{self, Exposition, Family, Kind};
 use super::resource::render_cadvisor;
