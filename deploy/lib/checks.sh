@@ -14,6 +14,20 @@ check() {
   if out=$("$@" 2>&1); then pass "$name"; else fail "$name"; [ -z "$out" ] || printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'; fi
 }
 info() { printf '  .. %s\n' "$*"; }
+# check_within NAME SECONDS CMD...: PASS with the time taken if CMD succeeds within
+# SECONDS (wait_until), else FAIL with CMD's last answer; returns CMD's verdict, so that
+# the caller may add what explains a failure (`check_within ... || journal ...`).
+check_within() {
+  local name=$1 secs=$2 t=$SECONDS
+  shift 2
+  if wait_until "$secs" "$@"; then
+    pass "$name ($((SECONDS - t)) s)"
+  else
+    fail "$name"
+    "$@" 2>&1 | tail -n 20 | sed 's/^/    /' || true
+    return 1
+  fi
+}
 
 # wait_until SECONDS CMD...: runs CMD every 0.5 s until it succeeds; fails after SECONDS.
 wait_until() {

@@ -540,12 +540,8 @@ fi
 vmodule_line() {
   dsh "journalctl --no-pager -u nodeagent-pod-sync --since '-180s' | grep -q 'runtime_calls.rs:[0-9]*] \"QoS cgroups set\"'"
 }
-if wait_until 30 vmodule_line; then
-  pass "--vmodule=runtime_calls=4: pod-sync writes that file's debug line (QoS cgroups set)"
-else
-  fail "--vmodule=runtime_calls=4: pod-sync writes that file's debug line (QoS cgroups set)"
-  dsh "journalctl --no-pager -u nodeagent-pod-sync --since '-180s' | grep -iE 'qos|runtime_calls' | tail -n 10" 2>&1 | sed 's/^/    /' || true
-fi
+check_within "--vmodule=runtime_calls=4: pod-sync writes that file's debug line (QoS cgroups set)" 30 vmodule_line \
+  || dsh "journalctl --no-pager -u nodeagent-pod-sync --since '-180s' | grep -iE 'qos|runtime_calls' | tail -n 10" 2>&1 | sed 's/^/    /' || true
 be_uid=$(sliced_uid sliced-be); g_uid=$(sliced_uid sliced-g)
 be_slice="kubepods-besteffort-pod${be_uid//-/_}.slice"
 g_slice="kubepods-pod${g_uid//-/_}.slice"
@@ -717,15 +713,20 @@ sys.exit(0 if any(p["metadata"]["name"].startswith("web-") and p["status"].get("
 }
 check "the example pod runs under the package's services" wait_until 120 web_running
 main_pids() { local u; for u in "${ALL_UNITS[@]}"; do dx systemctl show -p MainPID --value "$u"; done; }
-pids_before=$(main_pids)
-before=$(snapshot)
-t=$SECONDS
-if out=$(dx dpkg -i "/opt/nodeagent/pkg/$(basename "$pkg_new")" 2>&1); then
-  pass "dpkg -i of the later version: the package upgrades ($((SECONDS - t)) s)"
-else
-  fail "dpkg -i of the later version: the package upgrades"; printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
-fi
-upgraded() {
+# dpkg -i of the later package, NAME the check's words; $pids_before and $before are taken
+# just before it.
+upgrade_package() {
+  local t=$SECONDS out
+  pids_before=$(main_pids)
+  before=$(snapshot)
+  if out=$(dx dpkg -i "/opt/nodeagent/pkg/$(basename "$pkg_new")" 2>&1); then
+    pass "$1 ($((SECONDS - t)) s)"
+  else
+    fail "$1"; printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
+  fi
+}
+# The later version installed and each of the seven restarted (a new PID) and active.
+seven_upgraded() {
   local u now bad="" i=0
   [ "$(dx dpkg-query -W -f '${Version}' nodeagent)" = "$pkg_version" ] || { echo "installed: $(dx dpkg-query -W nodeagent)"; return 1; }
   now=$(main_pids)
@@ -735,6 +736,10 @@ upgraded() {
       || [ "$(dx systemctl is-active "$u")" != active ]; then bad+=" $u"; fi
   done
   [ -z "$bad" ] || { echo "not restarted, or not active:$bad"; return 1; }
+}
+upgrade_package "dpkg -i of the later version: the package upgrades"
+upgraded() {
+  seven_upgraded || return 1
   dx grep -q container-runtime-endpoint /etc/nodeagent/nodeagent.env || { echo "the operator's nodeagent.env was replaced"; return 1; }
 }
 check "upgraded: the later version, each of the seven restarted and active, the operator's nodeagent.env kept" \
@@ -845,14 +850,8 @@ n = json.load(sys.stdin)
 ready = [c for c in n["status"].get("conditions", []) if c["type"] == "Ready"]
 sys.exit(0 if ready and ready[0]["status"] == "True" else "Node Ready: %s" % ready)' || return 1
 }
-t=$SECONDS
-if wait_until 120 joined; then
-  pass "kubeadm join's files and systemctl restart kubelet: the token's CSR approved and signed, kubelet.conf as upstream writes it, the Node Ready ($((SECONDS - t)) s)"
-else
-  fail "kubeadm join's files and systemctl restart kubelet: the token's CSR approved and signed, kubelet.conf as upstream writes it, the Node Ready"
-  joined 2>&1 | sed 's/^/    /' || true
-  dsh "journalctl --no-pager -u kubelet -u nodeagent-node-status -u nodeagent-test-apiserver-tls -n 40" || true
-fi
+check_within "kubeadm join's files and systemctl restart kubelet: the token's CSR approved and signed, kubelet.conf as upstream writes it, the Node Ready" \
+  120 joined || dsh "journalctl --no-pager -u kubelet -u nodeagent-node-status -u nodeagent-test-apiserver-tls -n 40" || true
 # A pod with its namespace's default service account (the API server's admission mounts the
 # kube-api-access projected volume); restartPolicy Never and a command that exits unless
 # the token is there: Running means the token was mounted.
@@ -867,34 +866,13 @@ ready = [c["status"] for c in p["status"].get("conditions", []) if c["type"] == 
 if not vols: sys.exit("no kube-api-access volume: %s" % p["spec"].get("volumes"))
 sys.exit(0 if p["status"].get("phase") == "Running" and ready == ["True"] else "phase %s, Ready %s" % (p["status"].get("phase"), ready))'
 }
-t=$SECONDS
-if wait_until 120 sa_pod_running; then
-  pass "a pod with its service account's token runs on the joined node, Running and Ready at the API server ($((SECONDS - t)) s)"
-else
-  fail "a pod with its service account's token runs on the joined node, Running and Ready at the API server"
-  sa_pod_running 2>&1 | sed 's/^/    /' || true
-  dsh "journalctl --no-pager -u nodeagent-volume -u nodeagent-pod-sync -n 30" || true
-fi
-pids_before=$(main_pids)
+check_within "a pod with its service account's token runs on the joined node, Running and Ready at the API server" \
+  120 sa_pod_running || dsh "journalctl --no-pager -u nodeagent-volume -u nodeagent-pod-sync -n 30" || true
 serial_before=$(dx openssl x509 -noout -serial -in /var/lib/kubelet/pki/kubelet-client-current.pem 2>&1)
-before=$(snapshot)
-t=$SECONDS
-if out=$(dx dpkg -i "/opt/nodeagent/pkg/$(basename "$pkg_new")" 2>&1); then
-  pass "dpkg -i of the later version on the joined node ($((SECONDS - t)) s)"
-else
-  fail "dpkg -i of the later version on the joined node"; printf '%s\n' "$out" | tail -n 20 | sed 's/^/    /'
-fi
+upgrade_package "dpkg -i of the later version on the joined node"
 joined_upgraded() {
-  local u now bad="" i=0
-  [ "$(dx dpkg-query -W -f '${Version}' nodeagent)" = "$pkg_version" ] || { echo "installed: $(dx dpkg-query -W nodeagent)"; return 1; }
+  seven_upgraded || return 1
   [ "$(dx systemctl is-active kubelet.service)" = active ] || { echo "kubelet.service $(dx systemctl is-active kubelet.service)"; return 1; }
-  now=$(main_pids)
-  for u in "${ALL_UNITS[@]}"; do
-    i=$((i + 1))
-    if [ "$(sed -n "${i}p" <<<"$now")" = "$(sed -n "${i}p" <<<"$pids_before")" ] \
-      || [ "$(dx systemctl is-active "$u")" != active ]; then bad+=" $u"; fi
-  done
-  [ -z "$bad" ] || { echo "not restarted, or not active:$bad"; return 1; }
 }
 check "upgraded on the joined node: each of the seven restarted and active, kubelet.service active" wait_until 60 joined_upgraded
 check "the upgrade leaves the joined node's pods untouched (containers and PIDs)" stays_same 3 "$before" snapshot
