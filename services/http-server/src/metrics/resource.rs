@@ -167,6 +167,9 @@ struct Cadvisor {
     fs_writes: Family,
     fs_read_bytes: Family,
     fs_write_bytes: Family,
+    /// Block devices' names by `MAJ:MIN`, read once per rendering (every container's I/O
+    /// is on the same few devices).
+    device_names: std::collections::HashMap<(u32, u32), Option<String>>,
 }
 
 impl Cadvisor {
@@ -319,6 +322,7 @@ impl Cadvisor {
                 "Cumulative count of bytes written",
                 Kind::Counter,
             ),
+            device_names: Default::default(),
         }
     }
 
@@ -340,10 +344,16 @@ impl Cadvisor {
     }
 
     /// A cgroup's block I/O per device (cAdvisor's `DiskIo`, "Read" and "Write"), the
-    /// device named as cAdvisor names it; a device with no name is left out.
+    /// device named as cAdvisor names it (once per device and rendering); a device with
+    /// no name is left out.
     fn block_io(&mut self, labels: &[(&str, &str); 6], io: &[BlockIo]) {
         for d in io {
-            let Some(device) = block_device_name(&format!("{}:{}", d.major, d.minor)) else {
+            let name = self
+                .device_names
+                .entry((d.major, d.minor))
+                .or_insert_with(|| block_device_name(&format!("{}:{}", d.major, d.minor)))
+                .clone();
+            let Some(device) = name else {
                 continue;
             };
             let mut with_device: Vec<(&str, &str)> = labels.to_vec();
