@@ -70,11 +70,65 @@ pub async fn wait_serving(address: &Address, name: &str) {
     .await;
 }
 
+/// A TCP port on 127.0.0.1 for a service of the test to listen on, kept for this test
+/// alone until its process exits.
+///
+/// Taken below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`): a port that
+/// was free a moment ago in that range can be taken by any outgoing connection (another
+/// test's client) before the service binds it, which is how CI failed once
+/// (http-server: "cannot listen on 127.0.0.1:36143: Address already in use"). Tests running
+/// side by side in their own processes (nextest) are kept apart by a lock on a file per
+/// port, held until the process exits.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let (low, high) = port_range_outside_ephemeral();
+    let dir = std::env::temp_dir().join("nodeagent-test-ports");
+    std::fs::create_dir_all(&dir).expect("the port lock directory");
+    let span = u32::from(high - low) + 1;
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    for i in 0..span {
+        let port = low + ((seed.wrapping_add(i)) % span) as u16;
+        let Ok(lock) = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+        else {
+            continue;
+        };
+        if lock.try_lock().is_err() {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        HELD.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
+        return port;
+    }
+    panic!("no free port in {low}..={high}");
+}
+
+/// The ports [`free_port`] picks from: below the ephemeral range where it leaves room,
+/// else above it.
+fn port_range_outside_ephemeral() -> (u16, u16) {
+    let (eph_low, eph_high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    // From 20000: upstream's fixed ports (10248, 10250, 10255, 10256, 10257, 10259) that the
+    // docker compose and systemd tests' nodes listen on stay clear.
+    if eph_low >= 22_000 {
+        (20_000, eph_low - 1)
+    } else {
+        (eph_high.saturating_add(1).max(1024), u16::MAX)
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -839,4 +893,28 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_outside_the_ephemeral_range_and_not_handed_out_twice() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let mut it = range.split_whitespace().map(|v| v.parse::<u16>().unwrap());
+        let (low, high) = (it.next().unwrap(), it.next().unwrap());
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        for p in &ports {
+            assert!(
+                !(low..=high).contains(p),
+                "{p} is in the ephemeral range {low}-{high}"
+            );
+            assert!(*p >= 1024, "{p}");
+        }
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "{ports:?}");
+    }
 }
