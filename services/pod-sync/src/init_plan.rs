@@ -30,6 +30,11 @@ pub enum InitView {
     Exited {
         exit_code: i32,
     },
+    /// In the runtime's unknown state: killed before it runs again, so that two instances
+    /// never run (or, a regular one under restartPolicy Never, the pod fails).
+    Unknown {
+        id: String,
+    },
 }
 
 impl InitView {
@@ -147,6 +152,21 @@ pub fn compute(
                         start.push(i);
                     }
                 }
+            }
+            InitView::Unknown { id } => {
+                if !sidecar && !restart_on_failure {
+                    plan.kill_pod = true;
+                    return plan;
+                }
+                plan.to_kill.push(Kill {
+                    index: i,
+                    id: id.clone(),
+                    message:
+                        "Init container is in \"unknown\" state, try killing it before restart"
+                            .into(),
+                    probe: None,
+                });
+                start.push(i);
             }
             InitView::Exited { .. } if sidecar => start.push(i),
             InitView::Exited { exit_code } if *exit_code != 0 => {

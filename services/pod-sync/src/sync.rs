@@ -31,9 +31,11 @@ mod admit;
 mod backoff;
 mod containers;
 mod images;
+mod plan;
 mod runtime_calls;
 
 pub use backoff::{crash_backoff, go_duration, next_backoff_base};
+use plan::{KillReason, ProbeResults, SandboxPlan, Start};
 
 const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
 const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
@@ -52,15 +54,6 @@ pub fn peer_unreachable(status: &tonic::Status) -> bool {
         status.code(),
         tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
     ) || (status.code() == tonic::Code::Unknown && status.message().contains("transport error"))
-}
-
-/// Whether an exited container is restarted under the pod's restart policy.
-pub fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Always" => true,
-        "OnFailure" => exit_code != 0,
-        _ => false,
-    }
 }
 
 impl PodSync {
@@ -155,36 +148,35 @@ impl PodSync {
             }
         };
 
-        let mut ready: Vec<_> = rt.sandboxes.iter().filter(|s| s.state == READY).collect();
-        ready.sort_by_key(|s| std::cmp::Reverse(s.created_at_unix_nanos));
-        for extra in ready.iter().skip(1) {
-            tracing::info!(sandbox.id = %extra.id, "stopping a surplus sandbox");
-            self.stop_sandbox(&extra.id).await;
-            self.acted(&uid);
-        }
-        let (sandbox_id, pod_ip, fresh_sandbox) = match ready.first() {
-            Some(s) => (s.id.clone(), s.ip.clone(), false),
-            None => {
-                let all_done = terminal(&spec, &policy, rt);
-                if all_done {
-                    return Ok(SyncOutcome::Terminated); // finished pod: nothing to run again
+        // The sandbox (upstream's PodSandboxChanged): decided by plan, carried out here.
+        let running: Vec<&RuntimeContainer> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == RUNNING)
+            .collect();
+        let (sandbox_id, pod_ip, fresh_sandbox) = match plan::plan_sandbox(pod, rt) {
+            SandboxPlan::Keep { id, ip, surplus } => {
+                for extra in &surplus {
+                    tracing::info!(sandbox.id = %extra, "stopping a surplus sandbox");
+                    self.stop_sandbox(extra).await;
+                    self.acted(&uid);
                 }
+                (id, ip, false)
+            }
+            SandboxPlan::Finished => {
+                // Nothing to run again; what still runs of it (in a dead sandbox) is killed.
+                if !running.is_empty() {
+                    self.kill_in_order(pod, &running, grace_seconds(pod)).await;
+                    self.acted(&uid);
+                }
+                return Ok(SyncOutcome::Terminated);
+            }
+            SandboxPlan::Create { attempt, changed } => {
                 // Containers of a dead sandbox cannot be reused: they are killed as
                 // upstream's KillPod does (preStop hooks, Killing events, the pod's grace),
                 // then the pod gets a new sandbox.
-                let running: Vec<&RuntimeContainer> = rt
-                    .containers
-                    .iter()
-                    .filter(|c| c.state == RUNNING)
-                    .collect();
                 self.kill_in_order(pod, &running, grace_seconds(pod)).await;
-                let attempt = rt
-                    .sandboxes
-                    .iter()
-                    .map(|s| s.attempt + 1)
-                    .max()
-                    .unwrap_or(0);
-                if !rt.sandboxes.is_empty() {
+                if changed {
                     self.events.pod(
                         pod,
                         EventType::Normal,
@@ -328,109 +320,75 @@ impl PodSync {
             return Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter));
         }
 
-        // App containers.
-        for c in &spec.containers {
-            let latest = in_sandbox(&c.name).first().copied();
-            match latest {
-                Some(l) if l.state == RUNNING => {
-                    let (unhealthy, started) = {
-                        let mut st = self.lock();
-                        (st.liveness_failed.remove(&l.id), st.started.contains(&l.id))
-                    };
-                    if unhealthy {
-                        // A startup probe fails only before it has passed; after, it is the
-                        // liveness probe (upstream's reasonStartupProbe / reasonLivenessProbe).
-                        let (kind, probe) = if c.startup_probe.is_some() && !started {
-                            ("startup", c.startup_probe.as_ref())
-                        } else {
-                            ("liveness", c.liveness_probe.as_ref())
-                        };
-                        // Upstream computePodActions: restarted unless the policy is Never.
-                        let restart = policy != "Never";
-                        let mut reason = format!("Container {} failed {kind} probe", c.name);
-                        if restart {
-                            reason.push_str(", will be restarted");
-                        }
-                        let grace = probe_kill_grace(pod, probe);
-                        self.kill_container(Some(pod), &c.name, &l.id, grace, Some(&reason))
-                            .await;
-                        self.acted(&uid);
-                        // The next sync restarts it by the policy, with the crash-loop
-                        // back-off of its earlier restarts (upstream's doBackOff finds the
-                        // previous dead instance, so repeated kills back off too).
-                        merge_retry(Duration::ZERO);
-                    } else if runtime_spec::container_changed(c, l) {
-                        // Restarted whatever the policy: the spec asks for another container.
-                        let reason =
-                            format!("Container {} definition changed, will be restarted", c.name);
-                        let grace = grace_seconds(pod);
-                        self.kill_container(Some(pod), &c.name, &l.id, grace, Some(&reason))
-                            .await;
-                        self.acted(&uid);
-                        let ctx = (sandbox_id.as_str(), pod_ip.as_str(), &volumes);
-                        if let Some(wait) = self.replace_killed(pod, c, l, ctx).await? {
-                            merge_retry(wait);
-                        }
-                    } else {
-                        self.clear_waiting(&uid, &c.name);
-                    }
-                }
-                Some(l) if l.state == CREATED => {
-                    // Created by a pod-sync that died before starting it.
-                    if self.start_created(pod, c, &l.id).await {
-                        self.post_start(pod, c, &l.id).await;
-                    }
-                }
-                Some(l) if l.state == EXITED => {
-                    if !should_restart(&policy, l.exit_code) {
-                        self.clear_waiting(&uid, &c.name);
-                        continue;
-                    }
-                    if let Some(wait) = self
-                        .restart_after_backoff(pod, c, l, &sandbox_id, &pod_ip, &volumes)
-                        .await?
-                    {
-                        merge_retry(wait);
-                    }
-                }
-                _ => {
-                    // A new sandbox: a container whose last run (in an earlier sandbox)
-                    // ended for good under the policy is not run again, as upstream's
-                    // computePodActions skips succeeded containers under OnFailure.
-                    let previous = instances(Some(rt), &c.name)
-                        .first()
-                        .copied()
-                        .filter(|i| i.state == EXITED);
-                    if previous.is_some_and(|i| !should_restart(&policy, i.exit_code)) {
-                        self.clear_waiting(&uid, &c.name);
-                        continue;
-                    }
-                    // One that ran in an earlier sandbox waits out its crash-loop back-off
-                    // here too (upstream's doBackOff looks at every sandbox's containers).
-                    let started = match previous {
-                        Some(p) => {
-                            self.restart_after_backoff(pod, c, p, &sandbox_id, &pod_ip, &volumes)
-                                .await?
-                        }
-                        None => {
-                            let attempt = next_attempt(rt, &c.name);
-                            self.start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
-                                .await?
-                        }
-                    };
-                    if let Some(wait) = started {
-                        merge_retry(wait);
-                    }
-                }
+        // Regular containers (upstream's computePodActions): decided by plan, carried out
+        // here, the kills first.
+        let app = {
+            let st = self.lock();
+            let probes = ProbeResults {
+                unhealthy: Some(&st.liveness_failed),
+                started: Some(&st.started),
+            };
+            plan::plan_app_containers(pod, rt, (!fresh_sandbox).then_some(&sandbox_id), probes)
+        };
+        let by_id = |id: &str| rt.containers.iter().find(|c| c.id == id);
+        for k in &app.to_kill {
+            let c = &spec.containers[k.index];
+            let grace = match k.reason {
+                KillReason::LivenessProbe => probe_kill_grace(pod, c.liveness_probe.as_ref()),
+                KillReason::StartupProbe => probe_kill_grace(pod, c.startup_probe.as_ref()),
+                KillReason::DefinitionChanged | KillReason::Unknown => grace_seconds(pod),
+            };
+            self.lock().liveness_failed.remove(&k.id);
+            self.kill_container(Some(pod), &c.name, &k.id, grace, Some(&k.message))
+                .await;
+            self.acted(&uid);
+        }
+        for (index, c) in spec.containers.iter().enumerate() {
+            let acted_on = app.to_kill.iter().any(|k| k.index == index)
+                || app.to_start.iter().any(|(i, _)| *i == index);
+            if !acted_on {
+                self.clear_waiting(&uid, &c.name);
             }
         }
-        let finished = self
-            .lock()
-            .runtime
-            .get(&uid)
-            .filter(|rt| terminal(&spec, &policy, rt))
-            .cloned();
-        if let (None, false, Some(rt)) = (next_retry, fresh_sandbox, finished) {
+        let ctx = (sandbox_id.as_str(), pod_ip.as_str(), &volumes);
+        for (index, start) in &app.to_start {
+            let c = &spec.containers[*index];
+            let wait = match start {
+                // Restarted by the next sync, with the crash-loop back-off of its earlier
+                // restarts (upstream's doBackOff finds the previous dead instance, so
+                // repeated kills back off too).
+                Start::NextSync => Some(Duration::ZERO),
+                Start::Replacing { killed } => match by_id(killed) {
+                    Some(l) => self.replace_killed(pod, c, l, ctx).await?,
+                    None => Some(Duration::ZERO),
+                },
+                Start::Created { id } => {
+                    if self.start_created(pod, c, id).await {
+                        self.post_start(pod, c, id).await;
+                    }
+                    None
+                }
+                Start::AfterBackoff { previous } => match by_id(previous) {
+                    Some(p) => {
+                        self.restart_after_backoff(pod, c, p, &sandbox_id, &pod_ip, &volumes)
+                            .await?
+                    }
+                    None => Some(Duration::ZERO),
+                },
+                Start::New {
+                    attempt,
+                    backoff_base,
+                } => {
+                    let attempt = (*attempt, *backoff_base);
+                    self.start_container(pod, c, attempt, &sandbox_id, &pod_ip, &volumes)
+                        .await?
+                }
+            };
+            if let Some(wait) = wait {
+                merge_retry(wait);
+            }
+        }
+        if app.kill_pod && next_retry.is_none() && !fresh_sandbox {
             // Every regular container is done and none will restart. Sidecars ran only to
             // serve them: they are stopped in reverse order, each with its preStop hook and
             // the pod's grace (upstream, KEP-753), then the sandbox goes (its IP and
@@ -454,33 +412,6 @@ impl PodSync {
         }
         Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter))
     }
-}
-
-/// Whether the pod has finished for good: every app container's newest instance exited
-/// and the restart policy restarts none, or an init container failed under `Never`.
-fn terminal(
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-    policy: &str,
-    rt: &RuntimePodStatus,
-) -> bool {
-    let exited_for_good = |name: &str, policy: &str| {
-        instances(Some(rt), name)
-            .first()
-            .is_some_and(|i| i.state == EXITED && !should_restart(policy, i.exit_code))
-    };
-    let init_failed = policy == "Never"
-        && spec.init_containers.iter().flatten().any(|c| {
-            c.restart_policy.as_deref() != Some("Always")
-                && instances(Some(rt), &c.name)
-                    .first()
-                    .is_some_and(|i| i.state == EXITED && i.exit_code != 0)
-        });
-    let apps_done = !spec.containers.is_empty()
-        && spec
-            .containers
-            .iter()
-            .all(|c| exited_for_good(&c.name, policy));
-    init_failed || apps_done
 }
 
 /// The next attempt number for a container, and its back-off base: one past the newest

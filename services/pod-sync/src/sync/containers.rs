@@ -267,26 +267,12 @@ impl PodSync {
     /// What init_plan needs to know of an init container's newest instance in the
     /// current sandbox.
     pub(crate) fn init_view(&self, c: &Container, latest: Option<&RuntimeContainer>) -> InitView {
-        let Some(l) = latest else {
-            return InitView::Absent;
+        let st = self.lock();
+        let probes = plan::ProbeResults {
+            unhealthy: Some(&st.liveness_failed),
+            started: Some(&st.started),
         };
-        match l.state {
-            RUNNING => {
-                let st = self.lock();
-                InitView::Running {
-                    id: l.id.clone(),
-                    started: c.startup_probe.is_none() || st.started.contains(&l.id),
-                    unhealthy: st.liveness_failed.contains(&l.id),
-                    changed: runtime_spec::container_changed(c, l),
-                }
-            }
-            CREATED => InitView::Created,
-            EXITED => InitView::Exited {
-                exit_code: l.exit_code,
-            },
-            // Unknown: a new instance is made.
-            _ => InitView::Absent,
-        }
+        plan::init_view(c, latest, probes)
     }
 
     /// Has the volume service resolve and bind-mount the container's subPaths (it runs in

@@ -92,6 +92,7 @@ fn backoff_doubles_to_five_minutes_and_resets() {
 
 #[test]
 fn restart_policy() {
+    use plan::should_restart;
     assert!(should_restart("Always", 0));
     assert!(should_restart("OnFailure", 1));
     assert!(!should_restart("OnFailure", 0));
