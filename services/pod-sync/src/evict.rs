@@ -8,13 +8,11 @@
 //! is not here.
 
 use crate::PodSync;
+use crate::reasons::EVICTED;
 use crate::status::Waiting;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::{EmptyDirOverLimit, RuntimePodStatus};
 use nodeagent_proto::k8s;
-
-/// Upstream's `Reason` for evicted pods.
-pub const EVICTED: &str = "Evicted";
 
 /// Upstream `emptyDirMessageFmt` (the trailing space is upstream's).
 pub fn empty_dir_message(over: &EmptyDirOverLimit) -> String {
@@ -73,8 +71,8 @@ impl PodSync {
             .filter(|r| {
                 [
                     EVICTED,
-                    crate::shutdown::REASON,
-                    crate::shutdown::REFUSAL_REASON,
+                    crate::reasons::SHUTDOWN_REASON,
+                    crate::reasons::SHUTDOWN_REFUSAL_REASON,
                 ]
                 .contains(&r.as_str())
             })

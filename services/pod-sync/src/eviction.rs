@@ -16,7 +16,7 @@
 //!   volumes are released (an emptyDir's data is what the node is short of).
 
 use crate::PodSync;
-use crate::evict::EVICTED;
+use crate::reasons::EVICTED;
 use crate::status::Waiting;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_config::cgroupfs::Cgroups;
@@ -338,7 +338,7 @@ impl PodSync {
             let grace = if threshold.is_hard() {
                 HARD_GRACE
             } else {
-                let own = crate::sync::grace_seconds(&pod);
+                let own = crate::kill_order::grace_seconds(&pod);
                 m.max_pod_grace.min(own)
             };
             let text = message(&threshold, &observed, &c);

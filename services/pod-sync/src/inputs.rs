@@ -131,7 +131,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
 fn terminate(st: &mut crate::state::State, pod: k8s_openapi::api::core::v1::Pod) {
     let uid = k8s::pod_uid(&pod).to_string();
     if let Some(updates) = st.grace_updates.get(&uid) {
-        let grace = crate::sync::grace_seconds(&pod);
+        let grace = crate::kill_order::grace_seconds(&pod);
         if crate::kill_order::shorten(updates, grace) {
             tracing::info!(pod.uid = %uid, grace_seconds = grace, "grace period shortened");
         }

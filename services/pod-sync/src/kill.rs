@@ -33,7 +33,7 @@ impl PodSync {
     ) -> anyhow::Result<SyncOutcome> {
         let pod = self.lock().terminating.get(uid).cloned();
         // Unknown pod (removed while we were down): each container's own annotations say.
-        let grace = pod.as_ref().map(crate::sync::grace_seconds);
+        let grace = pod.as_ref().map(crate::kill_order::grace_seconds);
         let running: Vec<_> = rt
             .containers
             .iter()
@@ -49,7 +49,7 @@ impl PodSync {
         }
         // A shorter deletion that arrives meanwhile shortens the kills under way.
         let clock = pod.as_ref().map(|p| {
-            let (clock, updates) = GraceClock::shrinkable(crate::sync::grace_seconds(p));
+            let (clock, updates) = GraceClock::shrinkable(crate::kill_order::grace_seconds(p));
             self.lock().grace_updates.insert(uid.to_string(), updates);
             clock
         });
@@ -69,8 +69,8 @@ impl PodSync {
                     Some(p) => p,
                     None => this.restore_pod(&rt, &id, &name).await,
                 };
-                let clock =
-                    clock.unwrap_or_else(|| GraceClock::fixed(crate::sync::grace_seconds(&pod)));
+                let clock = clock
+                    .unwrap_or_else(|| GraceClock::fixed(crate::kill_order::grace_seconds(&pod)));
                 this.kill_container_ordered(Some(&pod), &name, &id, &clock, None, order.as_deref())
                     .await
             });
@@ -287,7 +287,7 @@ mod tests {
             ),
         ]);
         let pod = restored_pod(&rt(), "app", &annotations);
-        assert_eq!(crate::sync::grace_seconds(&pod), 5);
+        assert_eq!(crate::kill_order::grace_seconds(&pod), 5);
         assert_eq!(nodeagent_proto::k8s::pod_uid(&pod), "u1");
         let c = &pod.spec.as_ref().unwrap().containers[0];
         assert_eq!(c.name, "app");
@@ -328,7 +328,7 @@ mod tests {
         })
         .unwrap();
         let restored = restored_pod(&rt(), "app", &cfg.annotations);
-        assert_eq!(crate::sync::grace_seconds(&restored), 7);
+        assert_eq!(crate::kill_order::grace_seconds(&restored), 7);
         let r = &restored.spec.as_ref().unwrap().containers[0];
         assert_eq!(r.lifecycle, c.lifecycle);
         assert_eq!(r.ports, c.ports);
@@ -341,7 +341,7 @@ mod tests {
             "{not json".to_string(),
         )]);
         let pod = restored_pod(&rt(), "app", &bad);
-        assert_eq!(crate::sync::grace_seconds(&pod), 30);
+        assert_eq!(crate::kill_order::grace_seconds(&pod), 30);
         assert!(pod.spec.unwrap().containers[0].lifecycle.is_none());
     }
 }

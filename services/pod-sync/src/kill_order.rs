@@ -151,6 +151,30 @@ pub fn shorten(updates: &GraceUpdates, grace_seconds: i64) -> bool {
     })
 }
 
+/// The grace period to stop the pod's containers with: the deletion's own period when the
+/// pod is being deleted, else `terminationGracePeriodSeconds` (default 30).
+pub fn grace_seconds(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// The grace period of a kill for a failed liveness or startup probe: the probe's own
+/// `terminationGracePeriodSeconds` where it has one, unless the pod is being deleted
+/// (upstream `setTerminationGracePeriod`).
+pub fn probe_kill_grace(pod: &Pod, probe: Option<&k8s_openapi::api::core::v1::Probe>) -> i64 {
+    match probe.and_then(|p| p.termination_grace_period_seconds) {
+        Some(g) if pod.metadata.deletion_grace_period_seconds.is_none() => g.max(0),
+        _ => grace_seconds(pod),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@ mod probe_state;
 mod probers;
 mod pull;
 mod quantity;
+mod reasons;
 mod runonce;
 mod runtime_class;
 mod runtime_spec;

@@ -12,6 +12,7 @@
 //! upstream does: `/etc/systemd/logind.conf.d/99-kubelet.conf`, then SIGHUP to logind.
 
 use crate::PodSync;
+use crate::reasons::{SHUTDOWN_MESSAGE, SHUTDOWN_REASON};
 use crate::status::Waiting;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -21,12 +22,6 @@ use nodeagent_proto::k8s;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// upstream's pod status for a pod stopped by a node shutdown.
-pub const REASON: &str = "Terminated";
-pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
-/// upstream's admission refusal while the node shuts down.
-pub const REFUSAL_REASON: &str = "NodeShutdown";
-pub const REFUSAL_MESSAGE: &str = "Pod was rejected as the node is shutting down.";
 /// upstream's `scheduling.SystemCriticalPriority`.
 const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
@@ -65,7 +60,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 
 /// The grace a pod gets in a group of `group` length: the shorter of the two.
 pub fn pod_grace(pod: &Pod, group: Duration) -> i64 {
-    crate::sync::grace_seconds(pod).min(group.as_secs() as i64)
+    crate::kill_order::grace_seconds(pod).min(group.as_secs() as i64)
 }
 
 async fn proxy<'a>(
@@ -176,8 +171,8 @@ impl PodSync {
                     this.lock().pod_failed.insert(
                         uid.clone(),
                         Waiting {
-                            reason: REASON.into(),
-                            message: MESSAGE.into(),
+                            reason: SHUTDOWN_REASON.into(),
+                            message: SHUTDOWN_MESSAGE.into(),
                         },
                     );
                     // The pod says Failed (Terminated) from the start of its stop, as
@@ -185,8 +180,13 @@ impl PodSync {
                     this.publish_status(&uid).await;
                     let rt = this.lock().runtime.get(&uid).cloned();
                     if let Some(rt) = rt {
-                        this.stop_everything(pod, &rt, REASON, Some(pod_grace(pod, length)))
-                            .await;
+                        this.stop_everything(
+                            pod,
+                            &rt,
+                            SHUTDOWN_REASON,
+                            Some(pod_grace(pod, length)),
+                        )
+                        .await;
                     }
                     this.publish_status(&uid).await;
                 }

@@ -492,8 +492,9 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     // condition (upstream, since 1.26).
     let mut disruption = None;
     if let Some(f) = inputs.pod_failed.filter(|f| {
-        f.reason == crate::evict::EVICTED
-            || (f.reason == crate::shutdown::REASON && f.message == crate::shutdown::MESSAGE)
+        f.reason == crate::reasons::EVICTED
+            || (f.reason == crate::reasons::SHUTDOWN_REASON
+                && f.message == crate::reasons::SHUTDOWN_MESSAGE)
     }) {
         let mut c = condition("DisruptionTarget", true, None);
         c.reason = Some("TerminationByKubelet".into());

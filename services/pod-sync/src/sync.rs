@@ -6,7 +6,7 @@
 use crate::PodSync;
 use crate::credentials;
 use crate::init_plan::{self, InitView};
-use crate::kill_order::{GraceClock, TerminationOrder};
+use crate::kill_order::{GraceClock, TerminationOrder, grace_seconds, probe_kill_grace};
 use crate::runtime_spec::{self, ContainerInputs};
 use crate::state::Backoff;
 use crate::status::{Waiting, instances};
@@ -87,7 +87,7 @@ impl PodSync {
         // Evicted, or stopped or refused for a node shutdown: for good. An evicted pod's
         // leftovers get no grace; a shutdown's stop keeps the grace it was given.
         if let Some(reason) = self.ended_by_node(&uid) {
-            let grace = (reason == crate::evict::EVICTED).then_some(0);
+            let grace = (reason == crate::reasons::EVICTED).then_some(0);
             self.stop_everything(pod, rt, &reason, grace).await;
             return Ok(SyncOutcome::Terminated);
         }
@@ -432,33 +432,6 @@ pub(crate) fn stop_request(id: &str, grace_seconds: i64) -> tonic::Request<StopC
     });
     req.set_timeout(Duration::from_secs(grace_seconds.max(0) as u64 + 30));
     req
-}
-
-/// The grace period to stop the pod's containers with: the deletion's own period when the
-/// pod is being deleted, else `terminationGracePeriodSeconds` (default 30).
-pub(crate) fn grace_seconds(pod: &Pod) -> i64 {
-    pod.metadata
-        .deletion_grace_period_seconds
-        .or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-        })
-        .unwrap_or(30)
-        .max(0)
-}
-
-/// The grace period of a kill for a failed liveness or startup probe: the probe's own
-/// `terminationGracePeriodSeconds` where it has one, unless the pod is being deleted
-/// (upstream `setTerminationGracePeriod`).
-pub(crate) fn probe_kill_grace(
-    pod: &Pod,
-    probe: Option<&k8s_openapi::api::core::v1::Probe>,
-) -> i64 {
-    match probe.and_then(|p| p.termination_grace_period_seconds) {
-        Some(g) if pod.metadata.deletion_grace_period_seconds.is_none() => g.max(0),
-        _ => grace_seconds(pod),
-    }
 }
 
 #[cfg(test)]

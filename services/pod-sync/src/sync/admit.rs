@@ -202,8 +202,8 @@ impl PodSync {
         }
         if self.lock().shutting_down {
             return Some(crate::security::Refusal {
-                reason: crate::shutdown::REFUSAL_REASON,
-                message: crate::shutdown::REFUSAL_MESSAGE.into(),
+                reason: crate::reasons::SHUTDOWN_REFUSAL_REASON,
+                message: crate::reasons::SHUTDOWN_REFUSAL_MESSAGE.into(),
             });
         }
         if crate::oom::is_critical(pod) {
@@ -236,7 +236,7 @@ impl PodSync {
         }
         let names: Vec<&str> = pressure.iter().map(|c| c.name()).collect();
         Some(crate::security::Refusal {
-            reason: crate::evict::EVICTED,
+            reason: crate::reasons::EVICTED,
             // Go's %v of a slice: "[MemoryPressure DiskPressure]".
             message: format!("The node had condition: [{}]. ", names.join(" ")),
         })
