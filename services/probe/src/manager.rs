@@ -2,6 +2,7 @@
 //! stream), the workers themselves, and the results stream.
 
 use crate::check::{Checked, ProbeCheck, run_check};
+use crate::metrics::probe_kind_name;
 use crate::shard::Ownership;
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use nodeagent_config::events::{EventRecorder, EventType};
@@ -461,16 +462,6 @@ fn start_jitter(key: &WorkerKey, period: Duration) -> Duration {
     use std::hash::BuildHasher;
     let draw = std::collections::hash_map::RandomState::new().hash_one(key);
     period.mul_f64((draw % 1_000_000) as f64 / 1_000_000.0)
-}
-
-/// Upstream's probe type name, as its events and metrics spell it.
-pub fn probe_kind_name(kind: i32) -> &'static str {
-    match Kind::try_from(kind) {
-        Ok(Kind::Liveness) => "Liveness",
-        Ok(Kind::Readiness) => "Readiness",
-        Ok(Kind::Startup) => "Startup",
-        _ => "Unknown",
-    }
 }
 
 /// What is left of initialDelaySeconds, counted from the container's StartedAt as

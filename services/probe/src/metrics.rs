@@ -1,6 +1,7 @@
 //! Upstream's prober metrics for one probe worker: `prober_probe_total` by result and
 //! `prober_probe_duration_seconds`, with the worker's pod and container labels.
 
+use nodeagent_proto::api::probe_result::Kind;
 use nodeagent_telemetry::metrics::{Labels, kubelet};
 
 pub struct ProbeMetrics {
@@ -13,10 +14,7 @@ impl ProbeMetrics {
     pub fn new(kind: i32, container: &str, pod: &str, namespace: &str, pod_uid: &str) -> Self {
         Self {
             labels: vec![
-                (
-                    "probe_type",
-                    crate::manager::probe_kind_name(kind).to_string(),
-                ),
+                ("probe_type", probe_kind_name(kind).to_string()),
                 ("container", container.to_string()),
                 ("pod", pod.to_string()),
                 ("namespace", namespace.to_string()),
@@ -40,5 +38,15 @@ impl ProbeMetrics {
         kubelet::PROBE_DURATION
             .get_or_create(&self.labels)
             .observe(seconds);
+    }
+}
+
+/// Upstream's probe type name, as its events and metrics spell it.
+pub fn probe_kind_name(kind: i32) -> &'static str {
+    match Kind::try_from(kind) {
+        Ok(Kind::Liveness) => "Liveness",
+        Ok(Kind::Readiness) => "Readiness",
+        Ok(Kind::Startup) => "Startup",
+        _ => "Unknown",
     }
 }

@@ -16,6 +16,18 @@ pub enum Stream {
     Stderr,
 }
 
+/// Whether a `stream` query asks for a record of stream `s` (beside the record's format,
+/// so that the query's options need nothing of it).
+impl LogStream {
+    pub fn includes(self, s: Stream) -> bool {
+        match self {
+            LogStream::All => true,
+            LogStream::Stdout => s == Stream::Stdout,
+            LogStream::Stderr => s == Stream::Stderr,
+        }
+    }
+}
+
 /// One parsed record.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record<'a> {

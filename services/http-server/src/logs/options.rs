@@ -2,7 +2,6 @@
 //! do not decode give 400 (`Unable to decode query.`), values that decode but are not
 //! valid (`ValidatePodLogOptions`) give 422 (`Invalid request.`), as upstream's server.
 
-use super::cri_format::Stream;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// Which streams to return (`stream`: upstream's PodLogsQuerySplitStreams).
@@ -12,16 +11,6 @@ pub enum LogStream {
     All,
     Stdout,
     Stderr,
-}
-
-impl LogStream {
-    pub fn includes(self, s: Stream) -> bool {
-        match self {
-            LogStream::All => true,
-            LogStream::Stdout => s == Stream::Stdout,
-            LogStream::Stderr => s == Stream::Stderr,
-        }
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

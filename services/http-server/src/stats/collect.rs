@@ -26,13 +26,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-pub(super) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 /// A container as `/metrics/cadvisor` labels it.
 #[derive(Debug, Clone)]
 pub struct ContainerMeta {
@@ -313,7 +306,7 @@ fn assemble(
     view: RuntimeView,
     cgroups: &Cgroups,
 ) -> (Collected, Vec<PathBuf>) {
-    let at_ns = now_ns();
+    let at_ns = nodeagent_cri::now_nanos();
     let full = !settings.only_cpu_and_memory;
     let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();

@@ -134,7 +134,7 @@ pub fn refresh(wanted: Vec<PathBuf>, period: Duration) {
             let measured = Measured {
                 usage,
                 fs,
-                at_ns: super::collect::now_ns(),
+                at_ns: nodeagent_cri::now_nanos(),
                 taken: Instant::now(),
             };
             // A volume whose pod went meanwhile is dropped by the next refresh.
