@@ -52,7 +52,7 @@ phase() {
 left_out=() left_out_why=()
 leave_out() { left_out+=("$1"); left_out_why+=("$2"); }
 if ! python3 -c 'import socket; socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).bind((1, socket.VMADDR_PORT_ANY))' 2>/dev/null; then
-  leave_out 'test(/^vsock::/)' "vsock: this kernel has no vsock loopback (CID 1) to serve on; address handling is unit-tested in nodeagent-config"
+  leave_out 'test(/^vsock::/)' "vsock: this kernel has no vsock loopback (CID 1) to serve on; they run in the cgroup v2 guest (phase cgroup2), whose kernel has it"
 fi
 # The node-wide OOM runs the whole machine out of memory: only in the cgroup v2 guest (its
 # own kernel and 4 GiB), which the cgroup2 phase below runs with NODEAGENT_TEST_NODE_OOM=1.

@@ -55,6 +55,11 @@ if [ -n "$nic" ]; then
   ip route add default via 10.0.2.2 2>/dev/null || true
 fi
 
+# ---------------------------------------------------------------- vsock loopback
+# The guest's own kernel has vsock's loopback transport (CID 1) as a module, which the
+# hosts' kernels lack: suite.sh runs the vsock tests here, real round trips over it.
+modprobe vsock_loopback 2>/dev/null || log "no vsock_loopback module in $(uname -r)"
+
 # ---------------------------------------------------------------- runtime
 cd "$REPO"
 # shellcheck source=/dev/null

@@ -3,7 +3,7 @@
 //! except probe's: its results only ever change values (see `probe_state`).
 
 use crate::PodSync;
-use crate::probe_state::{ProbeValues, Store};
+use crate::status::probe_state::{ProbeValues, Store};
 use nodeagent_proto::api::config_source_client::ConfigSourceClient;
 use nodeagent_proto::api::pod_config_update::Op;
 use nodeagent_proto::api::prober_client::ProberClient;
@@ -131,8 +131,8 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
 fn terminate(st: &mut crate::state::State, pod: k8s_openapi::api::core::v1::Pod) {
     let uid = k8s::pod_uid(&pod).to_string();
     if let Some(updates) = st.grace_updates.get(&uid) {
-        let grace = crate::kill_order::grace_seconds(&pod);
-        if crate::kill_order::shorten(updates, grace) {
+        let grace = crate::worker::kill_order::grace_seconds(&pod);
+        if crate::worker::kill_order::shorten(updates, grace) {
             tracing::info!(pod.uid = %uid, grace_seconds = grace, "grace period shortened");
         }
     }

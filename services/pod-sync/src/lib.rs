@@ -5,45 +5,20 @@
 
 pub mod cli;
 
-mod admission;
-
-mod aggregate;
-mod api_status;
-mod cgroups;
-mod credentials;
-mod evict;
-mod eviction;
-mod expansion;
-mod finished;
-mod gc;
-mod hooks;
-mod image_gc;
-mod image_ref;
-mod init_plan;
+mod container_manager;
+mod images;
 mod inputs;
-mod kill;
-mod kill_order;
-mod log_rotation;
-mod oom;
-mod probe_state;
+mod node;
 mod probers;
-mod pull;
-mod quantity;
-mod reasons;
 mod runonce;
-mod runtime_class;
 mod runtime_spec;
 mod saved;
-mod security;
 mod server;
-mod shutdown;
 mod state;
 mod status;
-mod sync;
-mod termination;
-mod workers;
+mod worker;
 
-pub use cgroups::{QosClass, qos_class};
+pub use container_manager::cgroups::{QosClass, qos_class};
 pub use runonce::run_once;
 
 use nodeagent_config::{Config, Service};
@@ -78,17 +53,17 @@ pub struct PodSync {
     workers: Mutex<HashMap<String, mpsc::Sender<()>>>,
     status_tx: broadcast::Sender<PodStatusUpdate>,
     /// Pending delayed wake-ups of pod workers, one per pod at most.
-    delayed: Arc<workers::DelayedTriggers>,
+    delayed: Arc<worker::workers::DelayedTriggers>,
     /// Makes and removes the pod cgroups with the configured driver.
-    cgroups: cgroups::PodCgroups,
+    cgroups: container_manager::cgroups::PodCgroups,
     /// `kubepods` and the QoS tiers as last set (one update at a time).
-    qos_set: tokio::sync::Mutex<Vec<cgroups::QosTier>>,
+    qos_set: tokio::sync::Mutex<Vec<container_manager::cgroups::QosTier>>,
     /// What the host can enforce of a pod's security context.
-    host_security: security::HostSecurity,
+    host_security: runtime_spec::security::HostSecurity,
     /// The API server, when the node is connected to one.
     api: Option<kube::Client>,
     /// The RuntimeClasses' handlers (from the API server).
-    runtime_classes: runtime_class::RuntimeClasses,
+    runtime_classes: runtime_spec::runtime_class::RuntimeClasses,
     /// Upstream's container and pod events (Pulling, Created, Killing, BackOff, ...).
     events: nodeagent_config::events::EventRecorder,
     shutdown: Shutdown,
@@ -96,11 +71,11 @@ pub struct PodSync {
     /// by an earlier pod-sync, and its start is not counted again.
     started_unix_nanos: i64,
     /// The container GC's keep count and minimum age.
-    gc: gc::Policy,
+    gc: worker::gc::Policy,
     /// The image GC's policy and records (also used by the eviction manager's reclaim).
-    image_gc: tokio::sync::Mutex<image_gc::ImageGc>,
+    image_gc: tokio::sync::Mutex<images::image_gc::ImageGc>,
     /// Where the finished pods' records are kept (`finished`), and one save at a time.
-    finished_store: finished::Store,
+    finished_store: status::finished::Store,
     finished_saves: tokio::sync::Mutex<()>,
 }
 
@@ -137,7 +112,7 @@ async fn check_runtime_cgroup_driver(
     match status
         .info
         .get("config")
-        .and_then(|c| cgroups::runtime_cgroup_driver(c))
+        .and_then(|c| container_manager::cgroups::runtime_cgroup_driver(c))
     {
         // Upstream's words when dockershim found the same (docker_service.go).
         Some((handler, theirs)) if theirs != want => anyhow::bail!(
@@ -173,9 +148,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         EXPENSIVE_CRI_CALLS,
     );
     let cgroup_driver = config.kubelet.cgroup_driver();
-    let cgroups = cgroups::PodCgroups::new("/sys/fs/cgroup".into(), cgroup_driver)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let cgroups =
+        container_manager::cgroups::PodCgroups::new("/sys/fs/cgroup".into(), cgroup_driver)
+            .await
+            .map_err(anyhow::Error::msg)?;
     check_runtime_cgroup_driver(&cri, cgroup_driver).await?;
     let api = config.api_client().await?;
     // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
@@ -188,10 +164,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // behind is cut off and resubscribes for a fresh snapshot.
     let (status_tx, _) = broadcast::channel(1024);
     // What pod-sync published last of probe results, so a restart flips no readiness.
-    let probe_store = probe_state::store(&config.root_dir);
+    let probe_store = status::probe_state::store(&config.root_dir);
     let saved = probe_store.load().await;
     // The pods that finished, so that none of them runs again after a restart.
-    let finished_store = finished::store(&config.root_dir);
+    let finished_store = status::finished::store(&config.root_dir);
     let finished = finished_store.load().await;
     if !finished.is_empty() {
         tracing::info!(
@@ -222,8 +198,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             pod_pids_limit: config.kubelet.pod_pids_limit,
             memory_capacity: nodeagent_config::machine::memory_bytes(),
             seccomp_default: config.kubelet.seccomp_default,
-            allocatable: admission::NodeResources::of_this_node(&config.kubelet, &config.root_dir),
-            pods_limits: cgroups::PodsLimits::of_this_node(&config.kubelet),
+            allocatable: node::admission::NodeResources::of_this_node(
+                &config.kubelet,
+                &config.root_dir,
+            ),
+            pods_limits: container_manager::cgroups::PodsLimits::of_this_node(&config.kubelet),
         },
         state: Mutex::new(State {
             readiness: saved.ready,
@@ -236,19 +215,19 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         delayed: Default::default(),
         cgroups,
         qos_set: Default::default(),
-        host_security: security::HostSecurity::detect(
+        host_security: runtime_spec::security::HostSecurity::detect(
             config.kubelet.allowed_unsafe_sysctls.clone(),
         ),
         api: api.clone(),
-        runtime_classes: runtime_class::RuntimeClasses::new(api.is_some()),
+        runtime_classes: runtime_spec::runtime_class::RuntimeClasses::new(api.is_some()),
         events: nodeagent_config::events::EventRecorder::new(api.clone(), &config.node_name),
         shutdown: shutdown.clone(),
-        gc: gc::Policy {
+        gc: worker::gc::Policy {
             max_per_container: config.maximum_dead_containers_per_container,
             min_age: config.minimum_container_ttl_duration,
         },
-        image_gc: tokio::sync::Mutex::new(image_gc::ImageGc::new(
-            image_gc::Policy::from_config(&config),
+        image_gc: tokio::sync::Mutex::new(images::image_gc::ImageGc::new(
+            images::image_gc::Policy::from_config(&config),
             &config.root_dir,
         )),
         finished_store,
@@ -314,22 +293,26 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
                 .clone()
                 .run(client.clone(), shutdown.clone()),
         );
-        tasks.spawn(api_status::run(sync.clone(), client));
+        tasks.spawn(status::api_status::run(sync.clone(), client));
     }
-    tasks.spawn(log_rotation::run(
+    tasks.spawn(node::log_rotation::run(
         sync.cri.clone(),
         config.kubelet.pod_logs_dir.clone(),
-        log_rotation::Policy::from_config(&config).map_err(anyhow::Error::msg)?,
+        node::log_rotation::Policy::from_config(&config).map_err(anyhow::Error::msg)?,
         shutdown.clone(),
     ));
-    tasks.spawn(gc::run(sync.clone(), sync.gc, config.container_gc_period));
-    tasks.spawn(image_gc::run(sync.clone()));
-    if let Some(policy) = shutdown::Policy::from_config(&config.kubelet) {
-        tasks.spawn(shutdown::run(sync.clone(), policy));
-    }
-    tasks.spawn(eviction::run(
+    tasks.spawn(worker::gc::run(
         sync.clone(),
-        eviction::Manager::new(&config)?,
+        sync.gc,
+        config.container_gc_period,
+    ));
+    tasks.spawn(images::image_gc::run(sync.clone()));
+    if let Some(policy) = node::shutdown::Policy::from_config(&config.kubelet) {
+        tasks.spawn(node::shutdown::run(sync.clone(), policy));
+    }
+    tasks.spawn(node::eviction::run(
+        sync.clone(),
+        node::eviction::Manager::new(&config)?,
         config.eviction_monitoring_period,
     ));
     tasks.spawn(inputs::ticks(

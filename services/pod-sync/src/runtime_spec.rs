@@ -2,9 +2,12 @@
 //! annotations upstream puts on them so that a restarted pod-sync (or crictl) recognises
 //! every object.
 
-use crate::expansion::Budget;
-use crate::quantity;
-use crate::security;
+pub(crate) mod expansion;
+pub(crate) mod runtime_class;
+pub(crate) mod security;
+
+use crate::container_manager::quantity;
+use crate::runtime_spec::expansion::Budget;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, VolumeMount};
 use nodeagent_hostpath::{HostPath, PathError};
 use nodeagent_proto::api::SubPathMount;
@@ -42,9 +45,9 @@ pub struct NodeContext {
     /// `seccompDefault`: RuntimeDefault where a pod sets no seccomp profile.
     pub seccomp_default: bool,
     /// What pods are admitted against: `maxPods` and allocatable cpu and memory.
-    pub allocatable: crate::admission::NodeResources,
+    pub allocatable: crate::node::admission::NodeResources,
     /// What the `kubepods` cgroup is limited to (`enforceNodeAllocatable`).
-    pub pods_limits: crate::cgroups::PodsLimits,
+    pub pods_limits: crate::container_manager::cgroups::PodsLimits,
 }
 
 #[cfg(test)]
@@ -66,13 +69,13 @@ impl NodeContext {
             pod_pids_limit: -1,
             memory_capacity: 8 << 30,
             seccomp_default: false,
-            allocatable: crate::admission::NodeResources {
+            allocatable: crate::node::admission::NodeResources {
                 pods: 110,
                 cpu_millis: 2000,
                 memory: 4 << 30,
                 ephemeral_storage: 100 << 30,
             },
-            pods_limits: crate::cgroups::PodsLimits {
+            pods_limits: crate::container_manager::cgroups::PodsLimits {
                 cpu_millis: 2000,
                 memory: 4 << 30,
                 pids: 4 << 20,
@@ -427,7 +430,11 @@ pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxC
             .map(|m| (m * PERIOD / 1000).max(1000))
             .unwrap_or(0),
         memory_limit_in_bytes: memory_limit,
-        oom_score_adj: crate::oom::container_oom_score_adj(pod, c, memory_capacity),
+        oom_score_adj: crate::container_manager::oom::container_oom_score_adj(
+            pod,
+            c,
+            memory_capacity,
+        ),
         ..Default::default()
     }
 }

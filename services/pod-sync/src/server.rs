@@ -77,7 +77,7 @@ impl PodSync {
         if st.probe_synced {
             st.published_since_probe.insert(uid.to_string());
         }
-        let record_changed = crate::finished::record(&mut st.finished, uid, &status);
+        let record_changed = crate::status::finished::record(&mut st.finished, uid, &status);
         let mut with_status = pod;
         with_status.status = Some(status);
         // Metadata changes (labels, annotations) are published too, not only status.

@@ -41,7 +41,7 @@ pub struct State {
     pub terminating: HashMap<String, Pod>,
     /// uid -> where a newer, shorter deletion grace period of a pod being terminated goes
     /// (the kills in progress follow it).
-    pub grace_updates: HashMap<String, crate::kill_order::GraceUpdates>,
+    pub grace_updates: HashMap<String, crate::worker::kill_order::GraceUpdates>,
     /// Woken whenever the desired pods change (an image pull waits on it to learn that its
     /// pod went).
     pub desired_changed: std::sync::Arc<tokio::sync::Notify>,
@@ -73,7 +73,7 @@ pub struct State {
     /// (uid, image) -> image pull back-off.
     pub pull_backoff: HashMap<(String, String), Backoff>,
     /// uid -> the terminal status of a pod that finished (kept on disk: `finished`).
-    pub finished: crate::finished::Finished,
+    pub finished: crate::status::finished::Finished,
     /// uid -> why the whole pod failed (e.g. activeDeadlineSeconds): nothing runs again.
     pub pod_failed: HashMap<String, Waiting>,
     /// Pods admitted against the node's resources (`admission`), until they are gone.
@@ -86,7 +86,7 @@ pub struct State {
     /// container id -> its termination message, read once after it exited.
     pub termination_messages: HashMap<String, String>,
     /// uid -> where its worker is (syncing, terminating, terminated).
-    pub worker_states: HashMap<String, crate::workers::PodWorkerState>,
+    pub worker_states: HashMap<String, crate::worker::workers::PodWorkerState>,
     /// uid -> trace context of the change that last touched the pod; the next sync of
     /// the pod joins that trace.
     pub pending_trace: HashMap<String, nodeagent_proto::api::TraceContext>,

@@ -2,7 +2,12 @@
 //! the pod spec, the runtime's view (pleg), probe results and the errors of our own
 //! last actions.
 
-use crate::cgroups::qos_class;
+pub(crate) mod api_status;
+pub(crate) mod finished;
+pub(crate) mod probe_state;
+pub(crate) mod reasons;
+
+use crate::container_manager::cgroups::qos_class;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
@@ -250,7 +255,7 @@ fn container_status(
     // regular containers were created, has completed.
     let lost_init = is_init
         && latest.is_none()
-        && !crate::init_plan::is_sidecar(c)
+        && !crate::worker::init_plan::is_sidecar(c)
         && state.waiting.is_some()
         && any_regular_created(inputs);
     if lost_init {
@@ -394,7 +399,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         .map(|c| {
             let old = old_init.get(c.name.as_str()).copied();
             let mut s = container_status(c, inputs, default_waiting, old, true, finished);
-            if !crate::init_plan::is_sidecar(c) {
+            if !crate::worker::init_plan::is_sidecar(c) {
                 // Upstream: a regular init container is ready once it succeeded.
                 s.ready = is_terminated(&s) == Some(0);
             }
@@ -414,7 +419,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     app.sort_by(|a, b| a.name.cmp(&b.name));
 
     // Upstream assigns static pods no terminal phase (kubernetes #116484).
-    let pod_is_terminal = inputs.terminated && !crate::api_status::is_static(pod);
+    let pod_is_terminal = inputs.terminated && !crate::status::api_status::is_static(pod);
     let pod_has_initialized = rt.is_some_and(|r| has_active_regular_container(&spec, r));
     let mut phase = pod_phase(&spec, &init, &app, pod_is_terminal, pod_has_initialized);
     if pod_is_terminal && !matches!(phase, "Succeeded" | "Failed") {
@@ -492,9 +497,9 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     // condition (upstream, since 1.26).
     let mut disruption = None;
     if let Some(f) = inputs.pod_failed.filter(|f| {
-        f.reason == crate::reasons::EVICTED
-            || (f.reason == crate::reasons::SHUTDOWN_REASON
-                && f.message == crate::reasons::SHUTDOWN_MESSAGE)
+        f.reason == crate::status::reasons::EVICTED
+            || (f.reason == crate::status::reasons::SHUTDOWN_REASON
+                && f.message == crate::status::reasons::SHUTDOWN_MESSAGE)
     }) {
         let mut c = condition("DisruptionTarget", true, None);
         c.reason = Some("TerminationByKubelet".into());

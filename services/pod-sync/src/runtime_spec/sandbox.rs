@@ -68,7 +68,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> PodSandbox
             host_ip: p.host_ip.clone().unwrap_or_default(),
         })
         .collect();
-    let cgroup_parent = crate::cgroups::pod_cgroup_parent(
+    let cgroup_parent = crate::container_manager::cgroups::pod_cgroup_parent(
         pod,
         node.cgroups_per_qos,
         &node.cgroup_root,

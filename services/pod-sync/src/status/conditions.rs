@@ -3,7 +3,7 @@
 //! `generateAPIPodStatus` passes them) and its phase. Pure functions, driven by upstream's
 //! own tables (`conditions/tests.rs`). Transition times are set by the caller.
 
-use crate::init_plan::is_sidecar;
+use crate::worker::init_plan::is_sidecar;
 use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec};
 
 pub const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";

@@ -58,7 +58,7 @@ pub(crate) fn pod_phase(
     let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
     for c in init_containers
         .clone()
-        .filter(|c| !crate::init_plan::is_sidecar(c))
+        .filter(|c| !crate::worker::init_plan::is_sidecar(c))
     {
         match by_name(init, &c.name).map(seen) {
             Some(Seen::Terminated(code) | Seen::Waiting(Some(code))) => {
@@ -71,7 +71,7 @@ pub(crate) fn pod_phase(
     }
     let (mut unknown, mut running, mut waiting) = (0, 0, 0);
     let (mut stopped, mut stopped_for_good, mut succeeded) = (0, 0, 0);
-    for c in init_containers.filter(|c| crate::init_plan::is_sidecar(c)) {
+    for c in init_containers.filter(|c| crate::worker::init_plan::is_sidecar(c)) {
         let s = by_name(init, &c.name);
         match s.map(seen) {
             None => unknown += 1,

@@ -9,7 +9,7 @@ impl PodSync {
     /// user as the runtime reports it.
     pub(crate) async fn verify_non_root(&self, pod: &Pod, c: &Container) -> Result<(), String> {
         let (mut uid, mut user) = (None, String::new());
-        if crate::security::needs_image_user(pod, c) {
+        if crate::runtime_spec::security::needs_image_user(pod, c) {
             let mut images = self.cri.image.clone();
             let image = images
                 .image_status(self.cri.request(ImageStatusRequest {
@@ -27,7 +27,7 @@ impl PodSync {
             uid = image.uid.map(|v| v.value);
             user = image.username;
         }
-        crate::security::verify_run_as_non_root(pod, c, uid, &user)
+        crate::runtime_spec::security::verify_run_as_non_root(pod, c, uid, &user)
     }
 
     /// Restarts an exited container once its crash-loop back-off has passed; returns how
@@ -48,7 +48,7 @@ impl PodSync {
         let restarts = exited.attempt.saturating_sub(exited.backoff_base);
         let backoff = crash_backoff(restarts, ran_for);
         let since_exit = Duration::from_nanos(
-            (crate::workers::now_nanos() - exited.finished_at_unix_nanos).max(0) as u64,
+            (crate::worker::workers::now_nanos() - exited.finished_at_unix_nanos).max(0) as u64,
         );
         if since_exit < backoff {
             let left = backoff - since_exit;
@@ -104,7 +104,7 @@ impl PodSync {
         (sandbox_id, pod_ip, volumes): (&str, &str, &HashMap<String, String>),
     ) -> anyhow::Result<Option<Duration>> {
         let ran_for = Duration::from_nanos(
-            (crate::workers::now_nanos() - killed.started_at_unix_nanos).max(0) as u64,
+            (crate::worker::workers::now_nanos() - killed.started_at_unix_nanos).max(0) as u64,
         );
         let base = next_backoff_base(killed.attempt, killed.backoff_base, ran_for);
         let attempt = (killed.attempt + 1, base);

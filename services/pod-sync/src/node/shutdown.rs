@@ -12,8 +12,8 @@
 //! upstream does: `/etc/systemd/logind.conf.d/99-kubelet.conf`, then SIGHUP to logind.
 
 use crate::PodSync;
-use crate::reasons::{SHUTDOWN_MESSAGE, SHUTDOWN_REASON};
 use crate::status::Waiting;
+use crate::status::reasons::{SHUTDOWN_MESSAGE, SHUTDOWN_REASON};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_config::events::EventType;
@@ -60,7 +60,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 
 /// The grace a pod gets in a group of `group` length: the shorter of the two.
 pub fn pod_grace(pod: &Pod, group: Duration) -> i64 {
-    crate::kill_order::grace_seconds(pod).min(group.as_secs() as i64)
+    crate::worker::kill_order::grace_seconds(pod).min(group.as_secs() as i64)
 }
 
 async fn proxy<'a>(

@@ -160,7 +160,7 @@ impl ImageGc {
 /// digests for a digested reference): `ParseDockerRef`, so `pause` is
 /// `docker.io/library/pause:latest` and `localhost:5000/pause:3.9` stays as it is.
 pub fn sandbox_image_name(image: &str) -> Result<String, String> {
-    Ok(crate::image_ref::parse_normalized_named(image)?.docker_ref())
+    Ok(crate::images::image_ref::parse_normalized_named(image)?.docker_ref())
 }
 
 impl PodSync {

@@ -8,8 +8,8 @@
 //! is not here.
 
 use crate::PodSync;
-use crate::reasons::EVICTED;
 use crate::status::Waiting;
+use crate::status::reasons::EVICTED;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::{EmptyDirOverLimit, RuntimePodStatus};
 use nodeagent_proto::k8s;
@@ -56,7 +56,7 @@ impl PodSync {
         );
         self.stop_everything(pod, rt, EVICTED, Some(0)).await;
         nodeagent_telemetry::metrics::kubelet::record_eviction(
-            crate::eviction::SIGNAL_EMPTY_DIR_FS_LIMIT,
+            crate::node::eviction::SIGNAL_EMPTY_DIR_FS_LIMIT,
         );
         true
     }
@@ -71,8 +71,8 @@ impl PodSync {
             .filter(|r| {
                 [
                     EVICTED,
-                    crate::reasons::SHUTDOWN_REASON,
-                    crate::reasons::SHUTDOWN_REFUSAL_REASON,
+                    crate::status::reasons::SHUTDOWN_REASON,
+                    crate::status::reasons::SHUTDOWN_REFUSAL_REASON,
                 ]
                 .contains(&r.as_str())
             })

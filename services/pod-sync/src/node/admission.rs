@@ -9,9 +9,9 @@
 //! predicate.go drops a request for one the node does not have
 //! (`removeMissingExtendedResources`) before it checks.
 
-use crate::aggregate::{aggregate, overhead};
-use crate::quantity::{self, ContainerResources as R};
-use crate::security::Refusal;
+use crate::container_manager::aggregate::{aggregate, overhead};
+use crate::container_manager::quantity::{self, ContainerResources as R};
+use crate::runtime_spec::security::Refusal;
 use k8s_openapi::api::core::v1::Pod;
 
 /// What the node admits pods against: `maxPods`, and allocatable cpu (millicores),

@@ -447,7 +447,7 @@ impl Keyring {
     }
 
     /// Every credential whose key covers `repository` (a normalized repository name, see
-    /// [`crate::image_ref::Reference::repository`]), most specific key first; Docker Hub's
+    /// [`crate::images::image_ref::Reference::repository`]), most specific key first; Docker Hub's
     /// when none does.
     pub fn lookup(&self, repository: &str) -> Vec<Credential> {
         let mut found = Vec::new();

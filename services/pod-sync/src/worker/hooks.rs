@@ -3,7 +3,7 @@
 //! of it (never less than 2 s).
 
 use crate::PodSync;
-use crate::kill_order::{GraceClock, TerminationOrder};
+use crate::worker::kill_order::{GraceClock, TerminationOrder};
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use nodeagent_cri::actions;
 use nodeagent_proto::k8s;
@@ -124,7 +124,7 @@ impl PodSync {
                         name,
                         nodeagent_config::events::EventType::Warning,
                         "FailedPreStopHook",
-                        crate::sync::PRE_STOP_HOOK_FAILED,
+                        crate::worker::sync::PRE_STOP_HOOK_FAILED,
                     );
                 }
                 None => {
@@ -160,7 +160,7 @@ impl PodSync {
                     let left = watch.seconds_left(MINIMUM_GRACE);
                     tracing::info!(container.id = %container_id, seconds_left = left, "the grace period was shortened");
                     let mut runtime = self.cri.runtime.clone();
-                    let req = crate::sync::stop_request(container_id, left);
+                    let req = crate::worker::sync::stop_request(container_id, left);
                     sooner.spawn(async move {
                         let _ = runtime.stop_container(req).await;
                     });

@@ -36,7 +36,7 @@ impl TerminationOrder {
         let mut prerequisites = HashMap::new();
         let mut later_sidecars: Vec<String> = Vec::new();
         for c in spec.init_containers.iter().flatten().rev() {
-            if !crate::init_plan::is_sidecar(c) {
+            if !crate::worker::init_plan::is_sidecar(c) {
                 continue;
             }
             let mut before = regular.clone();

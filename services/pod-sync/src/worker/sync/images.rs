@@ -26,7 +26,7 @@ impl PodSync {
         };
         // Upstream: an image reference that does not parse is InvalidImageName (with an
         // InspectFailed event), before any look at the runtime.
-        if let Some(message) = crate::pull::invalid_image_name(&image) {
+        if let Some(message) = crate::images::pull::invalid_image_name(&image) {
             event(EventType::Warning, "InspectFailed", &message);
             return Err(("InvalidImageName", message, Duration::from_secs(30)));
         }
@@ -189,7 +189,7 @@ impl PodSync {
         pod: &Pod,
         image: &str,
     ) -> Result<Vec<credentials::Credential>, String> {
-        let Ok(reference) = crate::image_ref::parse_normalized_named(image) else {
+        let Ok(reference) = crate::images::image_ref::parse_normalized_named(image) else {
             return Ok(Vec::new()); // the runtime says what is wrong with the name
         };
         let repository = reference.repository();

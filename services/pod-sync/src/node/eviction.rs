@@ -16,8 +16,8 @@
 //!   volumes are released (an emptyDir's data is what the node is short of).
 
 use crate::PodSync;
-use crate::reasons::EVICTED;
 use crate::status::Waiting;
+use crate::status::reasons::EVICTED;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_config::cgroupfs::Cgroups;
 use nodeagent_config::eviction::{
@@ -338,7 +338,7 @@ impl PodSync {
             let grace = if threshold.is_hard() {
                 HARD_GRACE
             } else {
-                let own = crate::kill_order::grace_seconds(&pod);
+                let own = crate::worker::kill_order::grace_seconds(&pod);
                 m.max_pod_grace.min(own)
             };
             let text = message(&threshold, &observed, &c);
@@ -475,7 +475,7 @@ impl PodSync {
             let mut containers = Vec::new();
             let (usage, request) = match signal {
                 Signal::PidAvailable => {
-                    let pids = crate::cgroups::pod_cgroup_parent(
+                    let pids = crate::container_manager::cgroups::pod_cgroup_parent(
                         &pod,
                         self.node.cgroups_per_qos,
                         &self.node.cgroup_root,
@@ -546,7 +546,7 @@ impl PodSync {
                 usage,
                 request,
                 containers,
-                critical: crate::oom::is_critical(&pod),
+                critical: crate::container_manager::oom::is_critical(&pod),
             });
         }
         out

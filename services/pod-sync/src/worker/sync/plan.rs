@@ -16,8 +16,8 @@
 //! - A container found Created (a pod-sync died between CreateContainer and
 //!   StartContainer) is started, not replaced by a new one.
 
-use crate::init_plan::InitView;
 use crate::status::instances;
+use crate::worker::init_plan::InitView;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use nodeagent_proto::api::{RuntimeContainer, RuntimePodStatus, RuntimeSandbox};
 use nodeagent_proto::cri;

@@ -15,7 +15,7 @@
 //!   our upstream hash of the spec container.
 
 use super::*;
-use crate::init_plan;
+use crate::worker::init_plan;
 use cri::ContainerState as S;
 
 /// Upstream's `podActions`, the fields these tables compare.

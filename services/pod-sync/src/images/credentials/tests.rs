@@ -166,7 +166,7 @@ fn docker_hub_credentials_serve_unqualified_and_qualified_hub_images() {
         assert_eq!(hub.lookup(image), vec![cred("foo", "bar")], "{image}");
     }
     // Through the normalization pull names get first.
-    let repo = crate::image_ref::parse_normalized_named("busybox:1.36")
+    let repo = crate::images::image_ref::parse_normalized_named("busybox:1.36")
         .unwrap()
         .repository();
     assert_eq!(hub.lookup(&repo), vec![cred("foo", "bar")]);

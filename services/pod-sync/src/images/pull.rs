@@ -73,7 +73,7 @@ pub(crate) fn go_grpc_error(status: &tonic::Status) -> String {
 /// image reference `github.com/distribution/reference`'s `ParseNormalizedNamed` refuses; None
 /// for a valid one.
 pub(crate) fn invalid_image_name(image: &str) -> Option<String> {
-    let why = crate::image_ref::parse_normalized_named(image).err()?;
+    let why = crate::images::image_ref::parse_normalized_named(image).err()?;
     Some(format!(
         "Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: {why}"
     ))
@@ -130,7 +130,7 @@ mod tests {
                 "invalid repository name (0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef), cannot specify 64-byte hexadecimal strings",
             ),
         ] {
-            let got = crate::image_ref::parse_normalized_named(bad).err();
+            let got = crate::images::image_ref::parse_normalized_named(bad).err();
             assert_eq!(got.as_deref(), Some(why), "{bad}");
         }
     }

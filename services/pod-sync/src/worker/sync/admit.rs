@@ -34,7 +34,7 @@ impl PodSync {
                 return Ok(None); // not started yet
             };
             let active =
-                Duration::from_nanos((crate::workers::now_nanos() - started).max(0) as u64);
+                Duration::from_nanos((crate::worker::workers::now_nanos() - started).max(0) as u64);
             let limit = Duration::from_secs(deadline.max(0) as u64);
             if active < limit {
                 return Ok(Some(limit - active));
@@ -112,7 +112,7 @@ impl PodSync {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Option<SyncOutcome> {
-        let refusal = crate::security::admit(pod, &self.host_security)
+        let refusal = crate::runtime_spec::security::admit(pod, &self.host_security)
             .err()
             .or_else(|| self.refuse_under_pressure(pod, rt))
             .or_else(|| self.refuse_beyond_allocatable(pod, rt))?;
@@ -142,13 +142,16 @@ impl PodSync {
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
-    ) -> Option<crate::security::Refusal> {
+    ) -> Option<crate::runtime_spec::security::Refusal> {
         let uid = k8s::pod_uid(pod).to_string();
         let mut st = self.lock();
         if st.admitted.contains(&uid) {
             return None;
         }
-        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() || crate::oom::is_critical(pod) {
+        if !rt.sandboxes.is_empty()
+            || !rt.containers.is_empty()
+            || crate::container_manager::oom::is_critical(pod)
+        {
             st.admitted.insert(uid);
             return None;
         }
@@ -161,7 +164,7 @@ impl PodSync {
                     .and_then(|s| s.phase.as_deref())
                     .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
         };
-        let running: Vec<crate::admission::Requests> = st
+        let running: Vec<crate::node::admission::Requests> = st
             .desired
             .iter()
             .filter(|(u, _)| **u != uid && !finished(u))
@@ -172,10 +175,10 @@ impl PodSync {
                         .get(*u)
                         .is_some_and(|r| !r.sandboxes.is_empty() || !r.containers.is_empty())
             })
-            .map(|(_, p)| crate::admission::requests(p))
+            .map(|(_, p)| crate::node::admission::requests(p))
             .collect();
-        match crate::admission::fit(
-            crate::admission::requests(pod),
+        match crate::node::admission::fit(
+            crate::node::admission::requests(pod),
             &running,
             &self.node.allocatable,
         ) {
@@ -195,18 +198,18 @@ impl PodSync {
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
-    ) -> Option<crate::security::Refusal> {
+    ) -> Option<crate::runtime_spec::security::Refusal> {
         use nodeagent_config::eviction::Condition;
         if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
             return None;
         }
         if self.lock().shutting_down {
-            return Some(crate::security::Refusal {
-                reason: crate::reasons::SHUTDOWN_REFUSAL_REASON,
-                message: crate::reasons::SHUTDOWN_REFUSAL_MESSAGE.into(),
+            return Some(crate::runtime_spec::security::Refusal {
+                reason: crate::status::reasons::SHUTDOWN_REFUSAL_REASON,
+                message: crate::status::reasons::SHUTDOWN_REFUSAL_MESSAGE.into(),
             });
         }
-        if crate::oom::is_critical(pod) {
+        if crate::container_manager::oom::is_critical(pod) {
             return None;
         }
         let pressure = self.lock().pressure.clone();
@@ -224,8 +227,9 @@ impl PodSync {
                         && (effect.is_empty() || effect == "NoSchedule")
                 })
             });
-        let best_effort =
-            crate::cgroups::qos_class(pod) == crate::cgroups::QosClass::BestEffort && !tolerates;
+        let best_effort = crate::container_manager::cgroups::qos_class(pod)
+            == crate::container_manager::cgroups::QosClass::BestEffort
+            && !tolerates;
         let refused: Vec<&str> = pressure
             .iter()
             .filter(|c| **c != Condition::MemoryPressure || best_effort)
@@ -235,8 +239,8 @@ impl PodSync {
             return None;
         }
         let names: Vec<&str> = pressure.iter().map(|c| c.name()).collect();
-        Some(crate::security::Refusal {
-            reason: crate::reasons::EVICTED,
+        Some(crate::runtime_spec::security::Refusal {
+            reason: crate::status::reasons::EVICTED,
             // Go's %v of a slice: "[MemoryPressure DiskPressure]".
             message: format!("The node had condition: [{}]. ", names.join(" ")),
         })

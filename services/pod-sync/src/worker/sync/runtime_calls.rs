@@ -24,7 +24,7 @@ impl PodSync {
             for (uid, p) in &st.terminating {
                 active.entry(uid.as_str()).or_insert(p);
             }
-            crate::cgroups::qos_cgroups(
+            crate::container_manager::cgroups::qos_cgroups(
                 &self.node.cgroup_root,
                 self.node.pods_limits,
                 active.into_values(),
@@ -77,13 +77,15 @@ impl PodSync {
             )
             .map_err(anyhow::Error::msg)?;
         let config = runtime_spec::sandbox_config(pod, attempt, &self.node);
-        if let Some(name) =
-            crate::cgroups::pod_cgroup_name(pod, self.node.cgroups_per_qos, &self.node.cgroup_root)
-        {
+        if let Some(name) = crate::container_manager::cgroups::pod_cgroup_name(
+            pod,
+            self.node.cgroups_per_qos,
+            &self.node.cgroup_root,
+        ) {
             // The tiers first, with this pod among the active ones (upstream's syncPod calls
             // UpdateQOSCgroups before it makes a pod cgroup).
             self.update_qos_cgroups().await;
-            let res = crate::cgroups::pod_resources(pod);
+            let res = crate::container_manager::cgroups::pod_resources(pod);
             self.cgroups
                 .ensure(&name, &res, self.node.pod_pids_limit)
                 .await

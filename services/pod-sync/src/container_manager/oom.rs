@@ -3,9 +3,9 @@
 //! then Burstable by how little of the node they asked for, Guaranteed and node-critical
 //! pods last. (The sandbox's pause process gets containerd's own -998; CRI has no field.)
 
-use crate::aggregate::is_sidecar;
-use crate::cgroups::{QosClass, qos_class};
-use crate::quantity;
+use crate::container_manager::aggregate::is_sidecar;
+use crate::container_manager::cgroups::{QosClass, qos_class};
+use crate::container_manager::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodeagent_proto::k8s;

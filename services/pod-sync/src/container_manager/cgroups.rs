@@ -6,7 +6,7 @@
 
 pub mod systemd;
 
-use crate::quantity;
+use crate::container_manager::quantity;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_config::cgroup_name::{self, CgroupDriver, CgroupName};
 use std::path::{Path, PathBuf};
@@ -236,7 +236,7 @@ const CFS_PERIOD_US: i64 = 100_000;
 const MIN_QUOTA_US: i64 = 1000;
 
 pub fn pod_resources(pod: &Pod) -> PodResources {
-    use crate::aggregate::{aggregate, overhead};
+    use crate::container_manager::aggregate::{aggregate, overhead};
     use quantity::ContainerResources as R;
     let qos = qos_class(pod);
     if qos == QosClass::BestEffort {
@@ -293,7 +293,7 @@ pub struct PodsLimits {
 
 impl PodsLimits {
     pub fn of_this_node(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
-        let mut capacity = crate::admission::cpu_and_memory_capacity();
+        let mut capacity = crate::node::admission::cpu_and_memory_capacity();
         if let (Some(max), _) = nodeagent_config::machine::rlimit() {
             capacity.insert("pid".into(), max.max(0) as u64);
         }
@@ -331,7 +331,7 @@ pub fn qos_cgroups<'a>(
     let burstable_cpu: i64 = active
         .into_iter()
         .filter(|p| qos_class(p) == QosClass::Burstable)
-        .map(|p| crate::admission::requests(p).cpu_millis)
+        .map(|p| crate::node::admission::requests(p).cpu_millis)
         .sum();
     let pods = cgroup_name::pods_cgroup_name(cgroup_root);
     vec![

@@ -3,8 +3,8 @@
 //! behind (the pod cgroup and the log directory).
 
 use crate::PodSync;
-use crate::kill_order::{GraceClock, TerminationOrder};
-use crate::workers::SyncOutcome;
+use crate::worker::kill_order::{GraceClock, TerminationOrder};
+use crate::worker::workers::SyncOutcome;
 use k8s_openapi::api::core::v1::{Container, Lifecycle, Pod, PodSpec};
 use nodeagent_proto::api::{ReleasePodRequest, RuntimePodStatus};
 use nodeagent_proto::cri;
@@ -33,7 +33,7 @@ impl PodSync {
     ) -> anyhow::Result<SyncOutcome> {
         let pod = self.lock().terminating.get(uid).cloned();
         // Unknown pod (removed while we were down): each container's own annotations say.
-        let grace = pod.as_ref().map(crate::kill_order::grace_seconds);
+        let grace = pod.as_ref().map(crate::worker::kill_order::grace_seconds);
         let running: Vec<_> = rt
             .containers
             .iter()
@@ -49,7 +49,8 @@ impl PodSync {
         }
         // A shorter deletion that arrives meanwhile shortens the kills under way.
         let clock = pod.as_ref().map(|p| {
-            let (clock, updates) = GraceClock::shrinkable(crate::kill_order::grace_seconds(p));
+            let (clock, updates) =
+                GraceClock::shrinkable(crate::worker::kill_order::grace_seconds(p));
             self.lock().grace_updates.insert(uid.to_string(), updates);
             clock
         });
@@ -69,8 +70,9 @@ impl PodSync {
                     Some(p) => p,
                     None => this.restore_pod(&rt, &id, &name).await,
                 };
-                let clock = clock
-                    .unwrap_or_else(|| GraceClock::fixed(crate::kill_order::grace_seconds(&pod)));
+                let clock = clock.unwrap_or_else(|| {
+                    GraceClock::fixed(crate::worker::kill_order::grace_seconds(&pod))
+                });
                 this.kill_container_ordered(Some(&pod), &name, &id, &clock, None, order.as_deref())
                     .await
             });
@@ -105,7 +107,7 @@ impl PodSync {
         self.release_volumes(uid).await?;
 
         if let Some(pod) = &pod {
-            if let Some(name) = crate::cgroups::pod_cgroup_name(
+            if let Some(name) = crate::container_manager::cgroups::pod_cgroup_name(
                 pod,
                 self.node.cgroups_per_qos,
                 &self.node.cgroup_root,
@@ -133,9 +135,9 @@ impl PodSync {
             // The API server learns the terminal phase before the pod goes (upstream's
             // status manager deletes only a pod whose phase is terminal).
             if let Some(status) = &terminal {
-                crate::api_status::patch_terminal_status(client, pod, status).await;
+                crate::status::api_status::patch_terminal_status(client, pod, status).await;
             }
-            crate::api_status::finish_deletion(client, pod).await;
+            crate::status::api_status::finish_deletion(client, pod).await;
         }
 
         let was_finished = {
@@ -287,7 +289,7 @@ mod tests {
             ),
         ]);
         let pod = restored_pod(&rt(), "app", &annotations);
-        assert_eq!(crate::kill_order::grace_seconds(&pod), 5);
+        assert_eq!(crate::worker::kill_order::grace_seconds(&pod), 5);
         assert_eq!(nodeagent_proto::k8s::pod_uid(&pod), "u1");
         let c = &pod.spec.as_ref().unwrap().containers[0];
         assert_eq!(c.name, "app");
@@ -328,7 +330,7 @@ mod tests {
         })
         .unwrap();
         let restored = restored_pod(&rt(), "app", &cfg.annotations);
-        assert_eq!(crate::kill_order::grace_seconds(&restored), 7);
+        assert_eq!(crate::worker::kill_order::grace_seconds(&restored), 7);
         let r = &restored.spec.as_ref().unwrap().containers[0];
         assert_eq!(r.lifecycle, c.lifecycle);
         assert_eq!(r.ports, c.ports);
@@ -341,7 +343,7 @@ mod tests {
             "{not json".to_string(),
         )]);
         let pod = restored_pod(&rt(), "app", &bad);
-        assert_eq!(crate::kill_order::grace_seconds(&pod), 30);
+        assert_eq!(crate::worker::kill_order::grace_seconds(&pod), 30);
         assert!(pod.spec.unwrap().containers[0].lifecycle.is_none());
     }
 }

@@ -4,13 +4,13 @@
 //! what runs instead of starting it again.
 
 use crate::PodSync;
-use crate::credentials;
-use crate::init_plan::{self, InitView};
-use crate::kill_order::{GraceClock, TerminationOrder, grace_seconds, probe_kill_grace};
+use crate::images::credentials;
 use crate::runtime_spec::{self, ContainerInputs};
 use crate::state::Backoff;
 use crate::status::{Waiting, instances};
-use crate::workers::SyncOutcome;
+use crate::worker::init_plan::{self, InitView};
+use crate::worker::kill_order::{GraceClock, TerminationOrder, grace_seconds, probe_kill_grace};
+use crate::worker::workers::SyncOutcome;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use kube::api::Api;
@@ -87,7 +87,7 @@ impl PodSync {
         // Evicted, or stopped or refused for a node shutdown: for good. An evicted pod's
         // leftovers get no grace; a shutdown's stop keeps the grace it was given.
         if let Some(reason) = self.ended_by_node(&uid) {
-            let grace = (reason == crate::reasons::EVICTED).then_some(0);
+            let grace = (reason == crate::status::reasons::EVICTED).then_some(0);
             self.stop_everything(pod, rt, &reason, grace).await;
             return Ok(SyncOutcome::Terminated);
         }
