@@ -56,8 +56,9 @@ if [ -n "$nic" ]; then
 fi
 
 # ---------------------------------------------------------------- vsock loopback
-# The guest's own kernel has vsock's loopback transport (CID 1) as a module, which the
-# hosts' kernels lack: suite.sh runs the vsock tests here, real round trips over it.
+# The guest's own kernel (Debian's 6.1) has vsock's loopback transport (CID 1) as a module,
+# which the hosts' kernels lack: suite.sh runs the vsock tests here, real round trips over
+# it. The kernel would load it on the first bind; loaded here so that its absence is said.
 modprobe vsock_loopback 2>/dev/null || log "no vsock_loopback module in $(uname -r)"
 
 # ---------------------------------------------------------------- runtime
