@@ -263,7 +263,7 @@ impl PodSync {
                     continue;
                 }
                 // A changed definition is replaced at once, as upstream (a new spec hash
-                // has no back-off).
+                // has no back-off), and so is one whose state was unknown.
                 let Some(l) = in_sandbox(&c.name).first().copied() else {
                     continue;
                 };
