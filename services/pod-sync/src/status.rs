@@ -18,7 +18,7 @@ use nodeagent_proto::cri;
 use std::collections::HashMap;
 
 mod conditions;
-mod merge;
+pub(crate) mod merge;
 mod phase;
 use phase::pod_phase;
 pub(crate) use phase::{is_terminal, may_start};
@@ -513,29 +513,27 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         }
         disruption = Some(c);
     }
-    conditions.extend(disruption);
+    // Upstream generateAPIPodStatus (and the status manager's mergePodStatus): first the
+    // conditions the kubelet does not own, as they are, with DisruptionTarget replaced or
+    // appended; then the kubelet's own.
+    let mut merged: Vec<PodCondition> = api_conditions
+        .iter()
+        .filter(|c| !KUBELET_OWNED.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    if let Some(d) = disruption {
+        match merged.iter_mut().find(|c| c.type_ == d.type_) {
+            Some(c) => *c = d,
+            None => merged.push(d),
+        }
+    }
+    merged.extend(conditions);
+    let conditions = merged;
     let (phase, reason, message) = match inputs.pod_failed {
         Some(f) => ("Failed", Some(f.reason.clone()), Some(f.message.clone())),
         None => (phase, None, None),
     };
-    // Upstream's status manager mergePodStatus, against the status as it stands (the API
-    // server's copy, else what was published): the conditions others own from there, and
-    // no terminal phase while a container may still run.
-    let could_have_running = rt.is_some_and(|r| {
-        r.containers.iter().any(|c| {
-            matches!(
-                cri::ContainerState::try_from(c.state),
-                Ok(cri::ContainerState::ContainerRunning | cri::ContainerState::ContainerUnknown)
-            )
-        })
-    });
-    let old = pod
-        .status
-        .as_ref()
-        .or(previous)
-        .cloned()
-        .unwrap_or_default();
-    let new = PodStatus {
+    PodStatus {
         phase: Some(phase.into()),
         reason,
         message,
@@ -551,8 +549,20 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(app),
         ..Default::default()
-    };
-    merge::merge_pod_status(&old, new, could_have_running)
+    }
+}
+
+/// Whether a container of the pod may still run (upstream's
+/// `PodCouldHaveRunningContainers`): one the runtime shows running or in an unknown state.
+pub fn could_have_running_containers(rt: Option<&RuntimePodStatus>) -> bool {
+    rt.is_some_and(|r| {
+        r.containers.iter().any(|c| {
+            matches!(
+                cri::ContainerState::try_from(c.state),
+                Ok(cri::ContainerState::ContainerRunning | cri::ContainerState::ContainerUnknown)
+            )
+        })
+    })
 }
 
 /// Upstream `HasAnyActiveRegularContainerStarted`: some regular container exists in the

@@ -97,6 +97,17 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             } else {
                 uid.clone()
             };
+            // Upstream's status manager merges the status it has with the API server's
+            // copy before it patches (mergePodStatus): no terminal phase while a container
+            // may still run. The node's own /pods shows the status unmerged, as upstream's
+            // status cache does.
+            let could_have_running =
+                super::could_have_running_containers(sync.lock().runtime.get(&uid));
+            let base = api_view
+                .clone()
+                .or_else(|| sent.get(&uid).cloned())
+                .unwrap_or_default();
+            let status = super::merge::merge_pod_status(&base, status, could_have_running);
             let old = match (force, sent.get(&uid)) {
                 (false, Some(sent)) => Some(sent.clone()),
                 _ => api_view,

@@ -1,11 +1,13 @@
-//! The last step of a pod's status before it is published: upstream's status manager
-//! `mergePodStatus` (pkg/kubelet/status/status_manager.go). The conditions other writers
-//! own are taken from the pod's current status (the API server's copy), the kubelet's own
-//! from the new one; and a pod is not shown terminal while any of its containers may still
-//! run: its phase, reason and message stay as they were, and the DisruptionTarget condition
-//! of an eviction or a node shutdown waits, until the last container has stopped (upstream
-//! since 1.27, so that a Job controller never counts a pod done whose containers still
-//! hold its resources). A terminal pod is never Ready (kubernetes #108594).
+//! The last step of a pod's status before it is patched at the API server: upstream's
+//! status manager `mergePodStatus` (pkg/kubelet/status/status_manager.go `syncPod`). The
+//! conditions other writers own are taken from the API server's copy, the kubelet's own
+//! from the new status; and the API server is not told a pod is terminal while any of its
+//! containers may still run: its phase, reason and message stay as they were there, and
+//! the DisruptionTarget condition of an eviction or a node shutdown waits, until the last
+//! container has stopped (upstream since 1.27, so that a Job controller never counts a pod
+//! done whose containers still hold its resources). A terminal pod is never Ready
+//! (kubernetes #108594). The node's own /pods shows the status unmerged, as upstream's
+//! status cache does.
 
 use super::conditions::{POD_COMPLETED, POD_FAILED};
 use super::{KUBELET_OWNED, is_terminal};
@@ -14,7 +16,7 @@ use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 /// Upstream `kubetypes.PodConditionSharedByKubelet`.
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
-/// `old`: the status as it stands (the API server's copy, else what was published);
+/// `old`: the status as the API server has it (else what was last sent);
 /// `new`: the status just computed; `could_have_running`: some container of the pod may
 /// still run.
 pub fn merge_pod_status(
