@@ -79,10 +79,7 @@ impl PodSync {
     ) -> anyhow::Result<SyncOutcome> {
         let uid = k8s::pod_uid(pod).to_string();
         let spec = pod.spec.clone().unwrap_or_default();
-        let policy = spec
-            .restart_policy
-            .clone()
-            .unwrap_or_else(|| "Always".into());
+        let policy = plan::restart_policy(pod);
         self.restore_pod_failure(pod);
         // Evicted, or stopped or refused for a node shutdown: for good. An evicted pod's
         // leftovers get no grace; a shutdown's stop keeps the grace it was given.

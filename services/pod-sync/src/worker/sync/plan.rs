@@ -112,14 +112,12 @@ pub fn plan_sandbox(pod: &Pod, rt: &RuntimePodStatus) -> SandboxPlan {
     // No regular container left to start (OnFailure's succeeded ones are not run again)
     // and the pod was initialized (a regular container was made): nothing to make a
     // sandbox for.
-    let spec = pod.spec.clone().unwrap_or_default();
-    let to_start = spec
-        .containers
+    let containers = regular_containers(pod);
+    let to_start = containers
         .iter()
         .filter(|c| !(policy == "OnFailure" && succeeded(rt, &c.name)))
         .count();
-    let initialized = spec
-        .containers
+    let initialized = containers
         .iter()
         .any(|c| !instances(Some(rt), &c.name).is_empty());
     if to_start == 0 && initialized {
@@ -129,6 +127,10 @@ pub fn plan_sandbox(pod: &Pod, rt: &RuntimePodStatus) -> SandboxPlan {
         attempt,
         changed: !rt.sandboxes.is_empty(),
     }
+}
+
+fn regular_containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().map_or(&[], |s| &s.containers)
 }
 
 /// Upstream's `containerSucceeded`: the newest instance exited 0.
@@ -196,7 +198,7 @@ pub fn plan_app_containers(
 ) -> AppPlan {
     let policy = restart_policy(pod);
     let deleting = pod.metadata.deletion_timestamp.is_some();
-    let containers: &[Container] = pod.spec.as_ref().map_or(&[], |s| &s.containers);
+    let containers = regular_containers(pod);
     let mut plan = AppPlan::default();
     let mut keep = 0;
     for (index, c) in containers.iter().enumerate() {
