@@ -5,7 +5,7 @@
 
 use http_body_util::BodyExt;
 use k8s_openapi::jiff::Timestamp;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, eventually_every, require_runtime};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -355,7 +355,26 @@ async fn follow_continues_across_rotation_and_rotation_keeps_max_files() {
         )
     })
     .await;
-    let (_, names) = log_files(&node, "chatty").unwrap();
+    // At each rotation the live log is missing for a moment (renamed, then reopened by the
+    // runtime's ReopenContainerLog) and a gzip may be half written (`.tmp`): the listing is
+    // taken once both have settled (stop 42's CI caught the reopen's window: no 0.log).
+    let names = eventually_every(
+        "the live log reopened and no gzip half written",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || {
+            let settled = log_files(&node, "chatty").and_then(|(_, names)| {
+                let live = names.iter().any(|n| n == "0.log");
+                if live && !names.iter().any(|n| n.ends_with(".tmp")) {
+                    Ok(names)
+                } else {
+                    Err(format!("{names:?}"))
+                }
+            });
+            std::future::ready(settled)
+        },
+    )
+    .await;
     let (older, newest) = (&rotated_seen[1], &rotated_seen[2]);
     assert_eq!(
         names,
