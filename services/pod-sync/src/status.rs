@@ -420,7 +420,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     app.sort_by(|a, b| a.name.cmp(&b.name));
 
     // Upstream assigns static pods no terminal phase (kubernetes #116484).
-    let pod_is_terminal = inputs.terminated && !crate::status::api_status::is_static(pod);
+    let pod_is_terminal = inputs.terminated && !api_status::is_static(pod);
     let pod_has_initialized = rt.is_some_and(|r| has_active_regular_container(&spec, r));
     let mut phase = pod_phase(&spec, &init, &app, pod_is_terminal, pod_has_initialized);
     if pod_is_terminal && !matches!(phase, "Succeeded" | "Failed") {
@@ -498,9 +498,8 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     // condition (upstream, since 1.26).
     let mut disruption = None;
     if let Some(f) = inputs.pod_failed.filter(|f| {
-        f.reason == crate::status::reasons::EVICTED
-            || (f.reason == crate::status::reasons::SHUTDOWN_REASON
-                && f.message == crate::status::reasons::SHUTDOWN_MESSAGE)
+        f.reason == reasons::EVICTED
+            || (f.reason == reasons::SHUTDOWN_REASON && f.message == reasons::SHUTDOWN_MESSAGE)
     }) {
         let mut c = condition("DisruptionTarget", true, None);
         c.reason = Some("TerminationByKubelet".into());

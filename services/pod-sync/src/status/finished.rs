@@ -26,7 +26,7 @@ pub fn store(root_dir: &Path) -> Store {
 /// Records `status` for `uid` when its phase is terminal (and differs from the record);
 /// true when the record changed and must be saved.
 pub fn record(finished: &mut Finished, uid: &str, status: &PodStatus) -> bool {
-    if !crate::status::is_terminal(status.phase.as_deref()) {
+    if !super::is_terminal(status.phase.as_deref()) {
         return false;
     }
     if finished.get(uid) == Some(status) {
