@@ -14,9 +14,6 @@ pub struct ProbeCheck {
     pub pod_ip: String,
     /// Container ports by name, to resolve named ports.
     pub named_ports: Vec<(String, i32)>,
-    /// When the container started (its status' StartedAt): initialDelaySeconds counts
-    /// from here.
-    pub started_at: Option<std::time::SystemTime>,
 }
 
 /// What one run of a probe found.
@@ -114,7 +111,6 @@ mod tests {
             container_id: String::new(),
             pod_ip: "127.0.0.1".into(),
             named_ports: vec![("web".into(), 0)],
-            started_at: None,
         }
     }
 

@@ -11,6 +11,7 @@ mod grpc;
 mod manager;
 mod metrics;
 pub mod shard;
+mod worker;
 
 pub use check::{Checked, ProbeCheck, run_check};
 

@@ -4,6 +4,7 @@
 use crate::check::{Checked, ProbeCheck, run_check};
 use crate::metrics::probe_kind_name;
 use crate::shard::Ownership;
+use crate::worker::{Next, Value, Watched, WorkerState, bare_id};
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use nodeagent_config::events::{EventRecorder, EventType};
 use nodeagent_cri::Cri;
@@ -29,8 +30,13 @@ use tracing::Instrument;
 type WorkerKey = (String, String, i32);
 
 struct Worker {
-    container_id: String,
+    /// Tells this worker's task from an earlier one under the same key.
+    generation: u64,
     handle: JoinHandle<()>,
+    /// Wakes the worker before its next tick.
+    trigger: Arc<tokio::sync::Notify>,
+    /// What it reads of its pod, as last seen by the manager.
+    watched: Watched,
 }
 
 struct Inner {
@@ -41,6 +47,8 @@ struct Inner {
     workers: HashMap<WorkerKey, Worker>,
     results: BTreeMap<WorkerKey, ProbeResult>,
     revision: u64,
+    /// The last worker generation handed out.
+    generation: u64,
 }
 
 pub struct ProbeManager {
@@ -69,6 +77,7 @@ impl ProbeManager {
                 workers: HashMap::new(),
                 results: BTreeMap::new(),
                 revision: 0,
+                generation: 0,
             }),
             tx,
         }
@@ -171,126 +180,84 @@ impl ProbeManager {
         self.reconcile_workers();
     }
 
-    /// Starts a worker for every probe of every running container, stops the rest.
+    /// Upstream's `AddPod` and `CleanupPods` at once: a worker for every probe of every
+    /// container (regular ones and sidecars) of every pod of ours, for as long as the pod
+    /// has it; the workers of pods gone, or no longer ours, stop. A worker follows its
+    /// container's restarts itself, and is woken when what it reads of the pod moved.
     fn reconcile_workers(self: &Arc<Self>) {
         let mut inner = self.lock();
-        let mut wanted: HashMap<WorkerKey, (String, ProbeCheck, Arc<Pod>)> = HashMap::new();
-        // (pod uid, container name, container id) of every running container.
-        let mut live: HashSet<(String, String, String)> = HashSet::new();
+        let mut wanted: HashSet<WorkerKey> = HashSet::new();
+        let mut create = Vec::new();
         for (uid, pod) in &inner.pods {
             // Another instance's pod: its workers stop and its results go (below), so a
             // later snapshot of ours never carries an old value over the new owner's.
             if !inner.ownership.owns(uid) {
                 continue;
             }
-            let spec = pod.spec.clone().unwrap_or_default();
-            let status = pod.status.clone().unwrap_or_default();
-            let pod_ip = status.pod_ip.clone().unwrap_or_default();
-            // Regular containers and sidecars (restartable init containers) are probed.
-            let statuses = status
-                .container_statuses
-                .iter()
+            let spec = pod.spec.as_ref();
+            let terminal = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Failed" | "Succeeded")
+            );
+            let deleting = pod.metadata.deletion_timestamp.is_some();
+            let sidecars = spec
+                .and_then(|s| s.init_containers.as_ref())
+                .into_iter()
                 .flatten()
-                .chain(status.init_container_statuses.iter().flatten());
-            for cs in statuses {
-                let running = cs.state.as_ref().is_some_and(|s| s.running.is_some());
-                let Some(id) = cs
-                    .container_id
-                    .as_deref()
-                    .and_then(|i| i.split("://").nth(1))
-                else {
-                    continue;
-                };
-                let sidecars = spec
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-                let Some(c) = spec
-                    .containers
-                    .iter()
-                    .chain(sidecars)
-                    .find(|c| c.name == cs.name)
-                else {
-                    continue;
-                };
-                if !running {
-                    continue;
-                }
-                live.insert((uid.clone(), c.name.clone(), id.to_string()));
-                // Upstream: with a startup probe, liveness and readiness wait until it
-                // has succeeded once, and it stops once pod-sync reports the container
-                // started (which pod-sync keeps across restarts of either service).
-                let reported_started = cs.started == Some(true);
-                let started = c.startup_probe.is_none()
-                    || reported_started
-                    || inner
-                        .results
-                        .get(&(uid.clone(), c.name.clone(), Kind::Startup as i32))
-                        .is_some_and(|r| r.container_id == id && r.outcome() == Outcome::Success);
-                let started_at = cs
-                    .state
-                    .as_ref()
-                    .and_then(|s| s.running.as_ref()?.started_at.as_ref())
-                    .map(|t| std::time::SystemTime::from(t.0));
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+            for c in containers.iter().chain(sidecars) {
                 for (kind, probe) in probes(c) {
-                    let skip = match kind {
-                        Kind::Startup => reported_started,
-                        _ => !started,
-                    };
-                    if skip {
-                        continue;
+                    let key = (uid.clone(), c.name.clone(), kind as i32);
+                    wanted.insert(key.clone());
+                    let alive = inner
+                        .workers
+                        .get(&key)
+                        .is_some_and(|w| !w.handle.is_finished());
+                    // A worker that ended itself (its pod finished, or is being deleted
+                    // and this probe may not restart it) is not made again.
+                    let ended = terminal || (deleting && kind != Kind::Readiness);
+                    if !alive && !ended {
+                        create.push((key, probe, c.clone(), pod.clone()));
                     }
-                    let check = ProbeCheck {
-                        probe,
-                        container_id: id.to_string(),
-                        pod_ip: pod_ip.clone(),
-                        named_ports: nodeagent_cri::actions::named_ports(c),
-                        started_at,
-                    };
-                    wanted.insert(
-                        (uid.clone(), c.name.clone(), kind as i32),
-                        (id.to_string(), check, pod.clone()),
-                    );
                 }
             }
         }
-        let stale: Vec<WorkerKey> = inner
+        let gone: Vec<WorkerKey> = inner
             .workers
-            .iter()
-            .filter(|(k, w)| {
-                wanted
-                    .get(*k)
-                    .is_none_or(|(id, _, _)| *id != w.container_id)
-            })
-            .map(|(k, _)| k.clone())
+            .keys()
+            .filter(|k| !wanted.contains(*k))
+            .cloned()
             .collect();
-        for k in stale {
+        for k in gone {
             if let Some(w) = inner.workers.remove(&k) {
                 w.handle.abort();
             }
-            // A finished startup probe's success stays in the results while its container
-            // runs: a pod-sync that restarts without it on disk (an older build, a lost
-            // file) learns it from our snapshot instead of seeing `started` flip back.
-            let container_runs = inner.results.get(&k).is_some_and(|r| {
-                live.contains(&(k.0.clone(), k.1.clone(), r.container_id.clone()))
-            });
-            if !container_runs {
-                inner.results.remove(&k);
-            }
+            inner.results.remove(&k);
         }
-        // A kept startup success has no worker left to stop: drop those of pods now owned
-        // by another instance too.
+        // A kept result has no worker left to drop it: drop those of pods now owned by
+        // another instance too.
         let Inner {
             ownership, results, ..
         } = &mut *inner;
         results.retain(|k, _| ownership.owns(&k.0));
-        for (key, (id, check, pod)) in wanted {
-            if inner.workers.contains_key(&key) {
+        // Wake the workers whose view of their pod moved (a new container, started, the
+        // pod deleted or finished), as upstream's status updates trigger them.
+        let Inner { pods, workers, .. } = &mut *inner;
+        for (key, w) in workers.iter_mut() {
+            let Some(pod) = pods.get(&key.0) else {
                 continue;
+            };
+            let watched = WorkerState::watched(&key.1, pod);
+            if watched != w.watched {
+                w.watched = watched;
+                w.trigger.notify_one();
             }
-            // A root span: a worker started by another one (a startup probe that passed
-            // starts the others) is not its child.
+        }
+        for (key, probe, container, pod) in create {
+            inner.generation += 1;
+            let generation = inner.generation;
+            // A root span: a worker started while another one runs is not its child.
             let span = tracing::info_span!(
                 parent: None,
                 "probe_worker",
@@ -307,99 +274,156 @@ impl ProbeManager {
                 k8s::pod_namespace(&pod),
                 &key.0,
             );
+            let trigger = Arc::new(tokio::sync::Notify::new());
             let handle = tokio::spawn(
                 self.clone()
-                    .worker(key.clone(), check, pod, metrics)
+                    .worker(
+                        Spawned {
+                            key: key.clone(),
+                            generation,
+                            probe,
+                            container,
+                            trigger: trigger.clone(),
+                        },
+                        metrics,
+                    )
                     .instrument(span),
             );
+            let watched = WorkerState::watched(&key.1, &pod);
             inner.workers.insert(
                 key,
                 Worker {
-                    container_id: id,
+                    generation,
                     handle,
+                    trigger,
+                    watched,
                 },
             );
         }
     }
 
-    async fn worker(
-        self: Arc<Self>,
-        key: WorkerKey,
-        check: ProbeCheck,
-        pod: Arc<Pod>,
-        metrics: crate::metrics::ProbeMetrics,
-    ) {
+    /// One probe of one container of a pod, until the pod no longer wants it: waits for its
+    /// period (or a wake-up), asks the pure worker (`worker.rs`) what to do, runs the check
+    /// it is told to and publishes what it is told to.
+    async fn worker(self: Arc<Self>, w: Spawned, metrics: crate::metrics::ProbeMetrics) {
+        let Spawned {
+            key,
+            generation,
+            probe,
+            container,
+            trigger,
+        } = w;
         let kind = probe_kind_name(key.2);
-        let p = check.probe.clone();
-        let period = Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
-        let success_threshold = p.success_threshold.unwrap_or(1).max(1);
-        let failure_threshold = p.failure_threshold.unwrap_or(3).max(1);
+        let period = Duration::from_secs(probe.period_seconds.unwrap_or(10).max(1) as u64);
         // Upstream: a prober that has just started (a restart) would otherwise probe every
         // container at once; each worker first waits a random part of its period. A
         // container that starts later is probed at once.
         if period > self.started.elapsed() {
             tokio::time::sleep(start_jitter(&key, period)).await;
         }
-        tokio::time::sleep(initial_delay(
-            &p,
-            check.started_at,
-            std::time::SystemTime::now(),
-        ))
-        .await;
-        let (mut successes, mut failures) = (0, 0);
-        let mut current: Option<Outcome> = None;
+        let mut state = WorkerState::new(
+            Kind::try_from(key.2).unwrap_or(Kind::Unspecified),
+            &probe,
+            &container,
+        );
+        let named_ports = nodeagent_cri::actions::named_ports(&container);
         let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        tick.tick().await;
         loop {
-            tick.tick().await;
-            let probed = std::time::Instant::now();
-            // Boxed: a check's state (an HTTP or gRPC client call, about 11 KiB) is held
-            // only while it runs, not by every waiting worker.
-            let verdict = verdict(kind, Box::pin(run_check(&self.cri, &check)).await);
-            if let Some((reason, message)) = &verdict.event {
-                self.events
-                    .container(&pod, &key.1, EventType::Warning, reason, message);
+            let pod = self.lock().pods.get(&key.0).cloned();
+            let followed = state.container_id.clone();
+            let (next, told) =
+                state.before_probe(&key.1, pod.as_deref(), std::time::SystemTime::now());
+            let bare = bare_id(state.container_id.as_deref());
+            if state.container_id != followed {
+                // A new container: the old one's result goes (upstream's Remove).
+                self.lock().results.remove(&key);
             }
-            let Some(result) = verdict.result else {
-                tracing::warn!(message = ?verdict.event, "probe errored");
-                continue;
-            };
-            metrics.observe(result.is_ok(), probed.elapsed().as_secs_f64());
-            let outcome = match &result {
-                Ok(()) => {
-                    successes += 1;
-                    failures = 0;
-                    (successes >= success_threshold).then_some(Outcome::Success)
-                }
-                Err(reason) => {
-                    failures += 1;
-                    successes = 0;
-                    tracing::debug!(%reason, failures, "probe failed");
-                    (failures >= failure_threshold).then_some(Outcome::Failure)
-                }
-            };
-            if let Some(o) = outcome
-                && current != Some(o)
-            {
-                current = Some(o);
-                tracing::info!(outcome = ?o, message = %result.as_ref().err().cloned().unwrap_or_default(), "probe result changed");
-                self.publish(
-                    &key,
-                    &check.container_id,
-                    o,
-                    result.err().unwrap_or_default(),
-                );
-                if key.2 == Kind::Startup as i32 && o == Outcome::Success {
-                    // A startup probe is done once it succeeds; the others start now.
-                    self.reconcile_workers();
-                    return;
-                }
+            if let Some(value) = told {
+                self.publish(&key, generation, &bare, value, String::new());
             }
+            match (next, pod) {
+                (Next::Stop, _) => break,
+                (Next::Probe { container_id }, Some(pod)) => {
+                    let check = ProbeCheck {
+                        probe: probe.clone(),
+                        container_id,
+                        pod_ip: pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.pod_ip.clone())
+                            .unwrap_or_default(),
+                        named_ports: named_ports.clone(),
+                    };
+                    let probed = std::time::Instant::now();
+                    // Boxed: a check's state (an HTTP or gRPC client call, about 11 KiB) is
+                    // held only while it runs, not by every waiting worker.
+                    let verdict = verdict(kind, Box::pin(run_check(&self.cri, &check)).await);
+                    if let Some((reason, message)) = &verdict.event {
+                        self.events
+                            .container(&pod, &key.1, EventType::Warning, reason, message);
+                    }
+                    match verdict.result {
+                        None => tracing::warn!(message = ?verdict.event, "probe errored"),
+                        Some(result) => {
+                            metrics.observe(result.is_ok(), probed.elapsed().as_secs_f64());
+                            let value = match &result {
+                                Ok(()) => Value::Success,
+                                Err(reason) => {
+                                    tracing::debug!(%reason, "probe failed");
+                                    Value::Failure
+                                }
+                            };
+                            if let Some(value) = state.after_probe(value) {
+                                let message = result.err().unwrap_or_default();
+                                tracing::info!(outcome = ?value, %message, "probe result changed");
+                                self.publish(&key, generation, &bare, value, message);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = trigger.notified() => {}
+            }
+        }
+        // Ended by itself: its result goes with it (upstream's clean-up), and the manager
+        // does not make it again (see `reconcile_workers`).
+        let mut inner = self.lock();
+        if inner
+            .workers
+            .get(&key)
+            .is_some_and(|w| w.generation == generation)
+        {
+            inner.workers.remove(&key);
+            inner.results.remove(&key);
         }
     }
 
-    fn publish(&self, key: &WorkerKey, container_id: &str, outcome: Outcome, message: String) {
+    fn publish(
+        &self,
+        key: &WorkerKey,
+        generation: u64,
+        container_id: &str,
+        value: Value,
+        message: String,
+    ) {
+        let outcome = match value {
+            Value::Success => Outcome::Success,
+            Value::Failure => Outcome::Failure,
+            Value::Unknown => return,
+        };
         let mut inner = self.lock();
-        if !inner.workers.contains_key(key) {
+        // A worker stopped meanwhile (its pod gone, or handed to another instance) tells
+        // nothing more.
+        if inner
+            .workers
+            .get(key)
+            .is_none_or(|w| w.generation != generation)
+        {
             return;
         }
         let result = ProbeResult {
@@ -420,6 +444,15 @@ impl ProbeManager {
             snapshot_continues: false,
         });
     }
+}
+
+/// What a new worker task is given.
+struct Spawned {
+    key: WorkerKey,
+    generation: u64,
+    probe: Probe,
+    container: Container,
+    trigger: Arc<tokio::sync::Notify>,
 }
 
 /// What one run of a probe means (upstream `prober.probe`).
@@ -462,20 +495,6 @@ fn start_jitter(key: &WorkerKey, period: Duration) -> Duration {
     use std::hash::BuildHasher;
     let draw = std::collections::hash_map::RandomState::new().hash_one(key);
     period.mul_f64((draw % 1_000_000) as f64 / 1_000_000.0)
-}
-
-/// What is left of initialDelaySeconds, counted from the container's StartedAt as
-/// upstream (not from when this worker began: a restarted probe does not wait again).
-fn initial_delay(
-    p: &Probe,
-    started_at: Option<std::time::SystemTime>,
-    now: std::time::SystemTime,
-) -> Duration {
-    let delay = Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64);
-    let running_for = started_at
-        .and_then(|t| now.duration_since(t).ok())
-        .unwrap_or_default();
-    delay.saturating_sub(running_for)
 }
 
 fn probes(c: &Container) -> Vec<(Kind, Probe)> {
@@ -521,7 +540,6 @@ impl Prober for ProberService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::SystemTime;
 
     #[test]
     fn verdicts_and_events_as_upstream() {
@@ -581,22 +599,161 @@ mod tests {
         assert!(draws.len() > 10, "spread, not one value: {draws:?}");
     }
 
-    #[test]
-    fn initial_delay_counts_from_started_at() {
-        let p = Probe {
-            initial_delay_seconds: Some(60),
+    /// A pod of one container with a tcpSocket readiness and liveness probe against
+    /// `port` on 127.0.0.1 (no runtime needed), running and started.
+    fn tcp_pod(port: u16) -> Pod {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateRunning, ContainerStatus, PodSpec, PodStatus,
+        };
+        let probe = Probe {
+            tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction {
+                port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(port.into()),
+                host: None,
+            }),
+            period_seconds: Some(1),
             ..Default::default()
         };
-        let now = SystemTime::now();
-        let ago = |s| Some(now - Duration::from_secs(s));
-        // A container that started 5 minutes ago (a restarted probe): probe at once.
-        assert_eq!(initial_delay(&p, ago(300), now), Duration::ZERO);
-        assert_eq!(initial_delay(&p, ago(20), now), Duration::from_secs(40));
-        assert_eq!(initial_delay(&p, None, now), Duration::from_secs(60));
-        // A StartedAt in the future (clock skew) waits the full delay, no more.
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(format!("p{port}"));
+        pod.metadata.namespace = Some("default".into());
+        pod.metadata.uid = Some("uid-1".into());
+        pod.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                readiness_probe: Some(probe.clone()),
+                liveness_probe: Some(probe),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        pod.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some("127.0.0.1".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c".into(),
+                container_id: Some("containerd://c1".into()),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning { started_at: None }),
+                    ..Default::default()
+                }),
+                started: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        pod
+    }
+
+    fn manager() -> Arc<ProbeManager> {
+        let cri = Cri::connect(
+            &nodeagent_config::Address::Unix("/nonexistent/cri.sock".into()),
+            Duration::from_secs(1),
+        );
+        Arc::new(ProbeManager::new(
+            cri,
+            EventRecorder::new(None, "node"),
+            Shutdown::never(),
+            Ownership::All,
+        ))
+    }
+
+    fn update(pods: &[&Pod], removed: &[&str]) -> PodStatusUpdate {
+        PodStatusUpdate {
+            pods_json: pods.iter().map(|p| k8s::encode_pod(p)).collect(),
+            removed_uids: removed.iter().map(|u| u.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Upstream's `TestCleanUp` (worker_test.go), on real worker tasks: once a worker has
+    /// produced its result, stopping it (here: its pod leaves pod-sync's status) clears
+    /// the result and the worker.
+    #[tokio::test]
+    async fn a_removed_pod_ends_its_workers_and_results() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let m = manager();
+        let pod = tcp_pod(port);
+        m.apply(update(&[&pod], &[]));
+        let readiness = ("uid-1".to_string(), "c".to_string(), Kind::Readiness as i32);
+        until("readiness Success", || {
+            m.lock()
+                .results
+                .get(&readiness)
+                .is_some_and(|r| r.outcome() == Outcome::Success && r.container_id == "c1")
+        })
+        .await;
+        assert_eq!(m.lock().workers.len(), 2, "readiness and liveness");
+        m.apply(update(&[], &["uid-1"]));
+        let inner = m.lock();
+        assert!(inner.workers.is_empty(), "workers cleared");
+        assert!(inner.results.is_empty(), "results cleared");
+    }
+
+    /// Upstream's graceful deletion (worker.go): once the pod is being deleted, the
+    /// liveness worker says Success and ends, and is not made again; readiness goes on.
+    #[tokio::test]
+    async fn a_deleted_pod_ends_its_liveness_worker_with_success() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // The liveness probe fails, below its threshold: a port just closed.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed_port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let m = manager();
+        let mut pod = tcp_pod(port);
+        let c = &mut pod.spec.as_mut().unwrap().containers[0];
+        if let Some(p) = c.liveness_probe.as_mut() {
+            p.tcp_socket.as_mut().unwrap().port =
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(closed_port.into());
+            p.failure_threshold = Some(1000);
+        }
+        let mut rx = m.tx.subscribe();
+        m.apply(update(&[&pod], &[]));
+        let liveness = ("uid-1".to_string(), "c".to_string(), Kind::Liveness as i32);
+        until("liveness worker", || {
+            m.lock().workers.contains_key(&liveness)
+        })
+        .await;
+        pod.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        m.apply(update(&[&pod], &[]));
+        until("liveness worker ended", || {
+            !m.lock().workers.contains_key(&liveness)
+        })
+        .await;
+        // It told Success on its way out.
+        let mut told = Vec::new();
+        while let Ok(u) = rx.try_recv() {
+            told.extend(
+                u.results
+                    .into_iter()
+                    .filter(|r| r.kind == Kind::Liveness as i32),
+            );
+        }
         assert_eq!(
-            initial_delay(&p, Some(now + Duration::from_secs(5)), now),
-            Duration::from_secs(60)
+            told.iter().map(|r| r.outcome()).collect::<Vec<_>>(),
+            vec![Outcome::Success],
+            "{told:?}"
+        );
+        // Another update of the deleted pod makes no new liveness worker; readiness stays.
+        m.apply(update(&[&pod], &[]));
+        let inner = m.lock();
+        assert!(!inner.workers.contains_key(&liveness));
+        assert!(
+            inner
+                .workers
+                .contains_key(&("uid-1".into(), "c".into(), Kind::Readiness as i32))
         );
     }
 }
