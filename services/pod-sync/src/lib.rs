@@ -155,11 +155,12 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     check_runtime_cgroup_driver(&cri, cgroup_driver).await?;
     let api = config.api_client().await?;
     // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
-    let host_ip = nodeagent_config::machine::node_ips(&config.node_ips)
-        .into_iter()
-        .next()
-        .unwrap_or_default();
-    tracing::info!(%host_ip, "node address");
+    // `--node-ip` (all of it, as upstream's nodeIPs), else the detected address.
+    let ips = status::ips::NodeIps::new(
+        &config.node_ips,
+        &nodeagent_config::machine::node_ips(&config.node_ips),
+    );
+    tracing::info!(host_ips = ?ips.host_ips, "node addresses");
     // Its slots are allocated at once (136 B each); a watcher more than 1024 messages
     // behind is cut off and resubscribes for a fresh snapshot.
     let (status_tx, _) = broadcast::channel(1024);
@@ -193,7 +194,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             cluster_dns: config.kubelet.cluster_dns.clone(),
             cluster_domain: config.kubelet.cluster_domain.clone(),
             resolv_conf: config.kubelet.resolv_conf.clone(),
-            host_ip,
+            ips,
             root_dir: config.root_dir.clone(),
             pod_pids_limit: config.kubelet.pod_pids_limit,
             memory_capacity: nodeagent_config::machine::memory_bytes(),

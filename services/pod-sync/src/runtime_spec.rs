@@ -34,7 +34,8 @@ pub struct NodeContext {
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     pub resolv_conf: PathBuf,
-    pub host_ip: String,
+    /// The node's IPs (`status.hostIPs`, a host-network pod's IPs).
+    pub ips: crate::status::ips::NodeIps,
     /// The node agent's root directory (`--root-dir`).
     pub root_dir: PathBuf,
     /// `podPidsLimit` (-1: unlimited).
@@ -64,7 +65,10 @@ impl NodeContext {
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),
             resolv_conf: "/nonexistent".into(),
-            host_ip: "10.0.0.1".into(),
+            ips: crate::status::ips::NodeIps {
+                host_ips: vec!["10.0.0.1".into()],
+                ipv6_primary: false,
+            },
             root_dir: std::env::temp_dir().join(root),
             pod_pids_limit: -1,
             memory_capacity: 8 << 30,

@@ -59,7 +59,7 @@ impl PodSync {
                 readiness: &st.readiness,
                 started: &st.started,
                 waiting,
-                host_ip: &self.node.host_ip,
+                node_ips: &self.node.ips,
                 pod_failed: st.pod_failed.get(uid),
                 termination_messages: &st.termination_messages,
                 terminated,

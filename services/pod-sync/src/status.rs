@@ -4,6 +4,7 @@
 
 pub(crate) mod api_status;
 pub(crate) mod finished;
+pub(crate) mod ips;
 pub(crate) mod probe_state;
 pub(crate) mod reasons;
 
@@ -39,7 +40,8 @@ pub struct StatusInputs<'a> {
     pub started: &'a std::collections::HashSet<String>,
     /// container name -> why it is waiting.
     pub waiting: &'a HashMap<String, Waiting>,
-    pub host_ip: &'a str,
+    /// The node's IPs: `hostIPs`, and a host-network pod's IPs.
+    pub node_ips: &'a ips::NodeIps,
     /// Why the whole pod failed (activeDeadlineSeconds), if it did.
     pub pod_failed: Option<&'a Waiting>,
     /// container id -> termination message (from its file, or its log's tail).
@@ -469,27 +471,32 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             }
         }
     }
-    // A finished pod's sandbox is stopped; it keeps the IP it had, as upstream.
-    let pod_ip = sandbox
-        .map(|s| s.ip.clone())
+    // The sandbox's IPs, sorted and one of each family as upstream's sortPodIPs; a
+    // finished pod's sandbox is stopped and it keeps the IPs it had, as upstream.
+    let mut runtime_ips: Vec<String> = sandbox
+        .into_iter()
+        .flat_map(|s| std::iter::once(&s.ip).chain(&s.additional_ips))
         .filter(|ip| !ip.is_empty())
-        .or_else(|| previous.and_then(|p| p.pod_ip.clone()));
-    let mut pod_ips: Vec<PodIP> = pod_ip.iter().map(|ip| PodIP { ip: ip.clone() }).collect();
-    pod_ips.extend(
-        sandbox
-            .into_iter()
-            .flat_map(|s| s.additional_ips.iter().map(|ip| PodIP { ip: ip.clone() })),
+        .cloned()
+        .collect();
+    if runtime_ips.is_empty()
+        && let Some(p) = previous
+    {
+        // Its podIPs, or a podIP alone (a status written without podIPs).
+        runtime_ips = p.pod_ips.iter().flatten().map(|ip| ip.ip.clone()).collect();
+        if runtime_ips.is_empty() {
+            runtime_ips.extend(p.pod_ip.clone());
+        }
+    }
+    let node_ips = inputs.node_ips;
+    let pod_ips = ips::pod_ips(
+        node_ips.ipv6_primary,
+        &node_ips.host_ips,
+        &runtime_ips,
+        spec.host_network.unwrap_or(false),
     );
-    let (pod_ip, pod_ips) = if spec.host_network.unwrap_or(false) {
-        (
-            Some(inputs.host_ip.to_string()),
-            vec![PodIP {
-                ip: inputs.host_ip.to_string(),
-            }],
-        )
-    } else {
-        (pod_ip, pod_ips)
-    };
+    let pod_ip = pod_ips.first().cloned();
+    let pod_ips: Vec<PodIP> = pod_ips.into_iter().map(|ip| PodIP { ip }).collect();
     let start_time = previous.and_then(|p| p.start_time.clone()).or_else(|| {
         rt.and_then(|r| r.sandboxes.iter().map(|s| s.created_at_unix_nanos).min())
             .and_then(time)
@@ -537,10 +544,14 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         reason,
         message,
         conditions: Some(conditions),
-        host_ip: Some(inputs.host_ip.to_string()),
-        host_ips: Some(vec![HostIP {
-            ip: inputs.host_ip.to_string(),
-        }]),
+        host_ip: Some(node_ips.host_ip().to_string()),
+        host_ips: Some(
+            node_ips
+                .host_ips
+                .iter()
+                .map(|ip| HostIP { ip: ip.clone() })
+                .collect(),
+        ),
         pod_ip,
         pod_ips: Some(pod_ips),
         start_time: start_time.or_else(|| Some(now())),

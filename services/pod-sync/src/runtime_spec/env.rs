@@ -28,7 +28,9 @@ pub(crate) fn field_ref(pod: &Pod, path: &str, node: &NodeContext, pod_ip: &str)
         "metadata.uid" => k8s::pod_uid(pod).into(),
         "spec.nodeName" => spec.node_name.unwrap_or_else(|| node.node_name.clone()),
         "spec.serviceAccountName" => spec.service_account_name.unwrap_or_default(),
-        "status.hostIP" | "status.hostIPs" => node.host_ip.clone(),
+        "status.hostIP" => node.ips.host_ip().to_string(),
+        // Upstream joins them with commas.
+        "status.hostIPs" => node.ips.host_ips.join(","),
         "status.podIP" | "status.podIPs" => pod_ip.to_string(),
         _ => return None,
     })

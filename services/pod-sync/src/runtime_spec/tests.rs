@@ -9,7 +9,7 @@ fn node() -> NodeContext {
         cluster_dns: vec![],
         cluster_domain: String::new(),
         resolv_conf: "/nonexistent".into(),
-        host_ip: "192.0.2.1".into(),
+        ips: crate::status::ips::NodeIps::single("192.0.2.1"),
         pod_pids_limit: -1,
         memory_capacity: 8 << 30,
         seccomp_default: false,

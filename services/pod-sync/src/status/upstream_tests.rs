@@ -86,7 +86,7 @@ fn status_of(pod: &Pod, containers: Vec<RuntimeContainer>, reasons: &[&str]) -> 
             readiness: &HashMap::new(),
             started: &Default::default(),
             waiting: &waiting,
-            host_ip: "127.0.0.1",
+            node_ips: &crate::status::ips::NodeIps::single("127.0.0.1"),
             pod_failed: None,
             termination_messages: &HashMap::new(),
             terminated: false,
