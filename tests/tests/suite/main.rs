@@ -41,6 +41,7 @@ mod pod_status;
 mod pressure;
 mod probe_bench;
 mod probe_scale;
+mod probe_worker;
 mod prom;
 mod readiness;
 mod resources;
