@@ -12,6 +12,9 @@
 #     Started), none of the static pod's
 #   - `kubectl patch` of the configMap: the file in the running container changes
 #   - `kubectl delete pod`: gone from the API and from the node's containerd
+#   - with NODES=3 (the README's three-node cluster): three nodes Ready, a pod pinned to
+#     each runs in that node's containerd, and one node's services stopped leave the others
+#     and their pods untouched while its Ready goes Unknown
 # Every kubectl command and its output go to the transcript, printed at the end (and kept
 # in $TRANSCRIPT). Prints PASS/FAIL per check, exits non-zero on any failure, always runs
 # `down` and removes the shared directories.
@@ -30,6 +33,9 @@ PROJECT=nodeagent-cluster-test
 . compose/lib.sh
 COMPOSE_ARGS=(--profile cluster)
 command -v kubectl >/dev/null || { echo "kubectl is required (Debian: kubernetes-client)" >&2; exit 1; }
+# The API server's --node-monitor-grace-period: short, so that a silent node goes Unknown
+# within the test (upstream's default, 50 s, otherwise).
+export NODEAGENT_COMPOSE_NODE_MONITOR_GRACE=${NODEAGENT_COMPOSE_NODE_MONITOR_GRACE:-15s}
 compose_prepare "${1:-}"
 API=http://127.0.0.1:$NODEAGENT_COMPOSE_APISERVER_PORT
 NODE=nodeagent-compose
@@ -201,5 +207,86 @@ no_containers() {
   [ -z "$left" ] || { echo "left in containerd: $left"; return 1; }
 }
 check "no container of the pod left in the node's containerd" wait_until 60 no_containers
+
+# ------------------------------------------------------------------ more nodes (NODES=3)
+# Nodes 2..N join the API server of node 1's project (each its own containerd, services,
+# cgroup root and host paths): all Ready, a pod pinned to each runs there; then node N's
+# services stop, and while the API server's node lifecycle takes its Ready to Unknown
+# (NODEAGENT_COMPOSE_NODE_MONITOR_GRACE) the other nodes and their pods stay untouched.
+if [ "$NODES" -gt 1 ]; then
+  for i in $(seq 2 "$NODES"); do compose_up_node "$i"; done
+  all_ready() {
+    local i
+    for i in $(seq 1 "$NODES"); do
+      [ "$(k get node "$(node_name "$i")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || return 1
+    done
+  }
+  t=$SECONDS
+  if wait_until 240 all_ready; then
+    pass "kubectl get nodes: $NODES nodes Ready ($((SECONDS - t)) s)"
+    kt get nodes >/dev/null || true
+  else
+    fail "kubectl get nodes: $NODES nodes Ready"; kt get nodes || true
+  fi
+  for i in $(seq 1 "$NODES"); do
+    cat >"$KHOME/pinned$i.yaml" <<EOF2
+apiVersion: v1
+kind: Pod
+metadata: {name: pinned$i}
+spec:
+  nodeName: $(node_name "$i")
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: busybox:1.36, command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]}
+EOF2
+    check "kubectl apply -f pinned$i.yaml (nodeName $(node_name "$i"))" kt apply "${validate[@]}" -f "$KHOME/pinned$i.yaml"
+  done
+  all_running() {
+    local i
+    for i in $(seq 1 "$NODES"); do
+      [ "$(k get pod "pinned$i" -o jsonpath='{.status.phase}')" = Running ] || return 1
+    done
+  }
+  check "a pod pinned to each node runs" wait_until 180 all_running
+  kt get pods -o wide >/dev/null || true
+  # Each runs in its own node's containerd.
+  in_own_runtime() {
+    local i ids
+    for i in $(seq 1 "$NODES"); do
+      ids=$(docker exec "$(dcn "$i" ps -q containerd)" sh -c "$CTR containers ls -q 'labels.\"io.kubernetes.pod.name\"==pinned$i'")
+      [ -n "$ids" ] || { echo "pinned$i is not in node $i's containerd"; return 1; }
+    done
+  }
+  check "each pinned pod runs in its own node's containerd" in_own_runtime
+  # The last node's services stop (its containerd and pods stay, as when a kubelet dies).
+  uid_of() { k get pod "$1" -o jsonpath='{.metadata.uid}'; }
+  declare -A before=()
+  for i in $(seq 1 "$((NODES - 1))"); do before[$i]=$(uid_of "pinned$i"); done
+  silent=$(node_name "$NODES")
+  t=$SECONDS
+  dcn "$NODES" stop -t 10 config-source pod-sync pleg node-status probe volume http-server >/dev/null 2>&1
+  unknown() {
+    [ "$(k get node "$silent" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = Unknown ]
+  }
+  others_untouched() {
+    local i
+    for i in $(seq 1 "$((NODES - 1))"); do
+      [ "$(k get node "$(node_name "$i")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ] || { echo "node $i not Ready"; return 1; }
+      [ "$(k get pod "pinned$i" -o jsonpath='{.status.phase}')" = Running ] || { echo "pinned$i not Running"; return 1; }
+      [ "$(uid_of "pinned$i")" = "${before[$i]}" ] || { echo "pinned$i replaced"; return 1; }
+      [ "$(k get pod "pinned$i" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = 0 ] || { echo "pinned$i restarted"; return 1; }
+    done
+  }
+  if wait_until 180 unknown; then
+    pass "node $silent's services stopped: its Ready goes Unknown ($((SECONDS - t)) s)"
+    kt get nodes >/dev/null || true
+    reason=$(k get node "$silent" -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')
+    [ "$reason" = NodeStatusUnknown ] && pass "reason NodeStatusUnknown, as upstream's node lifecycle" \
+      || fail "reason NodeStatusUnknown, as upstream's node lifecycle: $reason"
+  else
+    fail "node $silent's services stopped: its Ready goes Unknown"
+  fi
+  check "the other nodes and their pods untouched" others_untouched
+fi
 
 summary

@@ -3,10 +3,13 @@
 # the test API server), the images (compose/build-images.sh), brings the project
 # `nodeagent` up and waits until it serves, then prints what to type.
 #
-#   compose/up.sh              the node, standalone, with the example static pod
-#   compose/up.sh --cluster    plus the test API server: a one-node cluster for kubectl
+#   compose/up.sh                        the node, standalone, with the example static pod
+#   compose/up.sh --cluster              plus the test API server: a one-node cluster
+#   compose/up.sh --cluster --nodes 3    three nodes (projects nodeagent, nodeagent-2,
+#                                        nodeagent-3), each with its own containerd, on
+#                                        the network nodeagent-cluster
 #
-# Stop with: docker-compose -p nodeagent -f compose/docker-compose.yml --profile cluster down
+# Stop with the command it prints at the end.
 # Run as root (docker, docker-compose 1.29+; kubectl for the cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +20,22 @@ cd "$(dirname "$0")/.."
 
 args=()
 cluster=false
-case "${1:-}" in
-  --cluster) cluster=true; args=(--profile cluster) ;;
-  "") ;;
-  *) echo "usage: compose/up.sh [--cluster]" >&2; exit 2 ;;
-esac
+nodes=1
+usage() { echo "usage: compose/up.sh [--cluster [--nodes N]]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cluster) cluster=true; args=(--profile cluster) ;;
+    --nodes) nodes=${2:-}; shift ;;
+    *) usage ;;
+  esac
+  shift
+done
+[[ "$nodes" =~ ^[1-9][0-9]?$ ]] || usage
+[ "$nodes" -eq 1 ] || $cluster || usage
+files=(-f compose/docker-compose.yml)
+[ "$nodes" -eq 1 ] || files+=(-f compose/cluster/network.yml)
+node_name() { if [ "$1" -eq 1 ]; then echo nodeagent-compose; else echo "nodeagent-compose-$1"; fi; }
+project() { if [ "$1" -eq 1 ]; then echo nodeagent; else echo "nodeagent-$1"; fi; }
 [ "$(id -u)" -eq 0 ] || { echo "must run as root" >&2; exit 1; }
 RO=${NODEAGENT_COMPOSE_READONLY_PORT:-10255}
 API=http://127.0.0.1:${NODEAGENT_COMPOSE_APISERVER_PORT:-8080}
@@ -31,7 +45,21 @@ cargo build --release -p nodeagent
 if $cluster; then cargo build --release -p nodeagent-tests --bin nodeagent-test-apiserver; fi
 target=$(nodeagent_target_dir)
 bash compose/build-images.sh "$target/release"
-docker-compose -p nodeagent -f compose/docker-compose.yml "${args[@]}" up -d
+[ "$nodes" -eq 1 ] || docker network inspect nodeagent-cluster >/dev/null 2>&1 \
+  || docker network create nodeagent-cluster >/dev/null
+docker-compose -p nodeagent "${files[@]}" "${args[@]}" up -d
+for i in $(seq 2 "$nodes"); do
+  # Its own host paths, cgroup root and ports (10255 + 100 per node, and so on).
+  NODEAGENT_COMPOSE_NODE=$(node_name "$i") \
+    NODEAGENT_COMPOSE_READONLY_PORT=$((${NODEAGENT_COMPOSE_READONLY_PORT:-10255} + 100 * (i - 1))) \
+    NODEAGENT_COMPOSE_HEALTHZ_PORT=$((${NODEAGENT_COMPOSE_HEALTHZ_PORT:-10248} + 100 * (i - 1))) \
+    docker-compose -p "$(project "$i")" "${files[@]}" up -d
+done
+stop=""
+for i in $(seq "$nodes" -1 1); do
+  stop+="docker-compose -p $(project "$i") ${files[*]} ${args[*]} down; "
+done
+[ "$nodes" -eq 1 ] || stop+="docker network rm nodeagent-cluster"
 
 echo "== waiting for the example pod"
 pod_running() { curl -sf "http://127.0.0.1:$RO/pods" | grep -q '"phase":"Running"'; }
@@ -42,14 +70,19 @@ The compose node is up; the example pod runs.
   pods (read-only port):  curl -s http://127.0.0.1:$RO/pods
   health:                 curl -s 'http://127.0.0.1:${NODEAGENT_COMPOSE_HEALTHZ_PORT:-10248}/healthz?verbose'
   logs:                   docker-compose -p nodeagent -f compose/docker-compose.yml logs pod-sync
-  stop:                   docker-compose -p nodeagent -f compose/docker-compose.yml ${args[*]} down
+  stop:                   $stop
 MSG
 if $cluster; then
-  node_ready() { kubectl --server "$API" get node nodeagent-compose 2>/dev/null | grep -qw Ready; }
-  wait_until 120 node_ready || { echo "the node did not become Ready in the API server within 120 s" >&2; exit 1; }
+  node_ready() {
+    local i
+    for i in $(seq 1 "$nodes"); do
+      kubectl --server "$API" get node "$(node_name "$i")" 2>/dev/null | grep -qw Ready || return 1
+    done
+  }
+  wait_until 180 node_ready || { echo "not every node became Ready in the API server within 180 s" >&2; exit 1; }
   cat <<MSG
   the cluster:            kubectl --server $API get nodes,pods
-                          (pods without spec.nodeName are scheduled to the node:
-                          kubectl apply -f pod.yaml)
+                          (pods without spec.nodeName are scheduled to a node
+                          with room: kubectl apply -f pod.yaml)
 MSG
 fi

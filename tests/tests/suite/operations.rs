@@ -45,11 +45,17 @@ fn require_docker(test: &str) -> bool {
 
 /// Runs a script from the repository root; panics with its output unless it exits 0.
 async fn run_script(script: &str, args: &[String], limit: Duration) {
+    run_script_with(script, args, &[], limit).await
+}
+
+/// [`run_script`] with these environment variables set.
+async fn run_script_with(script: &str, args: &[String], env: &[(&str, &str)], limit: Duration) {
     let _lease = nodeagent_tests::runtime::lease().await;
     let started = std::time::Instant::now();
     let run = tokio::process::Command::new("bash")
         .arg(script)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(repo_root())
         .kill_on_drop(true)
         .output();
@@ -121,15 +127,18 @@ async fn docker_compose_node_survives_restarts_and_down_leaves_nothing() {
 /// The README's cluster as a user tries it, kubectl only (issue 27): the compose
 /// `cluster` profile, a configMap, a secret, a pod that mounts both and its token, logs,
 /// exec, port-forward, describe, a configMap update, delete. The script prints the
-/// session's transcript.
+/// session's transcript. Then two more compose nodes join (NODES=3): three Ready, a pod
+/// pinned to each runs in its node's containerd, and one node's services stopped leave the
+/// others untouched while its Ready goes Unknown (NodeStatusUnknown).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_compose_cluster_serves_a_kubectl_user_session() {
     if !require_docker("docker_compose_cluster") {
         return;
     }
-    run_script(
+    run_script_with(
         "compose/cluster-test.sh",
         &[bin_dir()],
+        &[("NODES", "3")],
         Duration::from_secs(1200),
     )
     .await;
