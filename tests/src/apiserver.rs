@@ -846,6 +846,7 @@ fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
         };
         let admitted = crate::apiserver_admission::admit_pod(&mut body, ns, account)
             .and_then(|()| crate::apiserver_runtimeclass::admit_pod(&mut body, class));
+        crate::apiserver_taints::default_toleration_seconds(&mut body);
         if let Err(why) = admitted {
             return status_with_details(
                 StatusCode::FORBIDDEN,

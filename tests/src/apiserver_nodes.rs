@@ -12,8 +12,10 @@
 //!   default-scheduler); when no node fits, `PodScheduled` False with reason Unschedulable
 //!   and upstream's "0/N nodes are available: ..." message, and a FailedScheduling event.
 //!   NodeResourcesFit is checked against each node's allocatable (pods, cpu, memory:
-//!   `Too many pods`, `Insufficient cpu`); not considered: affinity, topology spread,
-//!   preemption (the message says no victims were found, as with pods of one priority).
+//!   `Too many pods`, `Insufficient cpu`); required node affinity as NodeAffinity filters
+//!   (`node_affinity_matches`); not considered: preferred affinity, pod (anti-)affinity,
+//!   topology spread, preemption (the message says no victims were found, as with pods of
+//!   one priority).
 //! - **the node lifecycle controller** (pkg/controller/nodelifecycle,
 //!   `tryUpdateNodeHealth`): a node whose kubelet renewed neither its status heartbeat
 //!   (Ready's `lastHeartbeatTime`) nor its Lease (`kube-node-lease/<node>`'s `renewTime`)
@@ -24,8 +26,8 @@
 //!   startup grace period, 60 s, `NodeStatusNeverUpdated`, "Kubelet never posted node
 //!   status."), the `node.kubernetes.io/unreachable` NoSchedule and NoExecute taints, and
 //!   its pods' Ready condition False (upstream's `MarkPodsNotReady`). A kubelet that posts
-//!   Ready True again gets the taints lifted. Not done: the taint manager's eviction of
-//!   pods from an unreachable node (after their 300 s toleration).
+//!   Ready True again gets the taints lifted. The NoExecute taints' evictions are
+//!   `apiserver_taints`'.
 
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -40,8 +42,8 @@ const NODE_STARTUP_GRACE_PERIOD: Duration = Duration::from_secs(60);
 /// answers faster).
 const PERIOD: Duration = Duration::from_millis(500);
 
-pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
-const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+pub use crate::apiserver_taints::UNREACHABLE_TAINT;
+use crate::apiserver_taints::{NOT_READY_TAINT, tolerates};
 const SCHEDULER: &str = "default-scheduler";
 /// The conditions upstream's controller sets Unknown (`nodeConditionTypes`).
 const WATCHED_CONDITIONS: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
@@ -79,6 +81,7 @@ impl ClusterControllers {
 pub(crate) async fn run(state: crate::apiserver::ApiState) {
     let mut tick = tokio::time::interval(PERIOD);
     let mut changes = state.changes();
+    let mut planned = crate::apiserver_taints::Planned::default();
     loop {
         // Every period, and at once when a pod is created (a pod waits for its binding no
         // longer than the write takes).
@@ -93,6 +96,7 @@ pub(crate) async fn run(state: crate::apiserver::ApiState) {
         }
         if state.cluster.enabled() {
             sync_nodes(&state);
+            crate::apiserver_taints::evict(&state, &mut planned);
             schedule(&state);
         }
     }
@@ -281,23 +285,6 @@ fn sync_nodes(state: &crate::apiserver::ApiState) {
     }
 }
 
-fn tolerates(pod: &Value, taint: &Value) -> bool {
-    pod["spec"]["tolerations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|t| {
-            let effect_ok =
-                t["effect"].as_str().is_none_or(|e| e.is_empty()) || t["effect"] == taint["effect"];
-            let key = t["key"].as_str().unwrap_or_default();
-            let exists = t["operator"] == "Exists";
-            let key_ok = (exists && key.is_empty()) || key == taint["key"].as_str().unwrap_or("");
-            let value_ok = exists
-                || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
-            effect_ok && key_ok && value_ok
-        })
-}
-
 /// What the pods bound to a node (and not finished) take of it: their count and the
 /// cpu (millicores) and memory (bytes) they request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -397,6 +384,88 @@ fn resource_misfits(pod: &Value, node: &Value, load: Load) -> Vec<&'static str> 
 
 /// Where the scheduler binds `pod`: the name of the fitting node with the fewest pods
 /// (`load`), or upstream's FailedScheduling message.
+/// Upstream's NodeAffinity filter (component-helpers' `nodeaffinity`): every label of the
+/// pod's `nodeSelector`, and, when it has one, a term of its required node affinity
+/// (`requiredDuringSchedulingIgnoredDuringExecution`: the terms ORed, each term's
+/// `matchExpressions` on labels and `matchFields` on `metadata.name` ANDed; a term with
+/// neither, or a selector with no term, matches no node).
+pub fn node_affinity_matches(pod: &Value, node: &Value) -> bool {
+    let labels = &node["metadata"]["labels"];
+    let selected = pod["spec"]["nodeSelector"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels[k] == *v);
+    let required =
+        &pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    if !selected {
+        return false;
+    }
+    if required.is_null() {
+        return true;
+    }
+    let terms = required["nodeSelectorTerms"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let fields = json!({"metadata.name": node["metadata"]["name"]});
+    terms.iter().any(|term| {
+        let exprs = term["matchExpressions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let on_fields = term["matchFields"].as_array().cloned().unwrap_or_default();
+        (!exprs.is_empty() || !on_fields.is_empty())
+            && exprs.iter().all(|e| requirement_matches(e, labels))
+            && on_fields.iter().all(|e| requirement_matches(e, &fields))
+    })
+}
+
+/// One `NodeSelectorRequirement` against `labels` (a label map, or the fields).
+fn requirement_matches(req: &Value, labels: &Value) -> bool {
+    let key = req["key"].as_str().unwrap_or_default();
+    let value = labels[key].as_str();
+    let values: Vec<&str> = req["values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // An invalid value makes the selector unparsable: it matches nothing (upstream's
+    // label selector parse error).
+    if !values.iter().all(|v| valid_label_value(v)) {
+        return false;
+    }
+    // Gt and Lt: one integer value, compared with the label's, both parsed as integers.
+    let compare = |ord: std::cmp::Ordering| {
+        let (Some(have), [want]) = (value.and_then(|v| v.parse::<i64>().ok()), values.as_slice())
+        else {
+            return false;
+        };
+        want.parse::<i64>().is_ok_and(|w| have.cmp(&w) == ord)
+    };
+    match req["operator"].as_str().unwrap_or_default() {
+        "In" => value.is_some_and(|v| values.contains(&v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => compare(std::cmp::Ordering::Greater),
+        "Lt" => compare(std::cmp::Ordering::Less),
+        _ => false,
+    }
+}
+
+/// A label value as apimachinery's `IsValidLabelValue` allows: at most 63 characters,
+/// alphanumerics, `-`, `_` and `.`, beginning and ending with an alphanumeric (or empty).
+fn valid_label_value(v: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    v.is_empty()
+        || (v.len() <= 63
+            && v.starts_with(alnum)
+            && v.ends_with(alnum)
+            && v.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.')))
+}
+
 pub(crate) fn pick_node(
     pod: &Value,
     nodes: &[Value],
@@ -438,13 +507,7 @@ pub(crate) fn pick_node(
             *taints.entry(shown).or_default() += 1;
             continue;
         }
-        let labels = &node["metadata"]["labels"];
-        let selected = pod["spec"]["nodeSelector"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .all(|(k, v)| labels[k] == *v);
-        if !selected {
+        if !node_affinity_matches(pod, node) {
             selector += 1;
             continue;
         }
@@ -561,12 +624,12 @@ fn schedule(state: &crate::apiserver::ApiState) {
                 });
                 if bound.is_some() {
                     load.entry(node.clone()).or_default().add(pod);
+                    let message = format!("Successfully assigned {ns}/{name} to {node}");
                     event(
                         state,
                         pod,
-                        "Normal",
-                        "Scheduled",
-                        &format!("Successfully assigned {ns}/{name} to {node}"),
+                        SCHEDULER,
+                        ("Normal", "Scheduled", &message),
                         &now,
                     );
                 }
@@ -588,7 +651,8 @@ fn schedule(state: &crate::apiserver::ApiState) {
                         p["status"]["phase"] = "Pending".into();
                     }
                 });
-                event(state, pod, "Warning", "FailedScheduling", &message, &now);
+                let what = ("Warning", "FailedScheduling", message.as_str());
+                event(state, pod, SCHEDULER, what, &now);
             }
         }
     }
@@ -604,13 +668,12 @@ fn set_scheduled(pod: &mut Value, cond: Value) {
     pod["status"]["conditions"] = conditions.into();
 }
 
-/// A core/v1 Event about `pod` from the scheduler.
-fn event(
+/// A core/v1 Event about `pod` from `component`: (type, reason, message).
+pub(crate) fn event(
     state: &crate::apiserver::ApiState,
     pod: &Value,
-    ty: &str,
-    reason: &str,
-    message: &str,
+    component: &str,
+    (ty, reason, message): (&str, &str, &str),
     now: &str,
 ) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -622,8 +685,8 @@ fn event(
             "uid": pod["metadata"]["uid"], "resourceVersion": pod["metadata"]["resourceVersion"],
         },
         "reason": reason, "message": message, "type": ty,
-        "source": {"component": SCHEDULER},
-        "reportingComponent": SCHEDULER,
+        "source": {"component": component},
+        "reportingComponent": component,
         "firstTimestamp": now, "lastTimestamp": now, "count": 1,
     });
     state.add("events", ns, event);
@@ -738,6 +801,247 @@ mod tests {
     fn pod(selector: Value, tolerations: Value) -> Value {
         json!({"metadata": {"name": "p", "namespace": "default"},
                "spec": {"nodeSelector": selector, "tolerations": tolerations}})
+    }
+
+    /// Upstream's component-helpers nodeaffinity_test.go
+    /// `TestPodMatchesNodeSelectorAndAffinityTerms`, every case by its name.
+    #[test]
+    fn test_pod_matches_node_selector_and_affinity_terms() {
+        fn req(key: &str, op: &str, values: &[&str]) -> Value {
+            json!({"key": key, "operator": op, "values": values})
+        }
+        fn terms(terms: Value) -> Value {
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": terms}}}})
+        }
+        fn exprs(e: Vec<Value>) -> Value {
+            json!({"matchExpressions": e})
+        }
+        fn with_selector(mut spec: Value) -> Value {
+            spec["nodeSelector"] = json!({"foo": "bar"});
+            spec
+        }
+        let name = |n: &str| req("metadata.name", "In", &[n]);
+        // (name, pod spec, node labels, node name, want)
+        let rows: Vec<(&str, Value, Value, &str, bool)> = vec![
+            ("no selector", json!({}), json!(null), "", true),
+            (
+                "missing labels",
+                json!({"nodeSelector": {"foo": "bar"}}),
+                json!(null),
+                "",
+                false,
+            ),
+            (
+                "same labels",
+                json!({"nodeSelector": {"foo": "bar"}}),
+                json!({"foo": "bar"}),
+                "",
+                true,
+            ),
+            (
+                "node labels are superset",
+                json!({"nodeSelector": {"foo": "bar"}}),
+                json!({"foo": "bar", "baz": "blah"}),
+                "",
+                true,
+            ),
+            (
+                "node labels are subset",
+                json!({"nodeSelector": {"foo": "bar", "baz": "blah"}}),
+                json!({"foo": "bar"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with matchExpressions using In operator that matches the existing node",
+                terms(json!([exprs(vec![req("foo", "In", &["bar", "value2"])])])),
+                json!({"foo": "bar"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with matchExpressions using Gt operator that matches the existing node",
+                terms(json!([exprs(vec![req("kernel-version", "Gt", &["0204"])])])),
+                json!({"kernel-version": "0206"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with matchExpressions using NotIn operator that matches the existing node",
+                terms(json!([exprs(vec![req(
+                    "mem-type",
+                    "NotIn",
+                    &["DDR", "DDR2"]
+                )])])),
+                json!({"mem-type": "DDR3"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with matchExpressions using Exists operator that matches the existing node",
+                terms(json!([exprs(vec![req("GPU", "Exists", &[])])])),
+                json!({"GPU": "NVIDIA-GRID-K1"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with affinity that don't match node's labels won't schedule onto the node",
+                terms(json!([exprs(vec![req(
+                    "foo",
+                    "In",
+                    &["value1", "value2"]
+                )])])),
+                json!({"foo": "bar"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with a nil []NodeSelectorTerm in affinity, can't match the node's labels and won't schedule onto the node",
+                terms(json!(null)),
+                json!({"foo": "bar"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with an empty []NodeSelectorTerm in affinity, can't match the node's labels and won't schedule onto the node",
+                terms(json!([])),
+                json!({"foo": "bar"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with empty MatchExpressions is not a valid value will match no objects and won't schedule onto the node",
+                terms(json!([exprs(vec![])])),
+                json!({"foo": "bar"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with no Affinity will schedule onto a node",
+                json!({}),
+                json!({"foo": "bar"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with Affinity but nil NodeSelector will schedule onto a node",
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": null}}}),
+                json!({"foo": "bar"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with multiple matchExpressions ANDed that matches the existing node",
+                terms(json!([exprs(vec![
+                    req("GPU", "Exists", &[]),
+                    req("GPU", "NotIn", &["AMD", "INTER"])
+                ])])),
+                json!({"GPU": "NVIDIA-GRID-K1"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with multiple matchExpressions ANDed that doesn't match the existing node",
+                terms(json!([exprs(vec![
+                    req("GPU", "Exists", &[]),
+                    req("GPU", "In", &["AMD", "INTER"])
+                ])])),
+                json!({"GPU": "NVIDIA-GRID-K1"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with multiple NodeSelectorTerms ORed in affinity, matches the node's labels and will schedule onto the node",
+                terms(json!([
+                    exprs(vec![req("foo", "In", &["bar", "value2"])]),
+                    exprs(vec![req("diffkey", "In", &["wrong", "value2"])])
+                ])),
+                json!({"foo": "bar"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with an Affinity and a PodSpec.NodeSelector(the old thing that we are deprecating) both are satisfied, will schedule onto the node",
+                with_selector(terms(json!([exprs(vec![req("foo", "Exists", &[])])]))),
+                json!({"foo": "bar"}),
+                "",
+                true,
+            ),
+            (
+                "Pod with an Affinity matches node's labels but the PodSpec.NodeSelector(the old thing that we are deprecating) is not satisfied, won't schedule onto the node",
+                with_selector(terms(json!([exprs(vec![req("foo", "Exists", &[])])]))),
+                json!({"foo": "barrrrrr"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with an invalid value in Affinity term won't be scheduled onto the node",
+                terms(json!([exprs(vec![req(
+                    "foo",
+                    "NotIn",
+                    &["invalid value: ___@#$%^"]
+                )])])),
+                json!({"foo": "bar"}),
+                "",
+                false,
+            ),
+            (
+                "Pod with matchFields using In operator that matches the existing node",
+                terms(json!([{"matchFields": [name("node_1")]}])),
+                json!(null),
+                "node_1",
+                true,
+            ),
+            (
+                "Pod with matchFields using In operator that does not match the existing node",
+                terms(json!([{"matchFields": [name("node_1")]}])),
+                json!(null),
+                "node_2",
+                false,
+            ),
+            (
+                "Pod with two terms: matchFields does not match, but matchExpressions matches",
+                terms(
+                    json!([{"matchFields": [name("node_1")]}, exprs(vec![req("foo", "In", &["bar"])])]),
+                ),
+                json!({"foo": "bar"}),
+                "node_2",
+                true,
+            ),
+            (
+                "Pod with one term: matchFields does not match, but matchExpressions matches",
+                terms(
+                    json!([{"matchFields": [name("node_1")], "matchExpressions": [req("foo", "In", &["bar"])]}]),
+                ),
+                json!({"foo": "bar"}),
+                "node_2",
+                false,
+            ),
+            (
+                "Pod with one term: both matchFields and matchExpressions match",
+                terms(
+                    json!([{"matchFields": [name("node_1")], "matchExpressions": [req("foo", "In", &["bar"])]}]),
+                ),
+                json!({"foo": "bar"}),
+                "node_1",
+                true,
+            ),
+            (
+                "Pod with two terms: both matchFields and matchExpressions do not match",
+                terms(
+                    json!([{"matchFields": [name("node_1")]}, exprs(vec![req("foo", "In", &["not-match-to-bar"])])]),
+                ),
+                json!({"foo": "bar"}),
+                "node_2",
+                false,
+            ),
+        ];
+        for (what, spec, labels, node_name, want) in rows {
+            let pod = json!({"spec": spec});
+            let node = json!({"metadata": {"name": node_name, "labels": labels}});
+            assert_eq!(node_affinity_matches(&pod, &node), want, "{what}");
+        }
     }
 
     #[test]

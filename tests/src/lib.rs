@@ -18,6 +18,7 @@ mod apiserver_relay;
 mod apiserver_runtimeclass;
 pub mod apiserver_serviceaccount;
 mod apiserver_table;
+pub mod apiserver_taints;
 pub mod cgroup;
 pub mod chaos;
 pub mod cri_fault;

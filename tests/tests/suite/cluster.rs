@@ -1,14 +1,18 @@
 //! Three nodes, one API server (issue 27): three node agents, each on its own containerd,
 //! register with the test API server (its scheduler and node lifecycle controller on, as
 //! kube-scheduler and kube-controller-manager would be). `kubectl get nodes` shows three
-//! Ready nodes; a pod pinned to each (a `nodeSelector` on `kubernetes.io/hostname`, which
-//! the scheduler follows) runs there. Then every service of the third node stops: the
+//! Ready nodes; a pod pinned to each (a required node affinity on `kubernetes.io/hostname`,
+//! which the scheduler follows as upstream's NodeAffinity filter) runs there. Then every
+//! service of the third node stops: the
 //! other two nodes' pods stay as they were (same containers, Ready) for the whole time,
 //! while the third node's Lease stops being renewed and the API server's node lifecycle
 //! shows what upstream's would (Ready Unknown with reason NodeStatusUnknown, the
-//! unreachable taints, its pod's Ready condition False; pkg/controller/nodelifecycle). Its
-//! services started again, the node is Ready, the taints are lifted, and its pod, never
-//! restarted, is Ready again.
+//! unreachable taints, its pod's Ready condition False; pkg/controller/nodelifecycle), and
+//! the taint eviction controller deletes the pod there that tolerates the unreachable
+//! taint for 2 s only (DisruptionTarget `DeletionByTaintManager`, a TaintManagerEviction
+//! event), while the one with the default 300 s (DefaultTolerationSeconds admission) stays.
+//! Its services started again, the node is Ready, the taints are lifted, its pod, never
+//! restarted, is Ready again, and the evicted one is terminated and gone.
 
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::apiserver_nodes::condition;
@@ -39,7 +43,9 @@ fn pod_yaml(name: &str, node: &str) -> Value {
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "terminationGracePeriodSeconds": 2,
-            "nodeSelector": {"kubernetes.io/hostname": node},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
             "containers": [{
                 "name": "c", "image": "busybox:1.36",
                 "command": ["sh", "-c", "trap 'exit 0' TERM; touch /tmp/ready; while true; do sleep 1; done"],
@@ -122,10 +128,7 @@ async fn three_nodes_and_one_goes_silent_as_the_node_lifecycle_controller_shows_
     // A pod asking more CPU than any node's allocatable (as each node posts it) stays
     // Pending, unbound, in kube-scheduler's words.
     let mut greedy = pod_yaml("greedy", "");
-    greedy["spec"]
-        .as_object_mut()
-        .unwrap()
-        .remove("nodeSelector");
+    greedy["spec"].as_object_mut().unwrap().remove("affinity");
     greedy["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"cpu": "1000"}});
     pods.create(
         &Default::default(),
@@ -167,6 +170,16 @@ async fn three_nodes_and_one_goes_silent_as_the_node_lifecycle_controller_shows_
             .await
             .expect("create");
     }
+    // And one more on the third node that tolerates its being unreachable for 2 s only.
+    let mut leaving = pod_yaml("leaving", &names[2]);
+    leaving["spec"]["tolerations"] = serde_json::json!([{"key": "node.kubernetes.io/unreachable",
+        "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}]);
+    pods.create(
+        &Default::default(),
+        &serde_json::from_value(leaving).unwrap(),
+    )
+    .await
+    .expect("create leaving");
     for (i, node) in nodes.iter().enumerate() {
         let name = format!("pinned-{i}");
         eventually(
@@ -304,6 +317,40 @@ async fn three_nodes_and_one_goes_silent_as_the_node_lifecycle_controller_shows_
         before[2]
     );
 
+    // The taint eviction controller: `leaving` (2 s) is deleted, with upstream's condition
+    // and event; pinned-2 (the admission's default 300 s) stays.
+    let evicted = eventually("leaving marked for deletion", DEADLINE, || async {
+        let p = state.object("pods", NS, "leaving").ok_or("leaving gone")?;
+        if p["metadata"]["deletionTimestamp"].is_null() {
+            return Err(format!("not deleted: {}", p["spec"]["tolerations"]));
+        }
+        Ok(p)
+    })
+    .await;
+    let target = condition(&evicted, "DisruptionTarget").expect("DisruptionTarget");
+    assert_eq!(
+        (&target["status"], &target["reason"], &target["message"]),
+        (
+            &Value::from("True"),
+            &Value::from("DeletionByTaintManager"),
+            &Value::from("Taint manager: deleting due to NoExecute taint")
+        ),
+        "{target}"
+    );
+    let events = state.objects("events");
+    assert!(
+        events.iter().any(|e| e["reason"] == "TaintManagerEviction"
+            && e["message"] == format!("Marking for deletion Pod {NS}/leaving").as_str()
+            && e["involvedObject"]["name"] == "leaving"),
+        "no TaintManagerEviction event for leaving"
+    );
+    let p = state.object("pods", NS, "pinned-2").expect("pod");
+    assert!(
+        p["metadata"]["deletionTimestamp"].is_null(),
+        "pinned-2 tolerates 300 s: {}",
+        p["spec"]["tolerations"]
+    );
+
     // Back: the node's services start again; Ready, untainted, its pod Ready with the
     // same container.
     silent.spawn_all();
@@ -336,6 +383,25 @@ async fn three_nodes_and_one_goes_silent_as_the_node_lifecycle_controller_shows_
         before[2],
         "the pod ran on, never restarted"
     );
+    // The evicted pod: its kubelet, back, terminates it and completes the deletion.
+    eventually("leaving terminated and gone", DEADLINE, || async {
+        match state.object("pods", NS, "leaving") {
+            None => Ok(()),
+            Some(p) => Err(format!("{}", p["status"]["phase"])),
+        }
+    })
+    .await;
+    eventually(
+        "leaving's containers gone from the third node's containerd",
+        DEADLINE,
+        || async {
+            match silent.runtime_container_ids(NS, "leaving").await {
+                ids if ids.is_empty() => Ok(()),
+                ids => Err(format!("{ids:?}")),
+            }
+        },
+    )
+    .await;
     nodes.push(silent);
     for node in nodes {
         let cri = node.cri.clone();
