@@ -17,6 +17,8 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+pub mod recent;
+
 /// `Normal` or `Warning`, upstream's two event types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -213,6 +215,22 @@ impl EventRecorder {
 
     fn send(&self, event: Event) {
         let object = &event.involved_object;
+        if event.type_.as_deref() == Some(EventType::Warning.as_str()) {
+            let name = object.name.clone().unwrap_or_default();
+            recent::record(recent::Recent {
+                last_unix_nanos: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64),
+                object: match object.namespace.as_deref() {
+                    Some(ns) => format!("{ns}/{name}"),
+                    None => name,
+                },
+                field_path: object.field_path.clone().unwrap_or_default(),
+                reason: event.reason.clone().unwrap_or_default(),
+                message: event.message.clone().unwrap_or_default(),
+                count: 1,
+            });
+        }
         tracing::info!(
             k8s.pod.name = object.name.as_deref().unwrap_or_default(),
             k8s.namespace.name = object.namespace.as_deref().unwrap_or_default(),

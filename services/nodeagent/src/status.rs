@@ -3,8 +3,9 @@
 //! runs (`nodeagent_build_info` from its metrics: services are upgraded one at a time, so
 //! two may differ); the Node's conditions (node-status); the pods by phase and the
 //! containers that are waiting for a reason other than starting (pod-sync: image pull
-//! errors, crash-loop back-off, bad configuration); the configuration's fields and flags
-//! that are accepted but not acted on. Exits 0 when every service serves and the node is
+//! errors, crash-loop back-off, bad configuration); the last Warning events the services
+//! recorded (each keeps its own in memory, API server or not); the configuration's fields
+//! and flags that are accepted but not acted on. Exits 0 when every service serves and the node is
 //! Ready, 1 otherwise (naming why), 2 on a bad command line.
 //!
 //! It reads the services' own flags: those given, or else the ones `kubelet` left in
@@ -16,7 +17,7 @@ use nodeagent_config::{Config, KubeletFlags, Service};
 use nodeagent_proto::api::metrics_client::MetricsClient;
 use nodeagent_proto::api::node_status_client::NodeStatusClient;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
-use nodeagent_proto::api::{GetNodeRequest, ListPodsRequest, ScrapeRequest};
+use nodeagent_proto::api::{GetNodeRequest, ListPodsRequest, RecentWarningsRequest, ScrapeRequest};
 use nodeagent_transport::WithLimits;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -26,6 +27,8 @@ use std::time::Duration;
 
 /// How long each question to a service may take.
 const ASK: Duration = Duration::from_secs(3);
+/// How many recent warnings the report shows.
+const WARNINGS_SHOWN: usize = 10;
 
 /// What one service answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +37,22 @@ pub struct ServiceState {
     /// `Ok` when it serves; else why not (not serving, no socket, no answer).
     pub health: Result<(), String>,
     pub version: Option<String>,
+    /// The Warning events it recorded lately, oldest first.
+    pub warnings: Vec<Warning>,
+}
+
+/// A Warning event a service recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Warning {
+    pub service: &'static str,
+    pub last_unix_nanos: i64,
+    /// "namespace/name", or the node's name.
+    pub object: String,
+    /// The container's name, when it is about one.
+    pub container: Option<String>,
+    pub reason: String,
+    pub message: String,
+    pub count: u32,
 }
 
 /// A Node condition as node-status reports it.
@@ -56,6 +75,8 @@ pub struct Report {
     pub phases: Option<BTreeMap<String, usize>>,
     /// "namespace/name container: reason: message".
     pub waiting: Vec<String>,
+    /// The newest Warning events of all services, oldest first.
+    pub warnings: Vec<Warning>,
     pub ignored_fields: Vec<String>,
     pub ignored_flags: Vec<String>,
 }
@@ -185,6 +206,33 @@ pub fn render(report: &Report) -> String {
             out.push_str(&format!("  {w}\n"));
         }
     }
+    if !report.warnings.is_empty() {
+        out.push_str("\nrecent warnings (UTC, newest last):\n");
+        for w in &report.warnings {
+            let secs = w
+                .last_unix_nanos
+                .div_euclid(1_000_000_000)
+                .rem_euclid(86_400);
+            let what = match &w.container {
+                Some(c) => format!("{} {c}", w.object),
+                None => w.object.clone(),
+            };
+            let times = if w.count > 1 {
+                format!(" (x{})", w.count)
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "  {:02}:{:02}:{:02} {:<11} {what}: {}: {}{times}\n",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                w.service,
+                w.reason,
+                w.message
+            ));
+        }
+    }
     if !report.ignored_fields.is_empty() || !report.ignored_flags.is_empty() {
         out.push_str("\naccepted but not acted on:\n");
         if !report.ignored_fields.is_empty() {
@@ -219,10 +267,28 @@ async fn ask_service(config: &Config, service: Service) -> ServiceState {
         Ok(Ok(r)) => build_version(&r.into_inner().text),
         _ => None,
     };
+    // A service of an older build does not know the call: it has none to show.
+    let warnings =
+        match tokio::time::timeout(ASK, metrics.recent_warnings(RecentWarningsRequest {})).await {
+            Ok(Ok(r)) => r.into_inner().warnings,
+            _ => Vec::new(),
+        };
     ServiceState {
         name: service.name(),
         health: health.map_err(|e| format!("{e} at {address}")),
         version,
+        warnings: warnings
+            .into_iter()
+            .map(|w| Warning {
+                service: service.name(),
+                last_unix_nanos: w.last_unix_nanos,
+                object: w.object,
+                container: container_of(&w.field_path),
+                reason: w.reason,
+                message: w.message,
+                count: w.count,
+            })
+            .collect(),
     }
 }
 
@@ -279,15 +345,31 @@ pub async fn gather(config: &Config) -> Report {
         services.push(ask_service(config, service).await);
     }
     let (conditions, pods) = tokio::join!(ask_conditions(config), ask_pods(config));
+    let warnings = newest_warnings(services.iter().flat_map(|s| s.warnings.clone()));
     Report {
         node: config.node_name.clone(),
         services,
         conditions,
         phases: pods.as_deref().map(phases),
         waiting: pods.as_deref().map(waiting_containers).unwrap_or_default(),
+        warnings,
         ignored_fields: config.ignored_fields.clone(),
         ignored_flags: config.ignored_flags.clone(),
     }
+}
+
+/// The container a `fieldPath` names (`spec.containers{c}`, `spec.initContainers{c}`).
+pub fn container_of(field_path: &str) -> Option<String> {
+    let (_, rest) = field_path.split_once('{')?;
+    Some(rest.strip_suffix('}')?.to_string())
+}
+
+/// The [`WARNINGS_SHOWN`] newest of all services' warnings, oldest first.
+pub fn newest_warnings(all: impl Iterator<Item = Warning>) -> Vec<Warning> {
+    let mut all: Vec<Warning> = all.collect();
+    all.sort_by_key(|w| w.last_unix_nanos);
+    let skip = all.len().saturating_sub(WARNINGS_SHOWN);
+    all.split_off(skip)
 }
 
 /// The flags of `kubelet.env` (`KUBELET_ARGS='...'`), as `kubelet` wrote them.

@@ -1,9 +1,11 @@
 //! The `kubelet.v1.Metrics` service every server offers: the process's registry
 //! (`nodeagent_telemetry::metrics`) as OpenMetrics text, which http-server merges into
-//! `/metrics`.
+//! `/metrics`, and the Warning events it recorded lately, which `nodeagent status` shows.
 
 use nodeagent_proto::api::metrics_server::Metrics;
-use nodeagent_proto::api::{ScrapeRequest, ScrapeResponse};
+use nodeagent_proto::api::{
+    RecentWarning, RecentWarningsRequest, RecentWarningsResponse, ScrapeRequest, ScrapeResponse,
+};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MetricsService;
@@ -19,5 +21,23 @@ impl Metrics for MetricsService {
             .await
             .map_err(|e| tonic::Status::internal(format!("encoding metrics failed: {e}")))?;
         Ok(tonic::Response::new(ScrapeResponse { text }))
+    }
+
+    async fn recent_warnings(
+        &self,
+        _request: tonic::Request<RecentWarningsRequest>,
+    ) -> Result<tonic::Response<RecentWarningsResponse>, tonic::Status> {
+        let warnings = nodeagent_config::events::recent::list()
+            .into_iter()
+            .map(|w| RecentWarning {
+                last_unix_nanos: w.last_unix_nanos,
+                object: w.object,
+                field_path: w.field_path,
+                reason: w.reason,
+                message: w.message,
+                count: w.count,
+            })
+            .collect();
+        Ok(tonic::Response::new(RecentWarningsResponse { warnings }))
     }
 }

@@ -85,7 +85,7 @@ pub fn wire(data: &[u8]) {
     let Some((&which, bytes)) = data.split_first() else {
         return;
     };
-    match which % 28 {
+    match which % 30 {
         0 => check::<api::WatchConfigRequest>(bytes),
         1 => {
             if let Some(u) = decode::<api::PodConfigUpdate>(bytes) {
@@ -141,7 +141,9 @@ pub fn wire(data: &[u8]) {
                 pods([&r.pod_json]);
             }
         }
-        _ => check::<api::PrepareSubPathsResponse>(bytes),
+        27 => check::<api::PrepareSubPathsResponse>(bytes),
+        28 => check::<api::RecentWarningsRequest>(bytes),
+        _ => check::<api::RecentWarningsResponse>(bytes),
     }
 }
 

@@ -196,6 +196,23 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 .encode_to_vec(),
             ),
         ),
+        (
+            "recent-warnings",
+            seed(
+                29,
+                api::RecentWarningsResponse {
+                    warnings: vec![api::RecentWarning {
+                        last_unix_nanos: 1_764_000_000_000_000_000,
+                        object: "default/web".into(),
+                        field_path: "spec.containers{app}".into(),
+                        reason: "BackOff".into(),
+                        message: "Back-off restarting failed container app".into(),
+                        count: 3,
+                    }],
+                }
+                .encode_to_vec(),
+            ),
+        ),
     ]
 }
 

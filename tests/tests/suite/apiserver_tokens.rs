@@ -609,6 +609,9 @@ async fn a_pod_naming_a_missing_service_account_is_forbidden() {
     );
 }
 
+/// The ServiceAccount admission leaves a mirror pod alone (no account, no token volume);
+/// kube-apiserver's DefaultTolerationSeconds admission has no such exception, so its two
+/// 300 s tolerations are the only change.
 #[tokio::test]
 async fn a_mirror_pod_is_stored_as_sent() {
     let server = ApiServer::start(ApiState::default(), 0).await;
@@ -620,7 +623,12 @@ async fn a_mirror_pod_is_stored_as_sent() {
     }))
     .unwrap();
     let stored = pods.create(&PostParams::default(), &sent).await.unwrap();
-    assert_eq!(stored.spec, sent.spec);
+    let mut expected = serde_json::to_value(&sent.spec).unwrap();
+    expected["tolerations"] = json!([
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ]);
+    assert_eq!(serde_json::to_value(&stored.spec).unwrap(), expected);
     let spec = stored.spec.unwrap();
     assert_eq!(spec.service_account_name, None);
     assert_eq!(spec.volumes, None);

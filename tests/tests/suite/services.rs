@@ -301,7 +301,9 @@ fn every_service_takes_a_kubeadm_nodes_command_line() {
 
 /// `nodeagent status` (issue 31): an operator's one command. With the node up it lists
 /// the seven services serving, each with the build it runs, the node's Ready condition
-/// and the pods by phase, and exits 0; with a service killed it exits 1 and names it.
+/// and the pods by phase, and exits 0; it lists the Warning events the services recorded
+/// lately (a pod's image that may not be pulled, a failing liveness probe), with no API
+/// server to hold them; with a service killed it exits 1 and names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodeagent_status_reports_services_node_and_pods_and_fails_when_one_is_down() {
     if !require_runtime("nodeagent status") {
@@ -358,6 +360,45 @@ async fn nodeagent_status_reports_services_node_and_pods_and_fails_when_one_is_d
         "{healthy}"
     );
     assert!(healthy.ends_with("\nhealthy\n"), "{healthy}");
+
+    // Recent warnings, on this standalone node (no API server takes the events): an image
+    // that may not be pulled (pod-sync's Failed, upstream's ErrImageNeverPull words) and a
+    // failing liveness probe (probe's Unhealthy), each with its service and container.
+    node.write_manifest(
+        "never.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: example.invalid/absent:1\n    imagePullPolicy: Never\n",
+    );
+    node.write_manifest(
+        "sick.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: sick\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    livenessProbe:\n      exec: {command: [\"false\"]}\n      periodSeconds: 1\n      failureThreshold: 1000\n",
+    );
+    let never = node.pod_name("never");
+    let sick = node.pod_name("sick");
+    let warned = nodeagent_tests::eventually(
+        "nodeagent status lists both pods' warnings",
+        std::time::Duration::from_secs(60),
+        || async {
+            let (code, text) = status();
+            let section = text
+                .split("recent warnings (UTC, newest last):\n")
+                .nth(1)
+                .unwrap_or_default();
+            let failed = section.lines().any(|l| {
+                l.contains(" pod-sync ")
+                    && l.contains(&format!("/{never} app: Failed: Error: ErrImageNeverPull"))
+            });
+            let unhealthy = section.lines().any(|l| {
+                l.contains(" probe ")
+                    && l.contains(&format!("/{sick} c: Unhealthy: Liveness probe failed"))
+            });
+            match (code, failed, unhealthy) {
+                (Some(0), true, true) => Ok(text),
+                _ => Err(format!("exit {code:?}:\n{text}")),
+            }
+        },
+    )
+    .await;
+    println!("{warned}");
 
     node.signal(Service::Probe, Signal::SIGKILL).await;
     let (code, text) = status();

@@ -6,6 +6,7 @@ fn serving(name: &'static str) -> ServiceState {
         name,
         health: Ok(()),
         version: Some("0.1.0 (commit abc)".into()),
+        warnings: Vec::new(),
     }
 }
 
@@ -143,4 +144,70 @@ fn the_report_names_what_is_ignored_and_counts_pods() {
         text.contains("  pleg           serving      0.1.0 (commit abc)"),
         "{text}"
     );
+}
+
+fn warning(service: &'static str, t: i64, object: &str, reason: &str) -> Warning {
+    Warning {
+        service,
+        last_unix_nanos: t,
+        object: object.into(),
+        container: None,
+        reason: reason.into(),
+        message: "why".into(),
+        count: 1,
+    }
+}
+
+/// The services' recent warnings: merged by time, the newest ten shown, oldest first,
+/// with the container from the event's fieldPath and a repeat count; they do not make the
+/// node unhealthy (they are history, not a state).
+#[test]
+fn recent_warnings_merge_newest_last_and_render() {
+    let mut all = Vec::new();
+    for i in 0..8 {
+        all.push(warning(
+            "pod-sync",
+            100 + 2 * i,
+            &format!("default/p{i}"),
+            "BackOff",
+        ));
+        all.push(warning(
+            "probe",
+            101 + 2 * i,
+            &format!("default/q{i}"),
+            "Unhealthy",
+        ));
+    }
+    let shown = newest_warnings(all.into_iter());
+    assert_eq!(shown.len(), 10);
+    assert_eq!(shown.first().unwrap().last_unix_nanos, 106);
+    assert_eq!(shown.last().unwrap().object, "default/q7");
+    assert!(
+        shown
+            .windows(2)
+            .all(|w| w[0].last_unix_nanos <= w[1].last_unix_nanos)
+    );
+
+    assert_eq!(container_of("spec.containers{app}").as_deref(), Some("app"));
+    assert_eq!(
+        container_of("spec.initContainers{init}").as_deref(),
+        Some("init")
+    );
+    assert_eq!(container_of(""), None);
+
+    let mut report = healthy_report();
+    let mut w = warning("pod-sync", 3_723_000_000_000, "default/web", "Failed");
+    w.container = Some("c".into());
+    w.message = "Error: ErrImageNeverPull".into();
+    w.count = 3;
+    report.warnings = vec![w];
+    let text = render(&report);
+    assert!(
+        text.contains(
+            "recent warnings (UTC, newest last):\n  01:02:03 pod-sync    default/web c: Failed: Error: ErrImageNeverPull (x3)\n"
+        ),
+        "{text}"
+    );
+    assert!(problems(&report).is_empty());
+    assert!(text.ends_with("\nhealthy\n"), "{text}");
 }
