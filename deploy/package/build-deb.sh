@@ -8,7 +8,8 @@
 #   conffiles: /etc/nodeagent/kubelet-config.yaml (deploy/config's, with upstream's default
 #     containerRuntimeEndpoint, the socket of Debian's containerd package),
 #     /etc/nodeagent/nodeagent.env, /etc/sysctl.d/60-nodeagent.conf
-#   /usr/share/nodeagent/admin-pki.sh, /usr/share/doc/nodeagent/README.md
+#   /usr/share/nodeagent/admin-pki.sh, /usr/share/doc/nodeagent/README.md and copyright
+#     (the license: Apache-2.0, deploy/package/copyright)
 # and the maintainer scripts beside this file: on install kubelet.target is enabled and
 # started (kubelet.service instead where kubeadm's drop-in is present); on upgrade each
 # running service restarts in turn (the pods keep running); remove stops them (the pods keep
@@ -71,6 +72,7 @@ install -m 0644 deploy/config/nodeagent.env "$root/etc/nodeagent/nodeagent.env"
 install -m 0644 deploy/config/60-nodeagent.conf "$root/etc/sysctl.d/60-nodeagent.conf"
 install -m 0755 deploy/lib/admin-pki.sh "$root/usr/share/nodeagent/admin-pki.sh"
 install -m 0644 README.md "$root/usr/share/doc/nodeagent/README.md"
+install -m 0644 deploy/package/copyright "$root/usr/share/doc/nodeagent/copyright"
 chmod 0644 "$root/etc/nodeagent/kubelet-config.yaml"
 (cd "$root" && find etc -type f | sed 's|^|/|' | sort) >"$root/DEBIAN/conffiles"
 for script in postinst prerm postrm; do
