@@ -141,6 +141,20 @@ pub struct KubeletConfiguration {
     /// agent and the runtime, and for the system: taken out of the node's allocatable.
     pub kube_reserved: BTreeMap<String, String>,
     pub system_reserved: BTreeMap<String, String>,
+    /// The CPU manager's policy: `none` (every container shares every CPU, upstream's
+    /// default) or `static` (whole CPUs of their own for the containers of Guaranteed pods
+    /// that request whole CPUs; its state in `<root-dir>/cpu_manager_state`).
+    pub cpu_manager_policy: String,
+    /// Options of the static policy; none of upstream's is implemented, so any is refused.
+    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// How often the CPU manager makes every running container's cpuset what its state says.
+    #[serde(with = "serde_go")]
+    pub cpu_manager_reconcile_period: Duration,
+    /// CPUs (a cpuset, `0,1` or `0-3`) kept for the system and the node agent; the static
+    /// policy never gives them to a container of its own, and they replace the cpu of
+    /// kubeReserved and systemReserved (upstream's `--reserved-cpus`).
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: String,
     /// Where node allocatable is enforced (upstream's default `["pods"]`): with `pods`, the
     /// `kubepods` cgroup is limited to capacity less kubeReserved and systemReserved, else to
     /// capacity. `system-reserved` and `kube-reserved` (limits on the cgroups
@@ -346,6 +360,10 @@ impl Default for KubeletConfiguration {
             merge_default_eviction_settings: false,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
+            cpu_manager_policy: "none".into(),
+            cpu_manager_policy_options: BTreeMap::new(),
+            cpu_manager_reconcile_period: Duration::from_secs(10),
+            reserved_system_cpus: String::new(),
             enforce_node_allocatable: vec!["pods".into()],
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
@@ -438,6 +456,10 @@ impl KubeletConfiguration {
             ),
             (&mut self.image_minimum_gc_age, d.image_minimum_gc_age),
             (
+                &mut self.cpu_manager_reconcile_period,
+                d.cpu_manager_reconcile_period,
+            ),
+            (
                 &mut self.authentication.webhook.cache_ttl,
                 d.authentication.webhook.cache_ttl,
             ),
@@ -462,6 +484,7 @@ impl KubeletConfiguration {
                 d.container_runtime_endpoint,
             ),
             (&mut self.cgroup_driver, d.cgroup_driver),
+            (&mut self.cpu_manager_policy, d.cpu_manager_policy),
             (&mut self.container_log_max_size, d.container_log_max_size),
             (&mut self.authorization.mode, d.authorization.mode),
         ] {
@@ -504,6 +527,58 @@ impl KubeletConfiguration {
     }
 
     /// Checks what upstream's validation checks for the fields we honour.
+    /// The CPU manager's fields (upstream's validation and `NewManager`, their words).
+    fn cpu_manager_errors(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        if !matches!(self.cpu_manager_policy.as_str(), "none" | "static") {
+            errs.push(format!(
+                "invalid configuration: cpuManagerPolicy (--cpu-manager-policy): unknown policy: {:?} (\"none\" or \"static\")",
+                self.cpu_manager_policy
+            ));
+        }
+        for (name, value) in &self.cpu_manager_policy_options {
+            errs.push(format!(
+                "invalid configuration: cpuManagerPolicyOptions: unsupported cpumanager option: {name:?} ({value}): this node agent implements none of the static policy's options"
+            ));
+        }
+        if self.cpu_manager_reconcile_period.is_zero() {
+            errs.push(
+                "invalid configuration: cpuManagerReconcilePeriod (--cpu-manager-reconcile-period) must be greater than zero".into(),
+            );
+        }
+        if let Err(e) = crate::cpuset::CpuSet::parse(&self.reserved_system_cpus) {
+            errs.push(format!(
+                "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) {}, error: {e}",
+                self.reserved_system_cpus
+            ));
+        }
+        errs
+    }
+
+    /// upstream's `server.go`: with reservedSystemCPUs set, its size is systemReserved's
+    /// cpu and kubeReserved has none (allocatable and the static policy count it once).
+    pub fn apply_reserved_system_cpus(&mut self) {
+        let Ok(cpus) = crate::cpuset::CpuSet::parse(&self.reserved_system_cpus) else {
+            return;
+        };
+        if cpus.is_empty() {
+            return;
+        }
+        self.kube_reserved.remove("cpu");
+        self.system_reserved
+            .insert("cpu".into(), cpus.size().to_string());
+    }
+
+    /// The CPU kept for the system and the node agent (kubeReserved + systemReserved), in
+    /// millicores.
+    pub fn reserved_cpu_millis(&self) -> i64 {
+        [&self.kube_reserved, &self.system_reserved]
+            .iter()
+            .filter_map(|m| m.get("cpu"))
+            .filter_map(|q| crate::quantity::cpu_millis(q))
+            .sum()
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         let mut errs = Vec::new();
         if self.api_version != API_VERSION {
@@ -657,6 +732,7 @@ impl KubeletConfiguration {
         if self.max_pods == 0 {
             errs.push("invalid configuration: maxPods (0) must be greater than zero".into());
         }
+        errs.extend(self.cpu_manager_errors());
         if errs.is_empty() {
             Ok(())
         } else {

@@ -6,6 +6,7 @@ mod address;
 pub mod certificate;
 pub mod cgroup_name;
 pub mod cgroupfs;
+pub mod cpuset;
 pub mod duration;
 pub mod events;
 pub mod eviction;
@@ -315,6 +316,7 @@ impl Config {
             kubelet.authorization.mode = m.clone();
         }
         kubelet.validate().map_err(ConfigError::Invalid)?;
+        kubelet.apply_reserved_system_cpus();
         let has_api_server = flags.kubeconfig.is_some() || flags.bootstrap_kubeconfig.is_some();
         if has_api_server
             && kubelet.authorization.mode == "AlwaysAllow"

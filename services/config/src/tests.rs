@@ -397,14 +397,12 @@ fn kubeadms_config_yaml_loads_with_upstreams_defaults() {
     assert_eq!(c.port, 10250);
     assert_eq!(c.healthz_port, 10248);
     assert_eq!(c.cluster_dns, vec!["10.96.0.10".to_string()]);
+    // kubeadm's `cpuManagerReconcilePeriod: 0s` is upstream's default, 10 s.
+    assert_eq!(c.cpu_manager_reconcile_period, Duration::from_secs(10));
+    assert_eq!(c.cpu_manager_policy, "none");
     assert_eq!(
         ignored,
-        vec![
-            "cpuManagerReconcilePeriod",
-            "logging.flushFrequency",
-            "logging.options",
-            "memorySwap"
-        ]
+        vec!["logging.flushFrequency", "logging.options", "memorySwap"]
     );
     // kubeadm's file as it is, systemd cgroup driver included (issue 30), validates.
     c.validate().unwrap();
@@ -592,4 +590,78 @@ fn vmodule_is_read_as_klog_reads_it() {
     .unwrap();
     assert_eq!(c.vmodule, vec![("runtime_calls".to_string(), 4)]);
     assert!(Config::load(&flags(&["--vmodule=oops"])).is_err());
+}
+
+/// The CPU manager's fields under upstream's flags (`--cpu-manager-policy`,
+/// `--reserved-cpus`, `--cpu-manager-policy-options`): `--reserved-cpus` replaces the cpu
+/// of kubeReserved and systemReserved with its size (upstream's `server.go`), and what
+/// upstream's validation refuses is refused in its words.
+#[test]
+fn cpu_manager_fields_and_flags_as_upstreams() {
+    let load = |fields: &[(&str, &str, &str)]| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             kubeReserved: {cpu: 500m, memory: 1Gi}\nsystemReserved: {cpu: 250m}\n",
+        )
+        .unwrap();
+        let mut f = flags(&["--config", path.to_str().unwrap()]);
+        f.upstream = UpstreamFlags {
+            fields: fields
+                .iter()
+                .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        Config::load(&f).map_err(|e| e.to_string())
+    };
+    let c = load(&[]).unwrap();
+    assert_eq!(c.kubelet.cpu_manager_policy, "none");
+    assert_eq!(
+        c.kubelet.cpu_manager_reconcile_period,
+        Duration::from_secs(10)
+    );
+    assert_eq!(c.kubelet.reserved_cpu_millis(), 750);
+    let c = load(&[
+        ("cpu-manager-policy", "cpuManagerPolicy", "static"),
+        ("reserved-cpus", "reservedSystemCPUs", "0,1"),
+        (
+            "cpu-manager-reconcile-period",
+            "cpuManagerReconcilePeriod",
+            "5s",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(c.kubelet.cpu_manager_policy, "static");
+    assert_eq!(
+        c.kubelet.cpu_manager_reconcile_period,
+        Duration::from_secs(5)
+    );
+    assert_eq!(c.kubelet.kube_reserved.get("cpu"), None);
+    assert_eq!(c.kubelet.kube_reserved["memory"], "1Gi");
+    assert_eq!(c.kubelet.system_reserved["cpu"], "2");
+    assert_eq!(c.kubelet.reserved_cpu_millis(), 2000);
+    for (fields, want) in [
+        (
+            vec![("reserved-cpus", "reservedSystemCPUs", "0-")],
+            "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) 0-, error: strconv.Atoi: parsing \"\": invalid syntax",
+        ),
+        (
+            vec![("cpu-manager-policy", "cpuManagerPolicy", "Static")],
+            "unknown policy: \"Static\"",
+        ),
+        (
+            vec![(
+                "cpu-manager-policy-options",
+                "cpuManagerPolicyOptions",
+                "full-pcpus-only=true",
+            )],
+            "unsupported cpumanager option: \"full-pcpus-only\" (true)",
+        ),
+    ] {
+        let err = load(&fields).unwrap_err();
+        assert!(err.contains(want), "{fields:?}: {err}");
+    }
 }

@@ -1,8 +1,9 @@
 //! The container manager (upstream's `pkg/kubelet/cm`): pod and QoS cgroups under either
-//! driver, node allocatable, a pod's requests and limits as upstream sums them, and each
-//! container's `oom_score_adj`.
+//! driver, node allocatable, a pod's requests and limits as upstream sums them, each
+//! container's `oom_score_adj`, and the CPU manager's exclusive CPUs.
 
 pub(crate) mod aggregate;
 pub(crate) mod cgroups;
+pub(crate) mod cpu_manager;
 pub(crate) mod oom;
 pub(crate) mod quantity;

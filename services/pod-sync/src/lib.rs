@@ -56,6 +56,8 @@ pub struct PodSync {
     delayed: Arc<worker::workers::DelayedTriggers>,
     /// Makes and removes the pod cgroups with the configured driver.
     cgroups: container_manager::cgroups::PodCgroups,
+    /// Exclusive CPUs of Guaranteed containers (the `static` policy) and the shared set.
+    cpu_manager: container_manager::cpu_manager::CpuManager,
     /// `kubepods` and the QoS tiers as last set (one update at a time).
     qos_set: tokio::sync::Mutex<Vec<container_manager::cgroups::QosTier>>,
     /// What the host can enforce of a pod's security context.
@@ -153,6 +155,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             .await
             .map_err(anyhow::Error::msg)?;
     check_runtime_cgroup_driver(&cri, cgroup_driver).await?;
+    // upstream's `start cpu manager error`: a state file of another policy, or one that
+    // does not fit this machine, stops the start (nothing is touched).
+    let cpu_manager =
+        container_manager::cpu_manager::CpuManager::start(&config.kubelet, &config.root_dir)
+            .map_err(|e| anyhow::anyhow!("start cpu manager error: {e}"))?;
     let api = config.api_client().await?;
     // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
     // `--node-ip` (all of it, as upstream's nodeIPs), else the detected address.
@@ -215,6 +222,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         status_tx,
         delayed: Default::default(),
         cgroups,
+        cpu_manager,
         qos_set: Default::default(),
         host_security: runtime_spec::security::HostSecurity::detect(
             config.kubelet.allowed_unsafe_sysctls.clone(),
@@ -308,6 +316,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         config.container_gc_period,
     ));
     tasks.spawn(images::image_gc::run(sync.clone()));
+    tasks.spawn(container_manager::cpu_manager::reconcile::run(
+        sync.clone(),
+        config.kubelet.cpu_manager_reconcile_period,
+    ));
     if let Some(policy) = node::shutdown::Policy::from_config(&config.kubelet) {
         tasks.spawn(node::shutdown::run(sync.clone(), policy));
     }

@@ -119,6 +119,18 @@ const STATUS_GATE_MAX: Duration = Duration::from_secs(15);
 const STATUS_GATE_HARD_MAX: Duration = Duration::from_secs(45);
 
 impl State {
+    /// The pod has finished for good: failed as a whole (admission, deadline, eviction) or
+    /// its published phase is terminal.
+    pub fn pod_finished(&self, uid: &str) -> bool {
+        self.pod_failed.contains_key(uid)
+            || self
+                .statuses
+                .get(uid)
+                .and_then(|p| p.status.as_ref())
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
+    }
+
     /// Every pod uid anyone knows of.
     pub fn all_uids(&self) -> HashSet<String> {
         self.desired

@@ -1,6 +1,8 @@
 //! Resource admission as upstream's kubelet does it (pkg/kubelet/lifecycle/predicate.go):
 //! a pod asking for more CPU than allocatable is Failed `OutOfcpu`, one asking for more
-//! ephemeral-storage `OutOfephemeral-storage`, a pod beyond `maxPods` is Failed `OutOfpods`, each with InsufficientResourceError's message, nothing of it runs,
+//! ephemeral-storage `OutOfephemeral-storage`, a pod beyond `maxPods` is Failed `OutOfpods`,
+//! each with InsufficientResourceError's message after upstream's "Pod was rejected: "
+//! (kubelet.go `rejectPod`), nothing of it runs,
 //! and a refused pod does not count against the pods that come after it. API pods: static
 //! pods are critical (upstream's `IsCriticalPod`), for which upstream preempts others
 //! instead; we admit them.
@@ -66,7 +68,7 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
         (
             "OutOfcpu".to_string(),
             format!(
-                "Node didn't have enough resource: cpu, requested: 1000000, used: 0, capacity: {cpus}"
+                "Pod was rejected: Node didn't have enough resource: cpu, requested: 1000000, used: 0, capacity: {cpus}"
             )
         )
     );
@@ -85,7 +87,7 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
     let refused = api_pod_in_phase(&pods, &filler, "Failed", DEADLINE).await;
     let (reason, message) = reason_and_message(&refused);
     assert_eq!(reason, "OutOfephemeral-storage", "{message}");
-    let prefix = "Node didn't have enough resource: ephemeral-storage, requested: 1099511627776000, used: 0, capacity: ";
+    let prefix = "Pod was rejected: Node didn't have enough resource: ephemeral-storage, requested: 1099511627776000, used: 0, capacity: ";
     let capacity: i64 = message
         .strip_prefix(prefix)
         .and_then(|c| c.parse().ok())
@@ -117,7 +119,7 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
         reason_and_message(&refused),
         (
             "OutOfpods".to_string(),
-            "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+            "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
                 .to_string()
         )
     );

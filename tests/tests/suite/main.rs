@@ -15,6 +15,7 @@ mod cluster;
 mod config_errors;
 mod container_gc;
 mod container_logs;
+mod cpu_manager;
 mod events;
 mod file_modes;
 mod grpc_probes;

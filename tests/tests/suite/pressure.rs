@@ -226,7 +226,7 @@ async fn disk_pressure_follows_a_filling_nodefs_and_holds_through_a_restart() {
     assert_eq!(status.reason.as_deref(), Some("Evicted"));
     assert_eq!(
         status.message.as_deref(),
-        Some("The node had condition: [DiskPressure]. ")
+        Some("Pod was rejected: The node had condition: [DiskPressure]. ")
     );
     assert!(
         node.container_id("late", "c").await.is_none(),

@@ -177,7 +177,7 @@ spec:
     assert_eq!(unsafe_pod["status"]["reason"], "SysctlForbidden");
     assert_eq!(
         unsafe_pod["status"]["message"],
-        "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
+        "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted"
     );
     let full = node.pod_name("unsafe");
     assert!(

@@ -92,7 +92,7 @@ async fn seccomp_default_applies_and_strict_supplemental_groups_are_refused_wher
         );
         assert_eq!(
             pod["status"]["message"],
-            "SupplementalGroupsPolicy=Strict is not supported in this node"
+            "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node"
         );
         assert_eq!(node.container_id("strict", "c").await, None);
     }

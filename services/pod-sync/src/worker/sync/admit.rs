@@ -115,19 +115,28 @@ impl PodSync {
         let refusal = crate::runtime_spec::security::admit(pod, &self.host_security)
             .err()
             .or_else(|| self.refuse_under_pressure(pod, rt))
-            .or_else(|| self.refuse_beyond_allocatable(pod, rt))?;
+            .or_else(|| self.refuse_beyond_allocatable(pod, rt))
+            .or_else(|| self.refuse_without_cpus(pod, rt))?;
+        // upstream's rejectPod: a Warning event with the reason and message, and the pod
+        // Failed with "Pod was rejected: " before the message.
         let first = {
             let mut st = self.lock();
             let failed = st.pod_failed.entry(k8s::pod_uid(pod).to_string());
             let first = matches!(failed, std::collections::hash_map::Entry::Vacant(_));
             failed.or_insert(Waiting {
                 reason: refusal.reason.to_string(),
-                message: refusal.message.clone(),
+                message: format!("Pod was rejected: {}", refusal.message),
             });
             first
         };
         if first {
             tracing::error!(reason = refusal.reason, message = %refusal.message, "pod refused at admission");
+            self.events.pod(
+                pod,
+                nodeagent_config::events::EventType::Warning,
+                refusal.reason,
+                &refusal.message,
+            );
         }
         self.stop_everything(pod, rt, refusal.reason, None).await;
         Some(SyncOutcome::Terminated)
@@ -155,19 +164,10 @@ impl PodSync {
             st.admitted.insert(uid);
             return None;
         }
-        let finished = |u: &str| {
-            st.pod_failed.contains_key(u)
-                || st
-                    .statuses
-                    .get(u)
-                    .and_then(|p| p.status.as_ref())
-                    .and_then(|s| s.phase.as_deref())
-                    .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
-        };
         let running: Vec<crate::node::admission::Requests> = st
             .desired
             .iter()
-            .filter(|(u, _)| **u != uid && !finished(u))
+            .filter(|(u, _)| **u != uid && !st.pod_finished(u))
             .filter(|(u, _)| {
                 st.admitted.contains(*u)
                     || st
@@ -188,6 +188,25 @@ impl PodSync {
             }
             Err(refusal) => Some(refusal),
         }
+    }
+
+    /// The CPU manager's admission (upstream's resource allocation admit handler): the
+    /// exclusive CPUs of a Guaranteed pod's containers are assigned before anything of it
+    /// runs; a pod that cannot have them is refused `UnexpectedAdmissionError` in
+    /// upstream's words. A pod that runs already keeps what the state file says.
+    pub(crate) fn refuse_without_cpus(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<crate::runtime_spec::security::Refusal> {
+        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
+            return None;
+        }
+        let e = self.cpu_manager.admit(pod).err()?;
+        Some(crate::runtime_spec::security::Refusal {
+            reason: "UnexpectedAdmissionError",
+            message: format!("Allocate failed due to {e}, which is unexpected"),
+        })
     }
 
     /// upstream's node shutdown admission (every new pod is refused while the node shuts

@@ -156,7 +156,7 @@ impl PodSync {
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
-        let config = match runtime_spec::container_config(ContainerInputs {
+        let mut config = match runtime_spec::container_config(ContainerInputs {
             pod,
             container: c,
             attempt,
@@ -175,6 +175,15 @@ impl PodSync {
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
+        // upstream's PreCreateContainer: the CPU manager's cpuset (the container's own
+        // CPUs, or the shared set), under the static policy.
+        let cpuset = self.cpu_manager.cpuset(&uid, &c.name);
+        if let (Some(cpus), Some(resources)) = (
+            &cpuset,
+            config.linux.as_mut().and_then(|l| l.resources.as_mut()),
+        ) {
+            resources.cpuset_cpus = cpus.clone();
+        }
         let sandbox_config = runtime_spec::sandbox_config(pod, 0, &self.node);
         let mut runtime = self.cri.runtime.clone();
         let created = runtime
@@ -186,7 +195,13 @@ impl PodSync {
             .await;
         self.acted(&uid);
         let id = match created {
-            Ok(r) => r.into_inner().container_id,
+            Ok(r) => {
+                let id = r.into_inner().container_id;
+                if let Some(cpus) = &cpuset {
+                    self.cpu_manager.applied(&id, cpus);
+                }
+                id
+            }
             Err(e) => {
                 tracing::warn!(k8s.container.name = %c.name, error = %e.message(), "CreateContainer failed");
                 self.set_waiting(&uid, &c.name, "CreateContainerError", e.message());

@@ -1,0 +1,230 @@
+//! The CPU manager's static policy (issue 30) on the real containerd, judged by what
+//! upstream documents and writes ("Control CPU Management Policies on the Node": a
+//! Guaranteed pod's container with whole CPUs gets them exclusively, every other container
+//! runs on the shared pool, which keeps `reservedSystemCPUs`; the state in
+//! `<root-dir>/cpu_manager_state`, upstream's JSON; a pod that cannot have its CPUs is
+//! refused `UnexpectedAdmissionError` with `admission/errors.go`'s and `rejectPod`'s
+//! words), and by what the container's own processes see (`Cpus_allowed_list` of
+//! `/proc/self/status`, which follows the container cgroup's cpuset on cgroup v1 and v2).
+//! Attacked: a SIGKILL of pod-sync changes no assignment, no container, no phase; a pod
+//! going gives its CPU back to the running shared containers; a state file of another
+//! policy stops pod-sync's start in upstream's words and disturbs no running pod.
+
+use nix::sys::signal::Signal;
+use nodeagent_config::Service;
+use nodeagent_config::cpuset::CpuSet;
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn manifest(name: &str, resources: Value) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                            "command": ["sleep", "3600"], "resources": resources}],
+        }
+    })
+    .to_string()
+}
+
+/// The CPUs a process of the container may run on.
+async fn allowed(node: &Node, id: &str) -> Result<CpuSet, String> {
+    let out = node
+        .exec(id, &["grep", "Cpus_allowed_list", "/proc/self/status"])
+        .await?;
+    let list = out.split_whitespace().nth(1).unwrap_or_default();
+    CpuSet::parse(list).map_err(|e| format!("{out:?}: {e}"))
+}
+
+async fn eventually_allowed(node: &Node, id: &str, want: &CpuSet, what: &str) {
+    eventually(what, DEADLINE, || async {
+        let got = allowed(node, id).await?;
+        (got == *want)
+            .then_some(())
+            .ok_or_else(|| format!("Cpus_allowed_list {got}, want {want}"))
+    })
+    .await
+}
+
+fn state_file(node: &Node) -> Value {
+    let text = std::fs::read_to_string(node.path("root/cpu_manager_state")).unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// A pod as /pods shows it: phase, Ready, its container's id.
+async fn view(node: &Node, pod: &str) -> (Value, Value, Value) {
+    let p = node.pod(pod).await.unwrap_or(Value::Null);
+    let ready = p["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].clone())
+        .unwrap_or(Value::Null);
+    (
+        p["status"]["phase"].clone(),
+        ready,
+        p["status"]["containerStatuses"][0]["containerID"].clone(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_restarts() {
+    if !require_runtime("cpu_manager") {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let all = CpuSet::parse(online.trim()).unwrap();
+    assert!(
+        all.size() >= 2,
+        "the static policy needs two CPUs to show anything (one reserved, one exclusive); this machine has {all}"
+    );
+    let reserved: CpuSet = all.iter().take(1).collect();
+    let mut node = Node::start(
+        "cpu-manager",
+        NodeOptions {
+            extra_config: format!(
+                "cpuManagerPolicy: static\nreservedSystemCPUs: \"{reserved}\"\ncpuManagerReconcilePeriod: 1s\n"
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+    node.write_manifest(
+        "exclusive.yaml",
+        &manifest(
+            "exclusive",
+            json!({"limits": {"cpu": "1", "memory": "32Mi"}}),
+        ),
+    );
+    node.write_manifest(
+        "shared.yaml",
+        &manifest("shared", json!({"requests": {"cpu": "100m"}})),
+    );
+    let exclusive = node.running_container("exclusive", "c", DEADLINE).await;
+    let shared = node.running_container("shared", "c", DEADLINE).await;
+    let own = allowed(&node, &exclusive).await.unwrap();
+    assert_eq!(own.size(), 1, "one CPU of its own: {own}");
+    assert!(
+        own.intersection(&reserved).is_empty(),
+        "never a reserved CPU: {own}"
+    );
+    let pool = all.difference(&own);
+    eventually_allowed(
+        &node,
+        &shared,
+        &pool,
+        "the shared pod on the pool without it",
+    )
+    .await;
+
+    // The state file as upstream's kubelet writes it: its fields in its order.
+    let uid = node.pod("exclusive").await.unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = std::fs::read_to_string(node.path("root/cpu_manager_state")).unwrap();
+    let head = format!(
+        r#"{{"policyName":"static","defaultCpuSet":"{pool}","entries":{{"{uid}":{{"c":"{own}"}}}},"checksum":"#
+    );
+    assert!(text.starts_with(&head), "{text}\nwant {head}…");
+    assert!(
+        state_file(&node)["checksum"].as_u64().unwrap_or(0) > 0,
+        "{text}"
+    );
+
+    // More CPUs than are free: refused before anything of it runs, in upstream's words.
+    let want = all.size();
+    node.write_manifest(
+        "greedy.yaml",
+        &manifest(
+            "greedy",
+            json!({"limits": {"cpu": want.to_string(), "memory": "32Mi"}}),
+        ),
+    );
+    let refused = eventually("greedy refused", DEADLINE, || async {
+        let p = node.pod("greedy").await?;
+        (p["status"]["phase"] == "Failed")
+            .then(|| p.clone())
+            .ok_or_else(|| p["status"].to_string())
+    })
+    .await;
+    assert_eq!(refused["status"]["reason"], "UnexpectedAdmissionError");
+    assert_eq!(
+        refused["status"]["message"],
+        format!(
+            "Pod was rejected: Allocate failed due to not enough cpus available to satisfy request: requested={want}, available={}, which is unexpected",
+            all.size() - 1 - reserved.size()
+        )
+    );
+    assert_eq!(node.container_id("greedy", "c").await, None);
+
+    // SIGKILL pod-sync: nothing a user watches moves, nor the state file.
+    let before = (view(&node, "exclusive").await, view(&node, "shared").await);
+    assert_eq!(before.0.0, "Running");
+    assert_eq!(before.0.1, "True");
+    let file_before = std::fs::read(node.path("root/cpu_manager_state")).unwrap();
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    // Through a few reconcile periods after the restart.
+    for _ in 0..5 {
+        node.wait_relists(2).await;
+        assert_eq!(view(&node, "exclusive").await, before.0);
+        assert_eq!(view(&node, "shared").await, before.1);
+        assert_eq!(allowed(&node, &exclusive).await.unwrap(), own);
+        assert_eq!(allowed(&node, &shared).await.unwrap(), pool);
+        assert_eq!(
+            std::fs::read(node.path("root/cpu_manager_state")).unwrap(),
+            file_before
+        );
+        assert_eq!(
+            node.pod("greedy").await.unwrap()["status"]["phase"],
+            "Failed"
+        );
+    }
+
+    // The exclusive pod goes: its CPU is shared again, the running shared pod gets it.
+    node.remove_manifest("exclusive.yaml");
+    node.remove_manifest("greedy.yaml");
+    eventually_allowed(&node, &shared, &all, "the shared pod on every CPU").await;
+    let state = state_file(&node);
+    assert_eq!(state["defaultCpuSet"], all.to_string(), "{state}");
+    assert!(state.get("entries").is_none(), "{state}");
+
+    // A state file of another policy (a node switched without draining): pod-sync does not
+    // start, in upstream's words, and the running pod is not touched.
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+    let good = std::fs::read(node.path("root/cpu_manager_state")).unwrap();
+    std::fs::write(
+        node.path("root/cpu_manager_state"),
+        r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
+    )
+    .unwrap();
+    node.spawn(Service::PodSync);
+    let pid = node.service_pid(Service::PodSync).unwrap();
+    eventually("pod-sync refuses to start", DEADLINE, || async {
+        let log = node.log(Service::PodSync);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let exited = stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z");
+        (exited
+            && log.contains(r#"start cpu manager error: could not restore state from checkpoint: configured policy "static" differs from state checkpoint policy "none", please drain this node and delete the CPU manager checkpoint file"#))
+        .then_some(())
+        .ok_or_else(|| format!("exited: {exited}; log tail: {}", &log[log.len().saturating_sub(600)..]))
+    })
+    .await;
+    let _ = node.signal(Service::PodSync, Signal::SIGKILL).await;
+    assert_eq!(
+        node.container_id("shared", "c").await.as_deref(),
+        Some(shared.as_str()),
+        "the shared pod's container runs on"
+    );
+    std::fs::write(node.path("root/cpu_manager_state"), good).unwrap();
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    assert_eq!(view(&node, "shared").await, before.1);
+    node.stop().await;
+}
