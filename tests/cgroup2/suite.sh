@@ -23,6 +23,8 @@ FILTERS=(
   "skeleton::a_static_pod_runs_is_replaced_on_edit_and_cleaned_up_on_removal"
   "lifecycle::env_expansion_downward_api_and_active_deadline"
   "oom::"
+  # The CPU manager's cpusets (cgroup v2's cpuset controller, two vCPUs).
+  "cpu_manager::"
   # Not about cgroups: the guest's kernel has vsock loopback (CID 1) and the hosts' have
   # not, so the real vsock round trips (the challenge-response, scopes, refusals) run here.
   "vsock::"
