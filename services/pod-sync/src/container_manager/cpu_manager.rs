@@ -125,12 +125,12 @@ impl CpuManager {
         let mut state = self.lock();
         let before = state.clone();
         policy.allocate_pod(&mut state, pod)?;
-        if *state != before {
-            if let Err(e) = self.save(&state) {
-                // Unsaved, an assignment could be given again after a restart.
-                *state = before;
-                return Err(e);
-            }
+        if *state != before
+            && let Err(e) = self.save(&state)
+        {
+            // Unsaved, an assignment could be given again after a restart.
+            *state = before;
+            return Err(e);
         }
         Ok(())
     }

@@ -9,6 +9,9 @@ use nodeagent_config::cpuset::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Pod UID -> container name -> cpuset text.
+pub type Entries = BTreeMap<String, BTreeMap<String, String>>;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     // Go's decoder matches keys whatever their case; upstream's own tests write
@@ -29,21 +32,19 @@ pub struct Checkpoint {
         skip_serializing_if = "is_empty",
         deserialize_with = "nullable"
     )]
-    pub entries: Option<BTreeMap<String, BTreeMap<String, String>>>,
+    pub entries: Option<Entries>,
     pub checksum: u64,
 }
 
-fn empty_entries() -> Option<BTreeMap<String, BTreeMap<String, String>>> {
+fn empty_entries() -> Option<Entries> {
     Some(BTreeMap::new())
 }
 
-fn is_empty(e: &Option<BTreeMap<String, BTreeMap<String, String>>>) -> bool {
+fn is_empty(e: &Option<Entries>) -> bool {
     e.as_ref().is_none_or(|m| m.is_empty())
 }
 
-fn nullable<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<BTreeMap<String, BTreeMap<String, String>>>, D::Error> {
+fn nullable<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Entries>, D::Error> {
     Option::deserialize(d)
 }
 
