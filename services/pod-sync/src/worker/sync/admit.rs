@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// Something of the pod is in the runtime: it was admitted before (by an earlier
+/// pod-sync), and admission does not look at it again.
+fn has_run(rt: &RuntimePodStatus) -> bool {
+    !rt.sandboxes.is_empty() || !rt.containers.is_empty()
+}
+
 impl PodSync {
     /// `activeDeadlineSeconds`: once the pod has been active longer, every container is
     /// stopped and the pod is Failed with reason DeadlineExceeded (`Err`: the sync is
@@ -157,10 +163,7 @@ impl PodSync {
         if st.admitted.contains(&uid) {
             return None;
         }
-        if !rt.sandboxes.is_empty()
-            || !rt.containers.is_empty()
-            || crate::container_manager::oom::is_critical(pod)
-        {
+        if has_run(rt) || crate::container_manager::oom::is_critical(pod) {
             st.admitted.insert(uid);
             return None;
         }
@@ -199,7 +202,7 @@ impl PodSync {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Option<crate::runtime_spec::security::Refusal> {
-        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
+        if has_run(rt) {
             return None;
         }
         let e = self.cpu_manager.admit(pod).err()?;
@@ -219,7 +222,7 @@ impl PodSync {
         rt: &RuntimePodStatus,
     ) -> Option<crate::runtime_spec::security::Refusal> {
         use nodeagent_config::eviction::Condition;
-        if !rt.sandboxes.is_empty() || !rt.containers.is_empty() {
+        if has_run(rt) {
             return None;
         }
         if self.lock().shutting_down {
