@@ -1,4 +1,4 @@
-//! Generates the kubelet.v1 and CRI runtime.v1 code with a vendored protoc, so that no
+//! Generates the kubelet.v1, CRI runtime.v1 and pod-resources v1 code with a vendored protoc, so that no
 //! system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -11,6 +11,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure().compile_with_config(
         config(&protoc),
         &["proto/kubelet/v1/kubelet.proto"],
+        &["proto"],
+    )?;
+    // The kubelet's pod-resources API (served by pod-sync; the tests are its client).
+    tonic_prost_build::configure().compile_with_config(
+        config(&protoc),
+        &["proto/podresources/v1/api.proto"],
         &["proto"],
     )?;
     // The node agent is a CRI client only.

@@ -13,6 +13,12 @@ pub mod cri {
     tonic::include_proto!("runtime.v1");
 }
 
+/// The kubelet's pod-resources API (`v1.PodResourcesLister`), generated from upstream's
+/// `podresources/v1/api.proto`.
+pub mod podresources {
+    tonic::include_proto!("v1");
+}
+
 pub mod k8s;
 
 pub use kubelet::v1 as api;

@@ -9,6 +9,7 @@ mod container_manager;
 mod images;
 mod inputs;
 mod node;
+mod pod_resources;
 mod probers;
 mod runonce;
 mod runtime_spec;
@@ -359,7 +360,19 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             _ => Ok(()),
         }
     });
+    // upstream's pod-resources API, on a socket of its own under the root directory.
+    let pod_resources = Server::new(
+        nodeagent_config::Address::Unix(pod_resources::socket(&config.root_dir)),
+        tonic::service::Routes::new(
+            nodeagent_proto::podresources::pod_resources_lister_server::PodResourcesListerServer::new(
+                pod_resources::Service { sync: sync.clone() },
+            ),
+        ),
+        &["v1.PodResourcesLister"],
+    );
+    let pod_resources = tokio::spawn(pod_resources.serve(shutdown.clone()));
     let served = server.with_liveness(liveness).serve(shutdown.clone()).await;
+    let _ = pod_resources.await;
     shutdown.wait().await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}

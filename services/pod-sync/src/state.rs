@@ -131,6 +131,15 @@ impl State {
                 .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
     }
 
+    /// upstream's active pods: wanted by a source or still being terminated, and not
+    /// finished.
+    pub fn active_pods(&self) -> impl Iterator<Item = (&String, &Pod)> {
+        self.desired
+            .iter()
+            .chain(self.terminating.iter())
+            .filter(|(uid, _)| !self.pod_finished(uid))
+    }
+
     /// Every pod uid anyone knows of.
     pub fn all_uids(&self) -> HashSet<String> {
         self.desired

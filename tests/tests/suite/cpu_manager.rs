@@ -6,13 +6,21 @@
 //! refused `UnexpectedAdmissionError` with `admission/errors.go`'s and `rejectPod`'s
 //! words), and by what the container's own processes see (`Cpus_allowed_list` of
 //! `/proc/self/status`, which follows the container cgroup's cpuset on cgroup v1 and v2).
-//! Attacked: a SIGKILL of pod-sync changes no assignment, no container, no phase; a pod
-//! going gives its CPU back to the running shared containers; a state file of another
-//! policy stops pod-sync's start in upstream's words and disturbs no running pod.
+//! The pod-resources API (upstream's `v1.PodResourcesLister` on
+//! `<root-dir>/pod-resources/kubelet.sock`, what monitoring agents read) shows each pod's
+//! exclusive CPUs and the allocatable ones.
+//! Attacked: a SIGKILL of pod-sync changes no assignment, no container, no phase, no
+//! pod-resources answer; a pod going gives its CPU back to the running shared containers;
+//! a state file of another policy stops pod-sync's start in upstream's words and disturbs
+//! no running pod.
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
 use nodeagent_config::cpuset::CpuSet;
+use nodeagent_proto::podresources::pod_resources_lister_client::PodResourcesListerClient;
+use nodeagent_proto::podresources::{
+    AllocatableResourcesRequest, GetPodResourcesRequest, ListPodResourcesRequest,
+};
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -54,6 +62,39 @@ async fn eventually_allowed(node: &Node, id: &str, want: &CpuSet, what: &str) {
 fn state_file(node: &Node) -> Value {
     let text = std::fs::read_to_string(node.path("root/cpu_manager_state")).unwrap_or_default();
     serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// What the pod-resources API answers: each listed pod (namespace/name) with its
+/// containers' exclusive CPU ids, and the allocatable CPU ids.
+type Listed = (Vec<(String, Vec<(String, Vec<i64>)>)>, Vec<i64>);
+
+async fn pod_resources(node: &Node) -> Result<Listed, String> {
+    let address = nodeagent_config::Address::Unix(node.path("root/pod-resources/kubelet.sock"));
+    let mut client = PodResourcesListerClient::new(nodeagent_transport::connect(&address));
+    let list = client
+        .list(ListPodResourcesRequest {})
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    let pods = list
+        .pod_resources
+        .into_iter()
+        .map(|p| {
+            let containers = p
+                .containers
+                .into_iter()
+                .map(|c| (c.name, c.cpu_ids))
+                .collect();
+            (format!("{}/{}", p.namespace, p.name), containers)
+        })
+        .collect();
+    let allocatable = client
+        .get_allocatable_resources(AllocatableResourcesRequest {})
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner()
+        .cpu_ids;
+    Ok((pods, allocatable))
 }
 
 /// A pod as /pods shows it: phase, Ready, its container's id.
@@ -136,6 +177,51 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
         "{text}"
     );
 
+    // The pod-resources API: the exclusive pod's container with its CPU, the shared one
+    // with none (upstream's GetCPUs gives exclusive CPUs only), every CPU but the reserved
+    // allocatable; Get of one pod, and upstream's words for a pod that is not there.
+    let cpu_ids = |set: &CpuSet| set.iter().map(i64::from).collect::<Vec<i64>>();
+    let (listed, allocatable) = pod_resources(&node).await.unwrap();
+    let exclusive_name = format!("default/{}", node.pod_name("exclusive"));
+    let shared_name = format!("default/{}", node.pod_name("shared"));
+    assert!(
+        listed.contains(&(
+            exclusive_name.clone(),
+            vec![("c".to_string(), cpu_ids(&own))]
+        )),
+        "{listed:?}"
+    );
+    assert!(
+        listed.contains(&(shared_name.clone(), vec![("c".to_string(), vec![])])),
+        "{listed:?}"
+    );
+    assert_eq!(allocatable, cpu_ids(&all.difference(&reserved)));
+    let address = nodeagent_config::Address::Unix(node.path("root/pod-resources/kubelet.sock"));
+    let mut client = PodResourcesListerClient::new(nodeagent_transport::connect(&address));
+    let got = client
+        .get(GetPodResourcesRequest {
+            pod_name: node.pod_name("exclusive"),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources
+        .unwrap();
+    assert_eq!(got.containers[0].cpu_ids, cpu_ids(&own));
+    let missing = client
+        .get(GetPodResourcesRequest {
+            pod_name: "nowhere".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing.message(),
+        "pod nowhere in namespace default not found"
+    );
+    let resources_before = pod_resources(&node).await.unwrap();
+
     // More CPUs than are free: refused before anything of it runs, in upstream's words.
     let want = all.size();
     node.write_manifest(
@@ -170,6 +256,11 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     node.signal(Service::PodSync, Signal::SIGKILL).await;
     node.spawn(Service::PodSync);
     node.wait_serving(Service::PodSync).await;
+    let resources_after = eventually("the pod-resources API back", DEADLINE, || {
+        pod_resources(&node)
+    })
+    .await;
+    assert_eq!(resources_after, resources_before);
     // Through a few reconcile periods after the restart.
     for _ in 0..5 {
         node.wait_relists(2).await;

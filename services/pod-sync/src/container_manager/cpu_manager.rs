@@ -142,6 +142,27 @@ impl CpuManager {
         Some(policy.cpus_of(&self.lock(), uid, container).to_string())
     }
 
+    /// upstream's `GetExclusiveCPUs`: the container's CPUs of its own (none under the
+    /// `none` policy or on the shared pool), for the pod-resources API.
+    pub fn exclusive_cpus(&self, uid: &str, container: &str) -> Vec<i64> {
+        let state = self.lock();
+        let set = state.entries.get(uid).and_then(|e| e.get(container));
+        set.into_iter()
+            .flat_map(|s| s.iter())
+            .map(i64::from)
+            .collect()
+    }
+
+    /// upstream's `GetAllocatableCPUs`: every CPU but the reserved ones under `static`,
+    /// none under `none`.
+    pub fn allocatable_cpus(&self) -> Vec<i64> {
+        let Some(policy) = &self.policy else {
+            return Vec::new();
+        };
+        let all = policy.topology.all().difference(&policy.reserved);
+        all.iter().map(i64::from).collect()
+    }
+
     /// A container was created with `cpuset`.
     pub fn applied(&self, container_id: &str, cpuset: &str) {
         let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());

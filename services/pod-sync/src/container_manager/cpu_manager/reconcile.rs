@@ -30,13 +30,7 @@ impl PodSync {
     pub(crate) async fn reconcile_cpus(&self) {
         let (sources_ready, active, running) = {
             let st = self.lock();
-            let active: HashSet<String> = st
-                .desired
-                .keys()
-                .chain(st.terminating.keys())
-                .filter(|uid| !st.pod_finished(uid))
-                .cloned()
-                .collect();
+            let active: HashSet<String> = st.active_pods().map(|(uid, _)| uid.clone()).collect();
             let running: Vec<(String, String, String)> = st
                 .runtime
                 .iter()
