@@ -157,9 +157,16 @@ pub struct KubeletConfiguration {
     pub reserved_system_cpus: String,
     /// Where node allocatable is enforced (upstream's default `["pods"]`): with `pods`, the
     /// `kubepods` cgroup is limited to capacity less kubeReserved and systemReserved, else to
-    /// capacity. `system-reserved` and `kube-reserved` (limits on the cgroups
-    /// systemReservedCgroup and kubeReservedCgroup name) are accepted and not enforced.
+    /// capacity; with `system-reserved` and `kube-reserved`, the existing cgroups
+    /// systemReservedCgroup and kubeReservedCgroup name get systemReserved and kubeReserved
+    /// as their limits.
     pub enforce_node_allocatable: Vec<String>,
+    /// The existing cgroup of the system's daemons (`/system.slice`), limited to
+    /// systemReserved under `enforceNodeAllocatable: [system-reserved]`.
+    pub system_reserved_cgroup: String,
+    /// The existing cgroup of the node agent and the runtime, limited to kubeReserved under
+    /// `enforceNodeAllocatable: [kube-reserved]`.
+    pub kube_reserved_cgroup: String,
     /// Image GC runs when the image filesystem is this full (percent; 100 disables it)...
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: i32,
@@ -360,6 +367,8 @@ impl Default for KubeletConfiguration {
             merge_default_eviction_settings: false,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
+            system_reserved_cgroup: String::new(),
+            kube_reserved_cgroup: String::new(),
             cpu_manager_policy: "none".into(),
             cpu_manager_policy_options: BTreeMap::new(),
             cpu_manager_reconcile_period: Duration::from_secs(10),
@@ -546,6 +555,11 @@ impl KubeletConfiguration {
                 "invalid configuration: cpuManagerReconcilePeriod (--cpu-manager-reconcile-period) must be greater than zero".into(),
             );
         }
+        if !self.reserved_system_cpus.is_empty()
+            && (!self.system_reserved_cgroup.is_empty() || !self.kube_reserved_cgroup.is_empty())
+        {
+            errs.push("invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)".into());
+        }
         if let Err(e) = crate::cpuset::CpuSet::parse(&self.reserved_system_cpus) {
             errs.push(format!(
                 "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) {}, error: {e}",
@@ -659,11 +673,15 @@ impl KubeletConfiguration {
         if let Err(e) = crate::eviction::Thresholds::from_config(self) {
             errs.push(format!("invalid configuration: {e}"));
         }
-        // Upstream's validation of enforceNodeAllocatable (its words); the cgroups
-        // `system-reserved` and `kube-reserved` need are not checked, as they are not
-        // enforced here.
+        // Upstream's validation of enforceNodeAllocatable (its words).
         for value in &self.enforce_node_allocatable {
             match value.as_str() {
+                "system-reserved" if self.system_reserved_cgroup.is_empty() => errs.push(
+                    "invalid configuration: systemReservedCgroup (--system-reserved-cgroup) must be specified when \"system-reserved\" contained in enforceNodeAllocatable (--enforce-node-allocatable)".into(),
+                ),
+                "kube-reserved" if self.kube_reserved_cgroup.is_empty() => errs.push(
+                    "invalid configuration: kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved\" contained in enforceNodeAllocatable (--enforce-node-allocatable)".into(),
+                ),
                 "pods" | "system-reserved" | "kube-reserved" => {}
                 "none" if self.enforce_node_allocatable.len() > 1 => errs.push(
                     "invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified".into(),

@@ -665,3 +665,29 @@ fn cpu_manager_fields_and_flags_as_upstreams() {
         assert!(err.contains(want), "{fields:?}: {err}");
     }
 }
+
+/// `systemReservedCgroup` and `kubeReservedCgroup` with `enforceNodeAllocatable`, as
+/// upstream's validation words them.
+#[test]
+fn reserved_cgroups_are_required_where_enforced() {
+    let check = |yaml: &str| {
+        let text = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{yaml}"
+        );
+        parse(&text).unwrap().0.validate()
+    };
+    assert_eq!(
+        check("enforceNodeAllocatable: [pods, system-reserved]\n").unwrap_err(),
+        "invalid configuration: systemReservedCgroup (--system-reserved-cgroup) must be specified when \"system-reserved\" contained in enforceNodeAllocatable (--enforce-node-allocatable)"
+    );
+    assert_eq!(
+        check("enforceNodeAllocatable: [kube-reserved]\n").unwrap_err(),
+        "invalid configuration: kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved\" contained in enforceNodeAllocatable (--enforce-node-allocatable)"
+    );
+    check("enforceNodeAllocatable: [pods, system-reserved]\nsystemReservedCgroup: /system.slice\n")
+        .unwrap();
+    assert_eq!(
+        check("systemReservedCgroup: /system.slice\nreservedSystemCPUs: \"0\"\n").unwrap_err(),
+        "invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)"
+    );
+}

@@ -7,3 +7,4 @@ pub(crate) mod cgroups;
 pub(crate) mod cpu_manager;
 pub(crate) mod oom;
 pub(crate) mod quantity;
+pub(crate) mod reserved;

@@ -156,12 +156,39 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             .await
             .map_err(anyhow::Error::msg)?;
     check_runtime_cgroup_driver(&cri, cgroup_driver).await?;
+    let api = config.api_client().await?;
+    let events = nodeagent_config::events::EventRecorder::new(api.clone(), &config.node_name);
+    // upstream's system-reserved and kube-reserved enforcement: once, at start; a cgroup
+    // that is missing stops the start (upstream's kubelet fails its container manager).
+    for reserved in container_manager::reserved::enforced(&config.kubelet) {
+        use nodeagent_config::events::EventType;
+        match container_manager::reserved::enforce(
+            std::path::Path::new("/sys/fs/cgroup"),
+            &reserved,
+        ) {
+            Ok(()) => {
+                tracing::info!(cgroup = %reserved.cgroup, "{}", reserved.success_message());
+                events.node(
+                    EventType::Normal,
+                    "SuccessfulNodeAllocatableEnforcement",
+                    &reserved.success_message(),
+                );
+            }
+            Err(message) => {
+                events.node(
+                    EventType::Warning,
+                    "FailedNodeAllocatableEnforcement",
+                    &message,
+                );
+                anyhow::bail!("Failed to start ContainerManager: {message}");
+            }
+        }
+    }
     // upstream's `start cpu manager error`: a state file of another policy, or one that
     // does not fit this machine, stops the start (nothing is touched).
     let cpu_manager =
         container_manager::cpu_manager::CpuManager::start(&config.kubelet, &config.root_dir)
             .map_err(|e| anyhow::anyhow!("start cpu manager error: {e}"))?;
-    let api = config.api_client().await?;
     // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
     // `--node-ip` (all of it, as upstream's nodeIPs), else the detected address.
     let ips = status::ips::NodeIps::new(
@@ -230,7 +257,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         ),
         api: api.clone(),
         runtime_classes: runtime_spec::runtime_class::RuntimeClasses::new(api.is_some()),
-        events: nodeagent_config::events::EventRecorder::new(api.clone(), &config.node_name),
+        events,
         shutdown: shutdown.clone(),
         gc: worker::gc::Policy {
             max_per_container: config.maximum_dead_containers_per_container,

@@ -3,8 +3,8 @@
 //! its memory request against this machine's MemTotal, a sidecar no higher than its
 //! regular container), the sandbox's pause process at containerd's -998, and a pod cgroup
 //! whose memory limit counts an init container bigger than the app; `kubepods` and the
-//! QoS tiers' shares and limits. An HTTP readiness
-//! probe redirected to another host is a success with a ProbeWarning event.
+//! QoS tiers' shares and limits; systemReserved enforced on its existing cgroup. An HTTP
+//! readiness probe redirected to another host is a success with a ProbeWarning event.
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, PostParams};
@@ -508,4 +508,91 @@ async fn a_probe_redirected_to_another_host_succeeds_with_a_probe_warning_event(
     })
     .await;
     node.stop().await;
+}
+
+/// upstream's system-reserved enforcement (`node_container_manager_linux.go`,
+/// `enforceExistingCgroup`): with `enforceNodeAllocatable: [pods, system-reserved]`, the
+/// existing cgroup `systemReservedCgroup` names gets systemReserved as its limits (CPU
+/// shares by `MilliCPUToShares`, the memory limit, the pids limit); while it does not exist,
+/// pod-sync does not start, saying so in upstream's words, and once it does the node runs
+/// pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_reserved_is_enforced_on_its_cgroup_and_a_missing_one_stops_the_start() {
+    if !require_runtime("resources") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    use nodeagent_config::Service;
+    let name = format!("nodeagent-sysres-{}", std::process::id());
+    cgroup::remove(&name);
+    let mut node = Node::start(
+        "sysres",
+        NodeOptions {
+            extra_config: format!(
+                "enforceNodeAllocatable: [pods, system-reserved]\nsystemReservedCgroup: /{name}\n\
+                 systemReserved: {{cpu: 500m, memory: 100Mi, pid: \"1000\"}}\n"
+            ),
+            no_services: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    node.spawn(Service::PodSync);
+    let pid = node.service_pid(Service::PodSync).unwrap();
+    let want = format!(
+        "Failed to start ContainerManager: Failed to enforce System Reserved Cgroup Limits on \"/{name}\": cgroup [\"{name}\"] has some missing paths: "
+    );
+    eventually("pod-sync refuses to start", DEADLINE, || async {
+        let log = node.log(Service::PodSync);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let exited = stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z");
+        (exited && log.contains(&want))
+            .then_some(())
+            .ok_or_else(|| {
+                format!(
+                    "exited: {exited}; log tail: {}",
+                    &log[log.len().saturating_sub(600)..]
+                )
+            })
+    })
+    .await;
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+
+    // The operator's cgroup exists: its limits are set, and pods run.
+    let dirs: Vec<std::path::PathBuf> = if cgroup::is_v2() {
+        vec![Path::new("/sys/fs/cgroup").join(&name)]
+    } else {
+        ["cpu", "memory", "pids"]
+            .iter()
+            .map(|c| Path::new("/sys/fs/cgroup").join(c).join(&name))
+            .collect()
+    };
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    node.spawn_all();
+    node.wait_serving(Service::PodSync).await;
+    node.write_manifest(
+        "runs.yaml",
+        &manifest(
+            "runs",
+            &node.path("out"),
+            vec![],
+            vec![json!({"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]})],
+        ),
+    );
+    node.running_container("runs", "c", DEADLINE).await;
+    let shares = cgroup::file(&name, ("cpu", "cpu.shares"), "cpu.weight");
+    let want_cpu = if cgroup::is_v2() { "20" } else { "512" };
+    assert_eq!(
+        cgroup::read(&shares).unwrap(),
+        want_cpu,
+        "{}",
+        shares.display()
+    );
+    assert_eq!(cgroup::memory_limit(&name).unwrap(), Some(100 * MI));
+    let pids = cgroup::file(&name, ("pids", "pids.max"), "pids.max");
+    assert_eq!(cgroup::read(&pids).unwrap(), "1000");
+    node.stop().await;
+    cgroup::remove(&name);
 }
