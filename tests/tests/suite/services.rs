@@ -265,9 +265,7 @@ fn every_service_takes_a_kubeadm_nodes_command_line() {
             .find(|l| l.contains("KubeletConfiguration fields accepted but not acted on"))
             .unwrap_or_else(|| panic!("{}: {lines:?}", service.name()));
         assert!(
-            fields.contains(
-                r#"fields=["cpuManagerReconcilePeriod","logging.flushFrequency","memorySwap"]"#
-            ),
+            fields.contains(r#"fields=["logging.flushFrequency","memorySwap"]"#),
             "{}: {fields}",
             service.name()
         );
