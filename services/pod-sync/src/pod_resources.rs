@@ -51,19 +51,37 @@ impl Service {
         }
     }
 
-    /// The active pods, by namespace and name.
-    fn active(&self) -> Vec<Pod> {
-        let mut pods: Vec<Pod> = {
-            let st = self.sync.lock();
-            st.active_pods().map(|(_, p)| p.clone()).collect()
+    /// The active pods, by namespace and name, once the pod sources have told pod-sync
+    /// the node's pods: a pod-sync that has just restarted waits for them (up to
+    /// [`SOURCES_WAIT`]) rather than answer an empty list a monitoring agent would act on
+    /// (the cgroup v2 guest's run of `cpu_manager.rs` caught one); still without them, the
+    /// call fails `Unavailable` and the client retries.
+    async fn active(&self) -> Result<Vec<Pod>, Status> {
+        let deadline = tokio::time::Instant::now() + SOURCES_WAIT;
+        let mut pods: Vec<Pod> = loop {
+            {
+                let st = self.sync.lock();
+                if st.sources_served {
+                    break st.active_pods().map(|(_, p)| p.clone()).collect();
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Status::unavailable(
+                    "the node's pods are not known yet (pod-sync is starting); retry",
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         };
         pods.sort_by(|a, b| {
             (k8s::pod_namespace(a), k8s::pod_name(a))
                 .cmp(&(k8s::pod_namespace(b), k8s::pod_name(b)))
         });
-        pods
+        Ok(pods)
     }
 }
+
+/// How long a call waits for the pod sources after pod-sync's start.
+const SOURCES_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[tonic::async_trait]
 impl PodResourcesLister for Service {
@@ -71,7 +89,12 @@ impl PodResourcesLister for Service {
         &self,
         _: Request<ListPodResourcesRequest>,
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        let pod_resources = self.active().iter().map(|p| self.resources(p)).collect();
+        let pod_resources = self
+            .active()
+            .await?
+            .iter()
+            .map(|p| self.resources(p))
+            .collect();
         Ok(Response::new(ListPodResourcesResponse { pod_resources }))
     }
 
@@ -90,10 +113,10 @@ impl PodResourcesLister for Service {
         request: Request<GetPodResourcesRequest>,
     ) -> Result<Response<GetPodResourcesResponse>, Status> {
         let r = request.into_inner();
-        let pod = self
-            .active()
-            .into_iter()
-            .find(|p| k8s::pod_name(p) == r.pod_name && k8s::pod_namespace(p) == r.pod_namespace);
+        let pod =
+            self.active().await?.into_iter().find(|p| {
+                k8s::pod_name(p) == r.pod_name && k8s::pod_namespace(p) == r.pod_namespace
+            });
         match pod {
             Some(pod) => Ok(Response::new(GetPodResourcesResponse {
                 pod_resources: Some(self.resources(&pod)),
