@@ -119,10 +119,13 @@ const STATUS_GATE_MAX: Duration = Duration::from_secs(15);
 const STATUS_GATE_HARD_MAX: Duration = Duration::from_secs(45);
 
 impl State {
-    /// The pod has finished for good: failed as a whole (admission, deadline, eviction) or
-    /// its published phase is terminal.
+    /// The pod has finished for good: failed as a whole (admission, deadline, eviction),
+    /// its published phase is terminal, or it was recorded finished before pod-sync's
+    /// restart (so that a refused pod is not active again until its worker runs: the
+    /// cgroup v2 guest's CI run saw one back in the pod-resources list after a SIGKILL).
     pub fn pod_finished(&self, uid: &str) -> bool {
-        self.pod_failed.contains_key(uid)
+        self.finished.contains_key(uid)
+            || self.pod_failed.contains_key(uid)
             || self
                 .statuses
                 .get(uid)
