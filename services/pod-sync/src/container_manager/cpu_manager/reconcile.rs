@@ -10,8 +10,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// CRI's CONTAINER_RUNNING.
-const RUNNING: i32 = 1;
+/// CRI's CONTAINER_RUNNING (as worker/sync.rs, plan.rs and gc.rs name it).
+const RUNNING: i32 = nodeagent_proto::cri::ContainerState::ContainerRunning as i32;
 
 pub async fn run(sync: Arc<PodSync>, period: Duration) {
     if !sync.cpu_manager.is_static() {
