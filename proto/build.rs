@@ -1,4 +1,4 @@
-//! Generates the kubelet.v1, CRI runtime.v1 and pod-resources v1 code with a vendored protoc, so that no
+//! Generates the kubelet.v1, CRI runtime.v1, pod-resources v1 and device plugin v1beta1 code with a vendored protoc, so that no
 //! system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,6 +17,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure().compile_with_config(
         config(&protoc),
         &["proto/podresources/v1/api.proto"],
+        &["proto"],
+    )?;
+    // The kubelet's device plugin API (pod-sync serves Registration and is each plugin's
+    // client; the test device plugin is the other way round).
+    tonic_prost_build::configure().compile_with_config(
+        config(&protoc),
+        &["proto/deviceplugin/v1beta1/api.proto"],
         &["proto"],
     )?;
     // The node agent is a CRI client only.

@@ -19,6 +19,12 @@ pub mod podresources {
     tonic::include_proto!("v1");
 }
 
+/// The kubelet's device plugin API (`v1beta1.Registration`, `v1beta1.DevicePlugin`),
+/// generated from upstream's `deviceplugin/v1beta1/api.proto`.
+pub mod deviceplugin {
+    tonic::include_proto!("v1beta1");
+}
+
 pub mod k8s;
 
 pub use kubelet::v1 as api;

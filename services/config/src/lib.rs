@@ -13,6 +13,7 @@ pub mod eviction;
 mod kube_client;
 mod kubelet_config;
 pub mod machine;
+pub mod names;
 pub mod quantity;
 pub mod state;
 pub mod status_patch;

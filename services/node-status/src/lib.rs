@@ -22,7 +22,11 @@ use nodeagent_config::{Config, Service};
 use nodeagent_cri::Cri;
 use nodeagent_proto::api::node_status_server::{NodeStatus as NodeStatusApi, NodeStatusServer};
 use nodeagent_proto::api::pleg_client::PlegClient;
-use nodeagent_proto::api::{GetNodeRequest, GetNodeResponse, PlegHealthRequest};
+use nodeagent_proto::api::pod_sync_client::PodSyncClient;
+use nodeagent_proto::api::{
+    DeviceResourcesRequest, DeviceResourcesResponse, GetNodeRequest, GetNodeResponse,
+    PlegHealthRequest,
+};
 use nodeagent_transport::{Channel, Server, Shutdown, WithLimits};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +35,10 @@ use tonic::{Request, Response, Status};
 pub struct NodeStatusService {
     cri: Cri,
     pleg: PlegClient<Channel>,
+    /// The device plugins' resources, from pod-sync's device manager.
+    pod_sync: PodSyncClient<Channel>,
+    /// What pod-sync said of them last, kept while it restarts.
+    devices: std::sync::Mutex<DeviceResourcesResponse>,
     node_name: String,
     port: u16,
     max_pods: u32,
@@ -108,6 +116,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         cri,
         pleg: PlegClient::new(nodeagent_transport::connect(config.endpoint(Service::Pleg)))
             .with_limits(),
+        pod_sync: PodSyncClient::new(nodeagent_transport::connect(
+            config.endpoint(Service::PodSync),
+        ))
+        .with_limits(),
+        devices: Default::default(),
         node_name: config.node_name.clone(),
         port: config.kubelet.port,
         max_pods: config.kubelet.max_pods,
@@ -210,10 +223,62 @@ pub fn merged_status(
             .filter(|a| !mine.iter().any(|m| m.type_ == a.type_));
         ours.addresses = Some(mine.iter().cloned().chain(others).collect());
     }
+    // An extended resource the Node has and we do not report stays: one an administrator
+    // advertised by patching the Node's status (upstream's documented way for node-level
+    // extended resources), or one of a device plugin retired before our restart.
+    for (mine, theirs) in [
+        (&mut ours.capacity, &existing.capacity),
+        (&mut ours.allocatable, &existing.allocatable),
+    ] {
+        if let (Some(mine), Some(theirs)) = (mine.as_mut(), theirs) {
+            for (name, q) in theirs {
+                if nodeagent_config::names::is_extended_resource_name(name) {
+                    mine.entry(name.clone()).or_insert_with(|| q.clone());
+                }
+            }
+        }
+    }
     ours
 }
 
+/// The device plugins' resources on the Node (upstream's `MachineInfo` setter): each one's
+/// devices as capacity and its healthy ones as allocatable; a retired one zero in both.
+pub fn extended_resources(
+    capacity: &mut BTreeMap<String, u64>,
+    allocatable: &mut BTreeMap<String, u64>,
+    devices: &DeviceResourcesResponse,
+) {
+    for r in &devices.retired {
+        capacity.insert(r.clone(), 0);
+        allocatable.insert(r.clone(), 0);
+    }
+    capacity.extend(devices.capacity.iter().map(|(k, v)| (k.clone(), *v)));
+    allocatable.extend(devices.allocatable.iter().map(|(k, v)| (k.clone(), *v)));
+}
+
 impl NodeStatusService {
+    /// pod-sync's device resources, or what it said last while it does not answer (a
+    /// restart of pod-sync changes nothing on the Node).
+    async fn device_resources(&self) -> DeviceResourcesResponse {
+        let mut client = self.pod_sync.clone();
+        let asked = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            client.device_resources(DeviceResourcesRequest {}),
+        )
+        .await;
+        let mut last = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        match asked {
+            Ok(Ok(r)) => *last = r.into_inner(),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e.message(), "pod-sync's device resources: keeping the last known")
+            }
+            Err(_) => {
+                tracing::debug!("pod-sync's device resources: timed out, keeping the last known")
+            }
+        }
+        last.clone()
+    }
+
     /// A condition stamped now (lastHeartbeatTime), with the time it last changed status.
     fn condition(&self, kind: &str, ok: bool, reason: &str, message: &str) -> NodeCondition {
         let status = if ok { "True" } else { "False" };
@@ -288,11 +353,14 @@ impl NodeStatusService {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let allocatable = nodeagent_config::eviction::allocatable(
+        let mut allocatable = nodeagent_config::eviction::allocatable(
             &capacity,
             &self.kubelet,
             &self.monitor.thresholds(),
         );
+        let mut capacity = capacity;
+        let devices = self.device_resources().await;
+        extended_resources(&mut capacity, &mut allocatable, &devices);
         let runtime_version = version
             .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version))
             .unwrap_or_default();
@@ -452,5 +520,60 @@ impl NodeStatusApi for NodeStatusService {
         Ok(Response::new(GetNodeResponse {
             node_json: nodeagent_proto::k8s::encode_node(&node),
         }))
+    }
+}
+
+#[cfg(test)]
+mod device_resource_tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn q(s: &str) -> Quantity {
+        Quantity(s.into())
+    }
+
+    /// upstream's `MachineInfo` setter: a plugin's devices are capacity, its healthy ones
+    /// allocatable, a removed plugin's resource zero; an extended resource the Node has
+    /// from elsewhere (an administrator's status patch, upstream's documented way) stays.
+    #[test]
+    fn plugin_resources_on_the_node_and_those_of_others_kept() {
+        let mut capacity = BTreeMap::from([("cpu".to_string(), 2000)]);
+        let mut allocatable = capacity.clone();
+        let devices = DeviceResourcesResponse {
+            capacity: [("example.com/dev".to_string(), 3)].into(),
+            allocatable: [("example.com/dev".to_string(), 2)].into(),
+            retired: vec!["example.com/old".into()],
+        };
+        extended_resources(&mut capacity, &mut allocatable, &devices);
+        assert_eq!(capacity["example.com/dev"], 3);
+        assert_eq!(allocatable["example.com/dev"], 2);
+        assert_eq!(
+            (capacity["example.com/old"], allocatable["example.com/old"]),
+            (0, 0)
+        );
+
+        let existing = NodeStatus {
+            capacity: Some(BTreeMap::from([
+                ("example.com/dongle".to_string(), q("4")),
+                ("example.com/dev".to_string(), q("9")),
+                ("memory".to_string(), q("1Ki")),
+                ("hugepages-2Mi".to_string(), q("0")),
+            ])),
+            ..Default::default()
+        };
+        let ours = NodeStatus {
+            capacity: Some(pressure::quantities(&capacity)),
+            allocatable: Some(pressure::quantities(&allocatable)),
+            ..Default::default()
+        };
+        let merged = merged_status(Some(&existing), ours, false);
+        let cap = merged.capacity.unwrap();
+        assert_eq!(
+            cap["example.com/dongle"],
+            q("4"),
+            "an administrator's stays"
+        );
+        assert_eq!(cap["example.com/dev"], q("3"), "ours wins");
+        assert!(!cap.contains_key("memory") && !cap.contains_key("hugepages-2Mi"));
     }
 }

@@ -59,6 +59,8 @@ pub struct PodSync {
     cgroups: container_manager::cgroups::PodCgroups,
     /// Exclusive CPUs of Guaranteed containers (the `static` policy) and the shared set.
     cpu_manager: container_manager::cpu_manager::CpuManager,
+    /// Devices from device plugins, and which container has which.
+    device_manager: Arc<container_manager::device_manager::DeviceManager>,
     /// `kubepods` and the QoS tiers as last set (one update at a time).
     qos_set: tokio::sync::Mutex<Vec<container_manager::cgroups::QosTier>>,
     /// What the host can enforce of a pod's security context.
@@ -189,6 +191,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let cpu_manager =
         container_manager::cpu_manager::CpuManager::start(&config.kubelet, &config.root_dir)
             .map_err(|e| anyhow::anyhow!("start cpu manager error: {e}"))?;
+    let device_manager = Arc::new(
+        container_manager::device_manager::DeviceManager::start(&config.root_dir)
+            .map_err(|e| anyhow::anyhow!("failed to start device plugin manager: {e}"))?,
+    );
     // `--node-ip`'s first address, as upstream's pods' hostIP; else the detected one.
     // `--node-ip` (all of it, as upstream's nodeIPs), else the detected address.
     let ips = status::ips::NodeIps::new(
@@ -251,6 +257,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         delayed: Default::default(),
         cgroups,
         cpu_manager,
+        device_manager: device_manager.clone(),
         qos_set: Default::default(),
         host_security: runtime_spec::security::HostSecurity::detect(
             config.kubelet.allowed_unsafe_sysctls.clone(),
@@ -348,6 +355,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         sync.clone(),
         config.kubelet.cpu_manager_reconcile_period,
     ));
+    tasks.spawn(container_manager::device_manager::release::run(
+        sync.clone(),
+    ));
     if let Some(policy) = node::shutdown::Policy::from_config(&config.kubelet) {
         tasks.spawn(node::shutdown::run(sync.clone(), policy));
     }
@@ -398,8 +408,22 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         &["v1.PodResourcesLister"],
     );
     let pod_resources = tokio::spawn(pod_resources.serve(shutdown.clone()));
+    // upstream's device plugin registration server, in the plugins' directory.
+    let registration = Server::new(
+        nodeagent_config::Address::Unix(device_manager.socket()),
+        tonic::service::Routes::new(
+            nodeagent_proto::deviceplugin::registration_server::RegistrationServer::new(
+                container_manager::device_manager::plugins::RegistrationService {
+                    manager: device_manager.clone(),
+                },
+            ),
+        ),
+        &["v1beta1.Registration"],
+    );
+    let registration = tokio::spawn(registration.serve(shutdown.clone()));
     let served = server.with_liveness(liveness).serve(shutdown.clone()).await;
     let _ = pod_resources.await;
+    let _ = registration.await;
     shutdown.wait().await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}

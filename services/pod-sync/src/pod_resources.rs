@@ -1,9 +1,10 @@
 //! The kubelet's pod-resources API, v1 (upstream's `pkg/kubelet/apis/podresources`,
 //! `server_v1.go`), on `<root-dir>/pod-resources/kubelet.sock`: what monitoring agents
 //! read to attribute node resources to pods. `List` and `Get` give each active pod's
-//! regular containers and sidecars with the CPUs the CPU manager gave them of their own;
-//! `GetAllocatableResources` the CPUs the static policy may give. Devices (issue 33),
-//! memory (no memory manager) and dynamic resources (no DRA) are empty lists.
+//! regular containers and sidecars with the CPUs the CPU manager gave them of their own
+//! and the devices the device manager did; `GetAllocatableResources` the CPUs the static
+//! policy may give and the healthy devices. Memory (no memory manager) and dynamic
+//! resources (no DRA) are empty lists.
 
 use crate::PodSync;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -42,6 +43,7 @@ impl Service {
         let container = |c: &Container| ContainerResources {
             name: c.name.clone(),
             cpu_ids: self.sync.cpu_manager.exclusive_cpus(uid, &c.name),
+            devices: self.sync.device_manager.container_devices(uid, &c.name),
             ..Default::default()
         };
         PodResources {
@@ -104,6 +106,7 @@ impl PodResourcesLister for Service {
     ) -> Result<Response<AllocatableResourcesResponse>, Status> {
         Ok(Response::new(AllocatableResourcesResponse {
             cpu_ids: self.sync.cpu_manager.allocatable_cpus(),
+            devices: self.sync.device_manager.allocatable_devices(),
             ..Default::default()
         }))
     }

@@ -148,6 +148,20 @@ fn not_yet_servable() -> Status {
 
 #[tonic::async_trait]
 impl PodSyncApi for PodSyncService {
+    async fn device_resources(
+        &self,
+        _r: Request<nodeagent_proto::api::DeviceResourcesRequest>,
+    ) -> Result<Response<nodeagent_proto::api::DeviceResourcesResponse>, Status> {
+        let c = self.sync.device_manager.capacity();
+        Ok(Response::new(
+            nodeagent_proto::api::DeviceResourcesResponse {
+                capacity: c.capacity.into_iter().collect(),
+                allocatable: c.allocatable.into_iter().collect(),
+                retired: c.retired,
+            },
+        ))
+    }
+
     async fn list_pods(
         &self,
         _r: Request<ListPodsRequest>,

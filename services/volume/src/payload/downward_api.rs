@@ -6,6 +6,7 @@
 use super::{FileProjection, Payload, PayloadError, aggregate, clean, mode};
 use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use nodeagent_config::names::qualified_name_errors;
 use nodeagent_config::quantity::{bytes, cpu_millis};
 pub(crate) use nodeagent_telemetry::go_quote;
 use std::collections::BTreeMap;
@@ -100,63 +101,6 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
         .map(|(k, v)| format!("{k}={}", go_quote(v)))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-const QUALIFIED_NAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-
-/// Upstream `validation.IsQualifiedName`: `[prefix/]name`, with upstream's messages.
-fn qualified_name_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errs.push("prefix part must be non-empty".to_string());
-            } else {
-                if prefix.len() > 253 {
-                    errs.push("prefix part must be no more than 253 characters".to_string());
-                }
-                if !is_dns1123_subdomain(prefix) {
-                    errs.push(format!("prefix part {DNS1123_SUBDOMAIN_MSG}"));
-                }
-            }
-            *name
-        }
-        _ => {
-            return vec![format!(
-                "a qualified name {QUALIFIED_NAME_MSG} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-            )];
-        }
-    };
-    if name.is_empty() {
-        errs.push("name part must be non-empty".to_string());
-    } else if name.len() > 63 {
-        errs.push("name part must be no more than 63 characters".to_string());
-    }
-    let alnum = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
-    let well_formed = alnum(name.as_bytes().first())
-        && alnum(name.as_bytes().last())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if !well_formed {
-        errs.push(format!("name part {QUALIFIED_NAME_MSG}"));
-    }
-    errs
-}
-
-fn is_dns1123_subdomain(s: &str) -> bool {
-    let label_ok = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-    };
-    s.split('.').all(label_ok)
 }
 
 /// A container resource as a string, in units of the selector's `divisor` (default 1),

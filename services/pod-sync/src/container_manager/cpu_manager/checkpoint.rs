@@ -118,7 +118,7 @@ impl Checkpoint {
             "(*state.CPUManagerCheckpoint){{PolicyName:(string){} DefaultCPUSet:(string){} Entries:({entries_type}){entries} Checksum:(checksum.Checksum)0}}",
             self.policy_name, self.default_cpu_set
         );
-        fnv1a_32(printed.as_bytes()) as u64
+        crate::container_manager::checksum::fnv1a_32(printed.as_bytes()) as u64
     }
 
     /// upstream's `restoreState`: the policy must be the configured one, and every cpuset
@@ -151,11 +151,4 @@ impl Checkpoint {
         }
         Ok(Assignments { default, entries })
     }
-}
-
-/// Go's `hash/fnv.New32a`.
-fn fnv1a_32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
-    })
 }

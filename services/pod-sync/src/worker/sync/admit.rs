@@ -118,11 +118,15 @@ impl PodSync {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Option<SyncOutcome> {
-        let refusal = crate::runtime_spec::security::admit(pod, &self.host_security)
+        let refused = crate::runtime_spec::security::admit(pod, &self.host_security)
             .err()
             .or_else(|| self.refuse_under_pressure(pod, rt))
             .or_else(|| self.refuse_beyond_allocatable(pod, rt))
-            .or_else(|| self.refuse_without_cpus(pod, rt))?;
+            .or_else(|| self.refuse_without_cpus(pod, rt));
+        let refusal = match refused {
+            Some(refusal) => refusal,
+            None => self.refuse_without_devices(pod, rt).await?,
+        };
         // upstream's rejectPod: a Warning event with the reason and message, and the pod
         // Failed with "Pod was rejected: " before the message.
         let first = {
@@ -206,6 +210,31 @@ impl PodSync {
             return None;
         }
         let e = self.cpu_manager.admit(pod).err()?;
+        Some(crate::runtime_spec::security::Refusal {
+            reason: "UnexpectedAdmissionError",
+            message: format!("Allocate failed due to {e}, which is unexpected"),
+        })
+    }
+
+    /// The device manager's admission (upstream's resource allocation admit handler): the
+    /// devices of each container that asks for a plugin's resource are chosen, and the
+    /// plugin's `Allocate` answered, before anything of the pod runs; a pod that cannot
+    /// have them is refused `UnexpectedAdmissionError` in upstream's words. A pod that
+    /// runs already keeps what the checkpoint says.
+    pub(crate) async fn refuse_without_devices(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> Option<crate::runtime_spec::security::Refusal> {
+        if has_run(rt) {
+            return None;
+        }
+        let active = self.active_uids();
+        let e = self
+            .device_manager
+            .admit(pod, active.as_ref())
+            .await
+            .err()?;
         Some(crate::runtime_spec::security::Refusal {
             reason: "UnexpectedAdmissionError",
             message: format!("Allocate failed due to {e}, which is unexpected"),

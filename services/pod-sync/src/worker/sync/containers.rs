@@ -184,6 +184,16 @@ impl PodSync {
         ) {
             resources.cpuset_cpus = cpus.clone();
         }
+        // upstream's GetDeviceRunContainerOptions: the plugins' PreStartContainer (for
+        // those that ask for it), then what their Allocate answers give the container.
+        if let Err(message) = self.device_manager.pre_start(&uid, &c.name).await {
+            tracing::warn!(k8s.container.name = %c.name, %message, "PreStartContainer failed");
+            self.config_error(pod, c, &message);
+            return Ok(Some(Duration::from_secs(10)));
+        }
+        if let Some(devices) = self.device_manager.run_options(&uid, &c.name) {
+            apply_device_options(&mut config, devices);
+        }
         let sandbox_config = runtime_spec::sandbox_config(pod, 0, &self.node);
         let mut runtime = self.cri.runtime.clone();
         let created = runtime
@@ -323,4 +333,39 @@ impl PodSync {
                 )
             })
     }
+}
+
+/// The container's devices from its plugins' `Allocate` answers, as upstream's kuberuntime
+/// puts them in the CRI config: the devices, the mounts, the environment before the
+/// container's own (which wins over it), the annotations under the kubelet's own, and the
+/// CDI names.
+fn apply_device_options(
+    config: &mut nodeagent_proto::cri::ContainerConfig,
+    o: crate::container_manager::device_manager::RunOptions,
+) {
+    use nodeagent_proto::cri::{CdiDevice, Device, KeyValue, Mount};
+    config.devices.extend(o.devices.into_iter().map(|d| Device {
+        container_path: d.container_path,
+        host_path: d.host_path,
+        permissions: d.permissions,
+    }));
+    config.mounts.extend(o.mounts.into_iter().map(|m| Mount {
+        container_path: m.container_path,
+        host_path: m.host_path,
+        readonly: m.read_only,
+        ..Default::default()
+    }));
+    let own = std::mem::take(&mut config.envs);
+    config.envs = o
+        .envs
+        .into_iter()
+        .map(|(key, value)| KeyValue { key, value })
+        .chain(own)
+        .collect();
+    for (k, v) in o.annotations {
+        config.annotations.entry(k).or_insert(v);
+    }
+    config
+        .cdi_devices
+        .extend(o.cdi_devices.into_iter().map(|name| CdiDevice { name }));
 }
