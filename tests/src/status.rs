@@ -35,6 +35,48 @@ impl Node {
         .await
     }
 
+    /// Waits up to `deadline` for /pods to show pod `pod` in `phase`, and returns it.
+    pub async fn pod_in_phase(&self, pod: &str, phase: &str, deadline: Duration) -> Value {
+        eventually(&format!("{pod} {phase}"), deadline, || async {
+            let p = self.pod(pod).await?;
+            (p["status"]["phase"] == phase)
+                .then(|| p.clone())
+                .ok_or_else(|| p["status"].to_string())
+        })
+        .await
+    }
+
+    /// What a user watches of pod `pod` in /pods: its phase, its Ready condition, and its
+    /// first container's id and restart count (`null` where missing).
+    pub async fn watched(&self, pod: &str) -> [Value; 4] {
+        let p = self.pod(pod).await.unwrap_or(Value::Null);
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| c["status"].clone())
+            .unwrap_or(Value::Null);
+        let c = &p["status"]["containerStatuses"][0];
+        [
+            p["status"]["phase"].clone(),
+            ready,
+            c["containerID"].clone(),
+            c["restartCount"].clone(),
+        ]
+    }
+
+    /// The Node as node-status serves it (GetNode), as JSON.
+    pub async fn node_object(&self) -> Result<Value, String> {
+        let mut client = nodeagent_proto::api::node_status_client::NodeStatusClient::new(
+            nodeagent_transport::connect(&self.socket(nodeagent_config::Service::NodeStatus)),
+        );
+        let resp = client
+            .get_node(nodeagent_proto::api::GetNodeRequest {})
+            .await
+            .map_err(|e| e.message().to_string())?
+            .into_inner();
+        serde_json::from_slice(&resp.node_json).map_err(|e| e.to_string())
+    }
+
     /// Waits up to `deadline` for /pods to show container `c` of pod `pod` waiting with
     /// `reason` and returns the waiting message.
     pub async fn waiting_message(

@@ -97,21 +97,6 @@ async fn pod_resources(node: &Node) -> Result<Listed, String> {
     Ok((pods, allocatable))
 }
 
-/// A pod as /pods shows it: phase, Ready, its container's id.
-async fn view(node: &Node, pod: &str) -> (Value, Value, Value) {
-    let p = node.pod(pod).await.unwrap_or(Value::Null);
-    let ready = p["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .map(|c| c["status"].clone())
-        .unwrap_or(Value::Null);
-    (
-        p["status"]["phase"].clone(),
-        ready,
-        p["status"]["containerStatuses"][0]["containerID"].clone(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_restarts() {
     if !require_runtime("cpu_manager") {
@@ -231,13 +216,7 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
             json!({"limits": {"cpu": want.to_string(), "memory": "32Mi"}}),
         ),
     );
-    let refused = eventually("greedy refused", DEADLINE, || async {
-        let p = node.pod("greedy").await?;
-        (p["status"]["phase"] == "Failed")
-            .then(|| p.clone())
-            .ok_or_else(|| p["status"].to_string())
-    })
-    .await;
+    let refused = node.pod_in_phase("greedy", "Failed", DEADLINE).await;
     assert_eq!(refused["status"]["reason"], "UnexpectedAdmissionError");
     assert_eq!(
         refused["status"]["message"],
@@ -249,9 +228,12 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     assert_eq!(node.container_id("greedy", "c").await, None);
 
     // SIGKILL pod-sync: nothing a user watches moves, nor the state file.
-    let before = (view(&node, "exclusive").await, view(&node, "shared").await);
-    assert_eq!(before.0.0, "Running");
-    assert_eq!(before.0.1, "True");
+    let before = (
+        node.watched("exclusive").await,
+        node.watched("shared").await,
+    );
+    assert_eq!(before.0[0], "Running");
+    assert_eq!(before.0[1], "True");
     let file_before = std::fs::read(node.path("root/cpu_manager_state")).unwrap();
     node.signal(Service::PodSync, Signal::SIGKILL).await;
     node.spawn(Service::PodSync);
@@ -264,8 +246,8 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     // Through a few reconcile periods after the restart.
     for _ in 0..5 {
         node.wait_relists(2).await;
-        assert_eq!(view(&node, "exclusive").await, before.0);
-        assert_eq!(view(&node, "shared").await, before.1);
+        assert_eq!(node.watched("exclusive").await, before.0);
+        assert_eq!(node.watched("shared").await, before.1);
         assert_eq!(allowed(&node, &exclusive).await.unwrap(), own);
         assert_eq!(allowed(&node, &shared).await.unwrap(), pool);
         assert_eq!(
@@ -316,6 +298,6 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     std::fs::write(node.path("root/cpu_manager_state"), good).unwrap();
     node.spawn(Service::PodSync);
     node.wait_serving(Service::PodSync).await;
-    assert_eq!(view(&node, "shared").await, before.1);
+    assert_eq!(node.watched("shared").await, before.1);
     node.stop().await;
 }

@@ -18,8 +18,6 @@
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
-use nodeagent_proto::api::GetNodeRequest;
-use nodeagent_proto::api::node_status_client::NodeStatusClient;
 use nodeagent_proto::deviceplugin::RegisterRequest;
 use nodeagent_proto::deviceplugin::registration_client::RegistrationClient;
 use nodeagent_proto::podresources::pod_resources_lister_client::PodResourcesListerClient;
@@ -110,15 +108,7 @@ fn manifest(name: &str) -> String {
 
 /// The Node's capacity and allocatable of the plugin's resource (absent: "").
 async fn node_resource(node: &Node) -> Result<(String, String), String> {
-    let mut client = NodeStatusClient::new(nodeagent_transport::connect(
-        &node.socket(Service::NodeStatus),
-    ));
-    let resp = client
-        .get_node(GetNodeRequest {})
-        .await
-        .map_err(|e| e.message().to_string())?
-        .into_inner();
-    let n: Value = serde_json::from_slice(&resp.node_json).map_err(|e| e.to_string())?;
+    let n = node.node_object().await?;
     let get = |k: &str| {
         n["status"][k][RESOURCE]
             .as_str()
@@ -182,23 +172,6 @@ async fn pod_resources(node: &Node) -> Result<Listed, String> {
         .flat_map(|d| d.device_ids)
         .collect();
     Ok((pods, allocatable))
-}
-
-/// A pod as /pods shows it: phase, Ready, its container's id and restart count.
-async fn view(node: &Node, pod: &str) -> (Value, Value, Value, Value) {
-    let p = node.pod(pod).await.unwrap_or(Value::Null);
-    let ready = p["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .map(|c| c["status"].clone())
-        .unwrap_or(Value::Null);
-    let c = &p["status"]["containerStatuses"][0];
-    (
-        p["status"]["phase"].clone(),
-        ready,
-        c["containerID"].clone(),
-        c["restartCount"].clone(),
-    )
 }
 
 /// What the container sees of its device: the plugin's environment variable, the device
@@ -328,13 +301,7 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
 
     // A third pod: no device is left; refused before anything of it runs.
     node.write_manifest("c.yaml", &manifest("third"));
-    let refused = eventually("the third pod refused", DEADLINE, || async {
-        let p = node.pod("third").await?;
-        (p["status"]["phase"] == "Failed")
-            .then(|| p.clone())
-            .ok_or_else(|| p["status"].to_string())
-    })
-    .await;
+    let refused = node.pod_in_phase("third", "Failed", DEADLINE).await;
     assert_eq!(refused["status"]["reason"], "UnexpectedAdmissionError");
     assert_eq!(
         refused["status"]["message"],
@@ -346,9 +313,9 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
 
     // SIGKILL pod-sync, node-status and the plugin: no device is given again, nothing a
     // user watches moves, the pod-resources API answers the same.
-    let before = (view(&node, "a").await, view(&node, "b").await);
+    let before = (node.watched("a").await, node.watched("b").await);
     assert_eq!(
-        (&before.0.0, &before.0.1),
+        (&before.0[0], &before.0[1]),
         (&json!("Running"), &json!("True"))
     );
     let resources_before = pod_resources(&node).await.unwrap();
@@ -378,8 +345,8 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
     assert_eq!(resources_after, resources_before);
     for _ in 0..3 {
         node.wait_relists(2).await;
-        assert_eq!(view(&node, "a").await, before.0);
-        assert_eq!(view(&node, "b").await, before.1);
+        assert_eq!(node.watched("a").await, before.0);
+        assert_eq!(node.watched("b").await, before.1);
         assert_eq!(device_seen(&node, &a).await.unwrap(), dev_a);
         assert_eq!(device_seen(&node, &b).await.unwrap(), dev_b);
         assert_eq!(
@@ -403,13 +370,7 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
     plugin.kill();
     eventually_resource(&node, ("2", "0"), "the plugin gone").await;
     node.write_manifest("d.yaml", &manifest("fourth"));
-    let refused = eventually("the fourth pod refused", DEADLINE, || async {
-        let p = node.pod("fourth").await?;
-        (p["status"]["phase"] == "Failed")
-            .then(|| p.clone())
-            .ok_or_else(|| p["status"].to_string())
-    })
-    .await;
+    let refused = node.pod_in_phase("fourth", "Failed", DEADLINE).await;
     assert_eq!(
         refused["status"]["message"],
         format!(
@@ -417,7 +378,7 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
         )
     );
     assert_eq!(
-        view(&node, "a").await,
+        node.watched("a").await,
         before.0,
         "a running pod keeps its device"
     );

@@ -7,8 +7,6 @@
 use k8s_openapi::api::core::v1::{Node as KubeNode, NodeCondition};
 use kube::Api;
 use nodeagent_config::Service;
-use nodeagent_proto::api::GetNodeRequest;
-use nodeagent_proto::api::node_status_client::NodeStatusClient;
 use nodeagent_tests::{Node, NodeOptions, eventually, eventually_event, require_runtime};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,15 +58,8 @@ impl Drop for LoopFs {
 }
 
 async fn conditions(node: &Node) -> Result<Vec<NodeCondition>, String> {
-    let mut client = NodeStatusClient::new(nodeagent_transport::connect(
-        &node.socket(Service::NodeStatus),
-    ));
-    let resp = client
-        .get_node(GetNodeRequest {})
-        .await
-        .map_err(|e| e.message().to_string())?
-        .into_inner();
-    let n: KubeNode = serde_json::from_slice(&resp.node_json).map_err(|e| e.to_string())?;
+    let n: KubeNode =
+        serde_json::from_value(node.node_object().await?).map_err(|e| e.to_string())?;
     Ok(n.status.and_then(|s| s.conditions).unwrap_or_default())
 }
 

@@ -10,6 +10,15 @@ fn has_run(rt: &RuntimePodStatus) -> bool {
     !rt.sandboxes.is_empty() || !rt.containers.is_empty()
 }
 
+/// upstream's resource allocation refusal (`admission.GetPodAdmitResult`): an allocation
+/// error of the CPU or device manager, in its words.
+fn unexpected_admission_error(e: &str) -> crate::runtime_spec::security::Refusal {
+    crate::runtime_spec::security::Refusal {
+        reason: "UnexpectedAdmissionError",
+        message: format!("Allocate failed due to {e}, which is unexpected"),
+    }
+}
+
 impl PodSync {
     /// `activeDeadlineSeconds`: once the pod has been active longer, every container is
     /// stopped and the pod is Failed with reason DeadlineExceeded (`Err`: the sync is
@@ -210,10 +219,7 @@ impl PodSync {
             return None;
         }
         let e = self.cpu_manager.admit(pod).err()?;
-        Some(crate::runtime_spec::security::Refusal {
-            reason: "UnexpectedAdmissionError",
-            message: format!("Allocate failed due to {e}, which is unexpected"),
-        })
+        Some(unexpected_admission_error(&e))
     }
 
     /// The device manager's admission (upstream's resource allocation admit handler): the
@@ -235,10 +241,7 @@ impl PodSync {
             .admit(pod, active.as_ref())
             .await
             .err()?;
-        Some(crate::runtime_spec::security::Refusal {
-            reason: "UnexpectedAdmissionError",
-            message: format!("Allocate failed due to {e}, which is unexpected"),
-        })
+        Some(unexpected_admission_error(&e))
     }
 
     /// upstream's node shutdown admission (every new pod is refused while the node shuts
