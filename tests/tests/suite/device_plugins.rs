@@ -11,7 +11,7 @@
 //! (`kubelet_internal_checkpoint`, `{"Data":{"PodDeviceEntries":...}}`), and by what the
 //! container itself sees (the device node, writable through the device cgroup; the
 //! plugin's environment and mount).
-//! Attacked: SIGKILLs of pod-sync, node-status and the plugin while the pods run: no device
+//! Attacked: SIGKILLs of every service and of the plugin while the pods run: no device
 //! is given again (the plugin logs no new Allocate), nothing a user watches moves, the
 //! pod-resources API answers the same; a plugin registering with another API version is
 //! refused in upstream's words.
@@ -252,6 +252,17 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
     let dev_a = device_seen(&node, &a).await.unwrap();
     let dev_b = device_seen(&node, &b).await.unwrap();
     assert_ne!(dev_a, dev_b, "one device each");
+    // The plugin's annotation reached the runtime's container.
+    for (id, dev) in [(&a, &dev_a), (&b, &dev_b)] {
+        let containers = node.containers().await;
+        let c = containers.iter().find(|c| &c.id == id).unwrap();
+        assert_eq!(
+            c.annotations.get("example.com/fake-devices"),
+            Some(dev),
+            "{:?}",
+            c.annotations
+        );
+    }
     let calls = plugin.calls();
     let allocated: Vec<&String> = calls
         .iter()
@@ -311,8 +322,8 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
     );
     assert_eq!(node.container_id("third", "c").await, None);
 
-    // SIGKILL pod-sync, node-status and the plugin: no device is given again, nothing a
-    // user watches moves, the pod-resources API answers the same.
+    // SIGKILL each of the seven services, then the plugin: no device is given again,
+    // nothing a user watches moves, the pod-resources API answers the same.
     let before = (node.watched("a").await, node.watched("b").await);
     assert_eq!(
         (&before.0[0], &before.0[1]),
@@ -320,7 +331,7 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
     );
     let resources_before = pod_resources(&node).await.unwrap();
     let calls_before = plugin.calls().len();
-    for service in [Service::PodSync, Service::NodeStatus] {
+    for service in Service::ALL {
         node.signal(service, Signal::SIGKILL).await;
         node.spawn(service);
         node.wait_serving(service).await;

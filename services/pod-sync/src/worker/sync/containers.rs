@@ -369,3 +369,61 @@ fn apply_device_options(
         .cdi_devices
         .extend(o.cdi_devices.into_iter().map(|name| CdiDevice { name }));
 }
+
+#[cfg(test)]
+mod device_option_tests {
+    use super::apply_device_options;
+    use crate::container_manager::device_manager::RunOptions;
+    use nodeagent_proto::cri::{ContainerConfig, KeyValue};
+    use nodeagent_proto::deviceplugin::{DeviceSpec, Mount};
+
+    /// upstream's kuberuntime with a device plugin's options: the plugin's environment
+    /// comes before the container's own (`GenerateRunContainerOptions` appends the
+    /// container's after it, so the container's wins in the runtime), the kubelet's
+    /// annotations win over the plugin's (`newContainerAnnotations` sets them after), the
+    /// CDI names go in CRI's `CDI_devices` (containerd 1.7 and later act on them).
+    #[test]
+    fn a_plugins_answer_in_the_cri_config() {
+        let mut config = ContainerConfig {
+            envs: vec![KeyValue {
+                key: "DEV".into(),
+                value: "mine".into(),
+            }],
+            annotations: [("io.kubernetes.container.hash".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        };
+        apply_device_options(
+            &mut config,
+            RunOptions {
+                envs: vec![("DEV".into(), "theirs".into()), ("ONLY".into(), "x".into())],
+                mounts: vec![Mount {
+                    container_path: "/lib/x".into(),
+                    host_path: "/opt/x".into(),
+                    read_only: true,
+                }],
+                devices: vec![DeviceSpec {
+                    container_path: "/dev/x0".into(),
+                    host_path: "/dev/x0".into(),
+                    permissions: "rw".into(),
+                }],
+                annotations: vec![
+                    ("io.kubernetes.container.hash".into(), "bad".into()),
+                    ("vendor.com/x".into(), "x0".into()),
+                ],
+                cdi_devices: vec!["vendor.com/x=x0".into()],
+            },
+        );
+        let envs: Vec<(&str, &str)> = config
+            .envs
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(envs, [("DEV", "theirs"), ("ONLY", "x"), ("DEV", "mine")]);
+        assert_eq!(config.annotations["io.kubernetes.container.hash"], "1");
+        assert_eq!(config.annotations["vendor.com/x"], "x0");
+        assert_eq!(config.devices[0].host_path, "/dev/x0");
+        assert_eq!(config.devices[0].permissions, "rw");
+        assert!(config.mounts[0].readonly);
+        assert_eq!(config.cdi_devices[0].name, "vendor.com/x=x0");
+    }
+}
