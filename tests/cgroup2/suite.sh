@@ -25,6 +25,9 @@ FILTERS=(
   "oom::"
   # The CPU manager's cpusets (cgroup v2's cpuset controller, two vCPUs).
   "cpu_manager::"
+  # Device plugins: a device node given through CRI, reached through cgroup v2's eBPF
+  # device filter instead of v1's devices.allow.
+  "device_plugins::"
   # Not about cgroups: the guest's kernel has vsock loopback (CID 1) and the hosts' have
   # not, so the real vsock round trips (the challenge-response, scopes, refusals) run here.
   "vsock::"
@@ -56,7 +59,7 @@ bin="$REPO/target/cgroup2/bin"
 rm -rf "$bin"
 mkdir -p "$bin/deps" "$REPO/target/cgroup2/images"
 cp "$exe" "$bin/deps/"
-for s in config-source pleg pod-sync probe volume node-status http-server; do
+for s in config-source pleg pod-sync probe volume node-status http-server test-device-plugin; do
   cp "$(dirname "$(dirname "$exe")")/nodeagent-$s" "$bin/"
 done
 for image in pause busybox; do

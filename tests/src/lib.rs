@@ -35,7 +35,9 @@ mod status;
 pub mod websocket;
 
 pub use http::{HttpError, http_get};
-pub use node::{Node, NodeOptions, binary, free_port, require_runtime, rss_kib, wait_serving};
+pub use node::{
+    Node, NodeOptions, binary, free_port, require_runtime, rss_kib, test_binary, wait_serving,
+};
 pub use status::{container_status, is_running, ready_results};
 
 use std::future::Future;

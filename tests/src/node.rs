@@ -34,6 +34,23 @@ pub fn binary(service: Service) -> PathBuf {
     path
 }
 
+/// A helper binary of the tests package (`nodeagent-test-*`), beside the services where
+/// cargo put them (the cgroup v2 guest copies it there too).
+pub fn test_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` before the tests (the README's test command does)",
+        path.display()
+    );
+    path
+}
+
 /// Skips a test (returns false) only where root or the runtime truly cannot exist; in CI
 /// (CI=true) a missing runtime is a failure.
 pub fn require_runtime(test: &str) -> bool {

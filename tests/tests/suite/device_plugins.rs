@@ -47,7 +47,7 @@ impl Plugin {
             .append(true)
             .open(node.path("device-plugin.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_nodeagent-test-device-plugin"))
+        let child = Command::new(nodeagent_tests::test_binary("nodeagent-test-device-plugin"))
             .arg("--plugin-dir")
             .arg(&plugin_dir)
             .arg("--state-dir")
