@@ -14,7 +14,9 @@
 //! Attacked: SIGKILLs of every service and of the plugin while the pods run: no device
 //! is given again (the plugin logs no new Allocate), nothing a user watches moves, the
 //! pod-resources API answers the same; a plugin registering with another API version is
-//! refused in upstream's words.
+//! refused in upstream's words. Upstream's metrics (`metrics.go`:
+//! `kubelet_device_plugin_registration_total`, `kubelet_device_plugin_alloc_duration_seconds`)
+//! count the registrations and time the Allocate calls.
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
@@ -279,6 +281,45 @@ async fn plugin_devices_reach_containers_once_and_survive_restarts() {
     assert!(
         calls.iter().any(|l| l.starts_with("PreStartContainer ")),
         "{calls:?}"
+    );
+
+    // upstream's metrics: two registrations counted (ours and the refused one), two
+    // Allocate calls timed, by resource name.
+    let mut metrics = nodeagent_proto::api::metrics_client::MetricsClient::new(
+        nodeagent_transport::connect(&node.socket(Service::PodSync)),
+    );
+    let text = metrics
+        .scrape(nodeagent_proto::api::ScrapeRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .text;
+    // The service's own exposition (http-server's /metrics serves it with upstream's TYPE
+    // lines): each sample's value by its name and resource.
+    let value = |sample: &str, resource: &str| {
+        let label = format!("resource_name=\"{resource}\"");
+        text.lines()
+            .find(|l| l.starts_with(&format!("{sample}{{")) && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(
+        value("kubelet_device_plugin_registration_total", RESOURCE),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            "kubelet_device_plugin_registration_total",
+            "example.com/old"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            "kubelet_device_plugin_alloc_duration_seconds_count",
+            RESOURCE
+        ),
+        Some(2.0)
     );
 
     // The pod-resources API: each pod's container with its device, both devices allocatable.

@@ -548,11 +548,16 @@ impl DeviceManager {
             };
             let devs: Vec<String> = chosen.iter().cloned().collect();
             tracing::info!(resource = %resource, k8s.container.name = %c.name, devices = ?devs, "allocating devices");
+            let started = Instant::now();
             let response = client
                 .allocate(AllocateRequest {
                     container_requests: vec![ContainerAllocateRequest { devices_ids: devs }],
                 })
-                .await
+                .await;
+            nodeagent_telemetry::metrics::kubelet::DEVICE_PLUGIN_ALLOC_DURATION
+                .get_or_create(&vec![("resource_name", resource.clone())])
+                .observe(nodeagent_telemetry::metrics::seconds_since(started));
+            let response = response
                 .map_err(|e| format!("rpc error: code = {:?} desc = {}", e.code(), e.message()))?
                 .into_inner();
             let Some(first) = response.container_responses.first().cloned() else {

@@ -162,6 +162,27 @@ pub fn record_eviction(signal: &str) {
         .inc();
 }
 
+/// `kubelet_device_plugin_registration_total{resource_name}`: every registration request
+/// of a device plugin, refused ones too (pkg/kubelet/metrics/metrics.go
+/// `DevicePluginRegistrationCount`, counted at the top of upstream's `Register`).
+pub static DEVICE_PLUGIN_REGISTRATIONS: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_device_plugin_registration",
+        "[ALPHA] Cumulative number of device plugin registrations. Broken down by resource name.",
+        CounterFamily::default(),
+    )
+});
+
+/// `kubelet_device_plugin_alloc_duration_seconds{resource_name}`: a plugin's `Allocate`
+/// call (`DevicePluginAllocationDuration`, DefBuckets).
+pub static DEVICE_PLUGIN_ALLOC_DURATION: LazyLock<HistogramFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_device_plugin_alloc_duration_seconds",
+        "[ALPHA] Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
+        histogram_family(default_histogram),
+    )
+});
+
 /// `kubelet_cgroup_manager_duration_seconds{operation_type}`: `create`, `update` or
 /// `destroy` of a pod's or a QoS tier's cgroup (pkg/kubelet/metrics/metrics.go
 /// `CgroupManagerDuration`, DefBuckets; pkg/kubelet/cm/cgroup_manager_linux.go).

@@ -52,6 +52,9 @@ impl Registration for RegistrationService {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
         let r = request.into_inner();
         tracing::info!(resource = %r.resource_name, endpoint = %r.endpoint, "Got registration request from device plugin with resource");
+        nodeagent_telemetry::metrics::kubelet::DEVICE_PLUGIN_REGISTRATIONS
+            .get_or_create(&vec![("resource_name", r.resource_name.clone())])
+            .inc();
         if let Err(e) = check(&r) {
             tracing::error!(resource = %r.resource_name, error = %e, "Bad registration request from device plugin");
             // A Go error from upstream's handler: gRPC's Unknown.
