@@ -25,9 +25,10 @@ FILTERS=(
   "oom::"
   # The CPU manager's cpusets (cgroup v2's cpuset controller, two vCPUs).
   "cpu_manager::"
-  # Device plugins: a device node given through CRI, reached through cgroup v2's eBPF
-  # device filter instead of v1's devices.allow.
-  "device_plugins::"
+  # Not device_plugins:: (v2's eBPF device filter instead of v1's devices.allow): it passed
+  # here once (350 s under TCG, stop 45) but would add six minutes to every CI run, and
+  # the device cgroup is runc's, not ours; run it with a FILTERS of its own when the
+  # device path changes.
   # Not about cgroups: the guest's kernel has vsock loopback (CID 1) and the hosts' have
   # not, so the real vsock round trips (the challenge-response, scopes, refusals) run here.
   "vsock::"
