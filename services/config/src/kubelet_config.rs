@@ -546,8 +546,17 @@ impl KubeletConfiguration {
             ));
         }
         for (name, value) in &self.cpu_manager_policy_options {
+            // upstream's NewStaticPolicyOptions, in its words.
+            if name == FULL_PCPUS_ONLY {
+                if go_parse_bool(value).is_none() {
+                    errs.push(format!(
+                        "invalid configuration: cpuManagerPolicyOptions: bad value for option {name:?}: strconv.ParseBool: parsing {value:?}: invalid syntax"
+                    ));
+                }
+                continue;
+            }
             errs.push(format!(
-                "invalid configuration: cpuManagerPolicyOptions: unsupported cpumanager option: {name:?} ({value}): this node agent implements none of the static policy's options"
+                "invalid configuration: cpuManagerPolicyOptions: unsupported cpumanager option: {name:?} ({value}): this node agent implements only {FULL_PCPUS_ONLY:?} of the static policy's options"
             ));
         }
         if self.cpu_manager_reconcile_period.is_zero() {
@@ -581,6 +590,15 @@ impl KubeletConfiguration {
         self.kube_reserved.remove("cpu");
         self.system_reserved
             .insert("cpu".into(), cpus.size().to_string());
+    }
+
+    /// The static policy's `full-pcpus-only` option (upstream's `FullPhysicalCPUsOnly`):
+    /// whole physical cores only.
+    pub fn cpu_manager_full_pcpus_only(&self) -> bool {
+        self.cpu_manager_policy_options
+            .get(FULL_PCPUS_ONLY)
+            .and_then(|v| go_parse_bool(v))
+            .unwrap_or(false)
     }
 
     /// The CPU kept for the system and the node agent (kubeReserved + systemReserved), in
@@ -756,5 +774,17 @@ impl KubeletConfiguration {
         } else {
             Err(errs.join("; "))
         }
+    }
+}
+
+/// upstream's `FullPCPUsOnlyOption`.
+pub const FULL_PCPUS_ONLY: &str = "full-pcpus-only";
+
+/// Go's `strconv.ParseBool`.
+pub fn go_parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
     }
 }

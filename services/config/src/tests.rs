@@ -643,6 +643,17 @@ fn cpu_manager_fields_and_flags_as_upstreams() {
     assert_eq!(c.kubelet.kube_reserved["memory"], "1Gi");
     assert_eq!(c.kubelet.system_reserved["cpu"], "2");
     assert_eq!(c.kubelet.reserved_cpu_millis(), 2000);
+    assert!(!c.kubelet.cpu_manager_full_pcpus_only());
+    // The one policy option implemented, by flag and by field; Go's ParseBool spellings.
+    for value in ["true", "1", "T"] {
+        let c = load(&[(
+            "cpu-manager-policy-options",
+            "cpuManagerPolicyOptions",
+            &format!("full-pcpus-only={value}"),
+        )])
+        .unwrap();
+        assert!(c.kubelet.cpu_manager_full_pcpus_only(), "{value}");
+    }
     for (fields, want) in [
         (
             vec![("reserved-cpus", "reservedSystemCPUs", "0-")],
@@ -656,9 +667,17 @@ fn cpu_manager_fields_and_flags_as_upstreams() {
             vec![(
                 "cpu-manager-policy-options",
                 "cpuManagerPolicyOptions",
-                "full-pcpus-only=true",
+                "distribute-cpus-across-numa=true",
             )],
-            "unsupported cpumanager option: \"full-pcpus-only\" (true)",
+            "unsupported cpumanager option: \"distribute-cpus-across-numa\" (true)",
+        ),
+        (
+            vec![(
+                "cpu-manager-policy-options",
+                "cpuManagerPolicyOptions",
+                "full-pcpus-only=maybe",
+            )],
+            "bad value for option \"full-pcpus-only\": strconv.ParseBool: parsing \"maybe\": invalid syntax",
         ),
     ] {
         let err = load(&fields).unwrap_err();

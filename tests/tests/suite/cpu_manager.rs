@@ -301,3 +301,70 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     assert_eq!(node.watched("shared").await, before.1);
     node.stop().await;
 }
+
+/// `full-pcpus-only` (upstream's `FullPCPUsOnlyOption`) on this machine: a pod asking for
+/// more CPUs than the free whole cores without a reserved CPU is Failed with upstream's
+/// own admission reason, `SMTAlignmentError`, and its message as it is (no "Allocate
+/// failed due to"); a pod of whole cores runs on CPUs of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_pcpus_only_refuses_a_pod_with_upstreams_smt_alignment_error() {
+    if !require_runtime("cpu_manager") {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let all = CpuSet::parse(online.trim()).unwrap();
+    let reserved: CpuSet = all.iter().take(1).collect();
+    let node = Node::start(
+        "cpu-manager-full-pcpus",
+        NodeOptions {
+            extra_config: format!(
+                "cpuManagerPolicy: static\nreservedSystemCPUs: \"{reserved}\"\ncpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n"
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+    // The machine's SMT level, as the kernel tells it.
+    let siblings = std::fs::read_to_string(format!(
+        "/sys/devices/system/cpu/cpu{}/topology/thread_siblings_list",
+        all.iter().last().unwrap()
+    ))
+    .unwrap();
+    let per_core = CpuSet::parse(siblings.trim()).unwrap().size();
+    let free_whole = all.size() - per_core; // the reserved CPU's core is not given
+    let want = all.size();
+    node.write_manifest(
+        "greedy.yaml",
+        &manifest(
+            "greedy",
+            json!({"limits": {"cpu": want.to_string(), "memory": "32Mi"}}),
+        ),
+    );
+    let refused = node.pod_in_phase("greedy", "Failed", DEADLINE).await;
+    assert_eq!(refused["status"]["reason"], "SMTAlignmentError");
+    let message = if want % per_core != 0 {
+        format!(
+            "Pod was rejected: SMT Alignment Error: requested {want} cpus not multiple cpus per core = {per_core}"
+        )
+    } else {
+        format!(
+            "Pod was rejected: SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {free_whole}, requested CPUs = {want}, CPUs per core = {per_core}"
+        )
+    };
+    assert_eq!(refused["status"]["message"], message);
+    assert_eq!(node.container_id("greedy", "c").await, None);
+    if free_whole >= per_core {
+        node.write_manifest(
+            "whole.yaml",
+            &manifest(
+                "whole",
+                json!({"limits": {"cpu": per_core.to_string(), "memory": "32Mi"}}),
+            ),
+        );
+        let id = node.running_container("whole", "c", DEADLINE).await;
+        let own = allowed(&node, &id).await.unwrap();
+        assert_eq!(own.size(), per_core, "a whole core of its own: {own}");
+        assert!(own.intersection(&reserved).is_empty(), "{own}");
+    }
+    node.stop().await;
+}

@@ -52,11 +52,14 @@ impl CpuManager {
     ) -> Result<Self, String> {
         let path = root_dir.join(STATE_FILE);
         let policy = match kubelet.cpu_manager_policy.as_str() {
-            "static" => Some(StaticPolicy::new(
-                topology,
-                &CpuSet::parse(&kubelet.reserved_system_cpus)?,
-                kubelet.reserved_cpu_millis(),
-            )?),
+            "static" => Some(
+                StaticPolicy::new(
+                    topology,
+                    &CpuSet::parse(&kubelet.reserved_system_cpus)?,
+                    kubelet.reserved_cpu_millis(),
+                )?
+                .with_options(policy::Options::of(kubelet)),
+            ),
             _ => None,
         };
         let name = if policy.is_some() { "static" } else { "none" };
@@ -118,7 +121,7 @@ impl CpuManager {
 
     /// The pod's admission (upstream's `Allocate` of every container): `Err` with
     /// upstream's words when its exclusive CPUs cannot be had.
-    pub fn admit(&self, pod: &Pod) -> Result<(), String> {
+    pub fn admit(&self, pod: &Pod) -> Result<(), policy::AllocError> {
         let Some(policy) = &self.policy else {
             return Ok(());
         };
@@ -130,7 +133,7 @@ impl CpuManager {
         {
             // Unsaved, an assignment could be given again after a restart.
             *state = before;
-            return Err(e);
+            return Err(policy::AllocError::Unexpected(e));
         }
         Ok(())
     }

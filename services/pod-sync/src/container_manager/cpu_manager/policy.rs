@@ -44,6 +44,22 @@ impl Topology {
         self.cpus.iter().map(|(cpu, _, _)| *cpu).collect()
     }
 
+    /// upstream's `CPUsPerCore`: the logical CPUs over the physical cores (the SMT level).
+    pub fn cpus_per_core(&self) -> usize {
+        let cores: std::collections::BTreeSet<(u32, u32)> =
+            self.cpus.iter().map(|c| (c.1, c.2)).collect();
+        if cores.is_empty() {
+            return 0;
+        }
+        self.cpus.len() / cores.len()
+    }
+
+    /// The CPUs of every core that holds one of `set` (the set with its core siblings).
+    pub fn with_siblings(&self, set: &CpuSet) -> CpuSet {
+        let cores: Vec<(u32, u32)> = set.iter().filter_map(|cpu| self.core_of(cpu)).collect();
+        self.cpus_where(|c| cores.contains(&(c.1, c.2)))
+    }
+
     fn socket_of(&self, cpu: u32) -> Option<u32> {
         self.cpus.iter().find(|c| c.0 == cpu).map(|c| c.1)
     }
@@ -127,11 +143,54 @@ impl Assignments {
     }
 }
 
+/// The static policy's options (upstream's `StaticPolicyOptions`), of those this node
+/// implements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `full-pcpus-only`: a container gets whole physical cores or is refused.
+    pub full_pcpus_only: bool,
+}
+
+impl Options {
+    pub fn of(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
+        Self {
+            full_pcpus_only: kubelet.cpu_manager_full_pcpus_only(),
+        }
+    }
+}
+
+/// Why a pod's CPUs cannot be had, as upstream's admission tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocError {
+    /// A plain error: upstream's `UnexpectedAdmissionError`, "Allocate failed due to
+    /// ..., which is unexpected".
+    Unexpected(String),
+    /// upstream's `SMTAlignmentError`: its own reason, its message as it is.
+    SmtAlignment(String),
+}
+
+impl std::fmt::Display for AllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unexpected(m) | Self::SmtAlignment(m) => f.write_str(m),
+        }
+    }
+}
+
+impl PartialEq<&str> for AllocError {
+    fn eq(&self, other: &&str) -> bool {
+        match self {
+            Self::Unexpected(m) | Self::SmtAlignment(m) => m == other,
+        }
+    }
+}
+
 /// The static policy: the CPUs kept for the system and the machine's topology.
 #[derive(Debug, Clone)]
 pub struct StaticPolicy {
     pub topology: Topology,
     pub reserved: CpuSet,
+    pub options: Options,
 }
 
 impl StaticPolicy {
@@ -162,7 +221,41 @@ impl StaticPolicy {
                 "[cpumanager] unable to reserve the required amount of CPUs (size of {reserved} did not equal {wanted})"
             ));
         }
-        Ok(Self { topology, reserved })
+        Ok(Self {
+            topology,
+            reserved,
+            options: Options::default(),
+        })
+    }
+
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// upstream's `enforceSMTAlignment` under `full-pcpus-only`: a request of whole cores
+    /// only, and no more than the free CPUs of cores that hold no reserved CPU
+    /// (`GetAvailablePhysicalCPUs`), so that no container is given a lone thread.
+    fn enforce_smt_alignment(&self, s: &Assignments, n: usize) -> Result<(), AllocError> {
+        if !self.options.full_pcpus_only {
+            return Ok(());
+        }
+        let per_core = self.topology.cpus_per_core().max(1);
+        if !n.is_multiple_of(per_core) {
+            return Err(AllocError::SmtAlignment(format!(
+                "SMT Alignment Error: requested {n} cpus not multiple cpus per core = {per_core}"
+            )));
+        }
+        let physical = s
+            .default
+            .difference(&self.topology.with_siblings(&self.reserved))
+            .size();
+        if n > physical {
+            return Err(AllocError::SmtAlignment(format!(
+                "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {physical}, requested CPUs = {n}, CPUs per core = {per_core}"
+            )));
+        }
+        Ok(())
     }
 
     /// upstream's `validateState`: a new state gets every CPU as the shared set; a restored
@@ -212,7 +305,7 @@ impl StaticPolicy {
     /// Guaranteed pod; an init container's CPUs go again to the containers after it. On
     /// an error nothing of the pod stays assigned (upstream leaves the containers before
     /// the failing one assigned until its reconcile loop finds the pod inactive).
-    pub fn allocate_pod(&self, s: &mut Assignments, pod: &Pod) -> Result<(), String> {
+    pub fn allocate_pod(&self, s: &mut Assignments, pod: &Pod) -> Result<(), AllocError> {
         let before = s.clone();
         let result = self.allocate_containers(s, pod);
         if result.is_err() {
@@ -221,7 +314,7 @@ impl StaticPolicy {
         result
     }
 
-    fn allocate_containers(&self, s: &mut Assignments, pod: &Pod) -> Result<(), String> {
+    fn allocate_containers(&self, s: &mut Assignments, pod: &Pod) -> Result<(), AllocError> {
         let uid = nodeagent_proto::k8s::pod_uid(pod).to_string();
         let Some(spec) = &pod.spec else {
             return Ok(());
@@ -236,15 +329,16 @@ impl StaticPolicy {
             if n == 0 {
                 continue;
             }
+            self.enforce_smt_alignment(s, n)?;
             let set = match s.entries.get(&uid).and_then(|e| e.get(&c.name)) {
                 Some(set) => set.clone(),
                 None => {
                     let from = self.available(s).union(&reusable);
                     let set = self.topology.take(&from, n).ok_or_else(|| {
-                        format!(
+                        AllocError::Unexpected(format!(
                             "not enough cpus available to satisfy request: requested={n}, available={}",
                             from.size()
-                        )
+                        ))
                     })?;
                     s.entries
                         .entry(uid.clone())

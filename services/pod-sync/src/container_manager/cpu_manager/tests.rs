@@ -5,7 +5,7 @@
 //! and `validateState`'s errors.
 
 use super::checkpoint::Checkpoint;
-use super::policy::{Assignments, StaticPolicy, Topology};
+use super::policy::{AllocError, Assignments, Options, StaticPolicy, Topology};
 use super::*;
 
 fn set(text: &str) -> CpuSet {
@@ -195,6 +195,7 @@ fn allocation_as_upstreams_cpu_manager_add() {
     let policy = StaticPolicy {
         topology: topo,
         reserved: CpuSet::new(),
+        options: Default::default(),
     };
     let mut s = Assignments::default();
     policy.start(&mut s).unwrap();
@@ -222,6 +223,7 @@ fn removal_as_upstreams_static_policy_remove() {
     let policy = StaticPolicy {
         topology: single_socket_ht(),
         reserved: set("0"),
+        options: Default::default(),
     };
     for (assigned, default, want) in [
         (vec![("fakeContainer1", "1-3")], "4-7", "1-7"),
@@ -350,6 +352,7 @@ fn init_container_cpus_are_reused_by_the_app_containers() {
     let policy = StaticPolicy {
         topology: flat(4),
         reserved: set("0"),
+        options: Default::default(),
     };
     let mut s = Assignments::default();
     policy.start(&mut s).unwrap();
@@ -402,6 +405,7 @@ fn start_up_errors_as_upstreams() {
     let policy = StaticPolicy {
         topology: flat(4),
         reserved: set("0"),
+        options: Default::default(),
     };
     let state = |default: &str, entries: &[(&str, &str)]| {
         let mut s = Assignments {
@@ -510,4 +514,93 @@ fn assignments_survive_a_restart_and_are_released_when_the_pod_goes() {
         std::fs::read_to_string(dir.path().join(STATE_FILE)).unwrap(),
         r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#
     );
+}
+
+/// `TestStaticPolicyAdd`'s `smtalignOptionTestCases` (policy_static_test.go), with
+/// `full-pcpus-only`: a request that is not whole cores, or more than the free CPUs of
+/// cores without a reserved CPU (kubernetes #113537), is an `SMTAlignmentError` in
+/// upstream's words, and nothing is assigned; whole cores are given otherwise.
+#[test]
+fn full_pcpus_only_as_upstreams_smtalign_rows() {
+    let full = Options {
+        full_pcpus_only: true,
+    };
+    // "GuPodSingleCore, SingleSocketHT, ExpectAllocOneCPU" (one CPU reserved: {0}).
+    let policy = StaticPolicy::new(single_socket_ht(), &CpuSet::new(), 1000)
+        .unwrap()
+        .with_options(full);
+    let mut s = Assignments {
+        default: set("0-7"),
+        ..Default::default()
+    };
+    let err = policy
+        .allocate_pod(&mut s, &pod("p", &[], &[("fakeContainer2", "1")]))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        AllocError::SmtAlignment(
+            "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2".into()
+        )
+    );
+    assert!(s.entries.is_empty());
+    // "GuPodManyCores, topoDualSocketHT, ExpectDoNotAllocPartialCPU": reserved {1,6},
+    // whose siblings 7 and 0 are not given either.
+    let policy = StaticPolicy::new(dual_socket_ht(), &set("1,6"), 0)
+        .unwrap()
+        .with_options(full);
+    let mut s = Assignments {
+        default: set("0,2-5,7-11"),
+        ..Default::default()
+    };
+    assert_eq!(
+        policy
+            .allocate_pod(&mut s, &pod("p", &[], &[("fakeContainerBug113537_1", "10")]))
+            .unwrap_err(),
+        AllocError::SmtAlignment("SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 8, requested CPUs = 10, CPUs per core = 2".into())
+    );
+    // "GuPodManyCores, topoDualSocketHT, AutoReserve, ExpectAllocAllCPUs" and
+    // "... ExpectAllocAllCPUs" (reserved {0,6}): every CPU but the reserved core.
+    for reserved in [CpuSet::new(), set("0,6")] {
+        let policy = StaticPolicy::new(dual_socket_ht(), &reserved, 2000)
+            .unwrap()
+            .with_options(full);
+        assert_eq!(policy.reserved, set("0,6"));
+        let mut s = Assignments {
+            default: set("1-5,7-11"),
+            ..Default::default()
+        };
+        policy
+            .allocate_pod(
+                &mut s,
+                &pod("p", &[], &[("fakeContainerBug113537_2", "10")]),
+            )
+            .unwrap();
+        assert_eq!(s.entries["p"]["fakeContainerBug113537_2"], set("1-5,7-11"));
+    }
+    // "GuPodMultipleCores, topoQuadSocketFourWayHT": an SMT level of 4 (here one socket
+    // of two 4-thread cores, upstream's topology is 4 sockets of them): 3 is refused.
+    let four_way = Topology::new((0..8).map(|cpu| (cpu, 0, cpu % 2)).collect());
+    let policy = StaticPolicy {
+        topology: four_way,
+        reserved: CpuSet::new(),
+        options: full,
+    };
+    let mut s = Assignments {
+        default: set("0-7"),
+        ..Default::default()
+    };
+    assert_eq!(
+        policy
+            .allocate_pod(&mut s, &pod("p", &[], &[("c", "3")]))
+            .unwrap_err(),
+        "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 4"
+    );
+    // Without the option the same request is given its CPUs (a lone thread among them).
+    let policy = StaticPolicy {
+        options: Options::default(),
+        ..policy
+    };
+    policy
+        .allocate_pod(&mut s, &pod("p", &[], &[("c", "3")]))
+        .unwrap();
 }

@@ -218,8 +218,15 @@ impl PodSync {
         if has_run(rt) {
             return None;
         }
-        let e = self.cpu_manager.admit(pod).err()?;
-        Some(unexpected_admission_error(&e))
+        use crate::container_manager::cpu_manager::policy::AllocError;
+        match self.cpu_manager.admit(pod).err()? {
+            AllocError::Unexpected(e) => Some(unexpected_admission_error(&e)),
+            // upstream's SMTAlignmentError is an admission error of its own type.
+            AllocError::SmtAlignment(message) => Some(crate::runtime_spec::security::Refusal {
+                reason: "SMTAlignmentError",
+                message,
+            }),
+        }
     }
 
     /// The device manager's admission (upstream's resource allocation admit handler): the
