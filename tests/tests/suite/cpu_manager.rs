@@ -64,6 +64,18 @@ fn state_file(node: &Node) -> Value {
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
+/// A Guaranteed pod asking for `cpus` whole CPUs, once refused at admission.
+async fn refused_greedy(node: &Node, cpus: usize) -> Value {
+    node.write_manifest(
+        "greedy.yaml",
+        &manifest(
+            "greedy",
+            json!({"limits": {"cpu": cpus.to_string(), "memory": "32Mi"}}),
+        ),
+    );
+    node.pod_in_phase("greedy", "Failed", DEADLINE).await
+}
+
 /// What the pod-resources API answers: each listed pod (namespace/name) with its
 /// containers' exclusive CPU ids, and the allocatable CPU ids.
 type Listed = (Vec<(String, Vec<(String, Vec<i64>)>)>, Vec<i64>);
@@ -209,14 +221,7 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
 
     // More CPUs than are free: refused before anything of it runs, in upstream's words.
     let want = all.size();
-    node.write_manifest(
-        "greedy.yaml",
-        &manifest(
-            "greedy",
-            json!({"limits": {"cpu": want.to_string(), "memory": "32Mi"}}),
-        ),
-    );
-    let refused = node.pod_in_phase("greedy", "Failed", DEADLINE).await;
+    let refused = refused_greedy(&node, want).await;
     assert_eq!(refused["status"]["reason"], "UnexpectedAdmissionError");
     assert_eq!(
         refused["status"]["message"],
@@ -333,16 +338,9 @@ async fn full_pcpus_only_refuses_a_pod_with_upstreams_smt_alignment_error() {
     let per_core = CpuSet::parse(siblings.trim()).unwrap().size();
     let free_whole = all.size() - per_core; // the reserved CPU's core is not given
     let want = all.size();
-    node.write_manifest(
-        "greedy.yaml",
-        &manifest(
-            "greedy",
-            json!({"limits": {"cpu": want.to_string(), "memory": "32Mi"}}),
-        ),
-    );
-    let refused = node.pod_in_phase("greedy", "Failed", DEADLINE).await;
+    let refused = refused_greedy(&node, want).await;
     assert_eq!(refused["status"]["reason"], "SMTAlignmentError");
-    let message = if want % per_core != 0 {
+    let message = if !want.is_multiple_of(per_core) {
         format!(
             "Pod was rejected: SMT Alignment Error: requested {want} cpus not multiple cpus per core = {per_core}"
         )
