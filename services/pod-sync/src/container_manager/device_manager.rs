@@ -173,7 +173,15 @@ pub struct DeviceManager {
     state: Mutex<State>,
     /// One pod's allocation at a time (upstream's kubelet admits one pod at a time).
     allocating: tokio::sync::Mutex<()>,
+    /// How long a plugin has to answer `Allocate`, `GetPreferredAllocation` or
+    /// `PreStartContainer`: a plugin that hangs refuses its pod (or fails its container's
+    /// start) instead of holding every pod that asks for a device (upstream waits without
+    /// end).
+    call_timeout: Duration,
 }
+
+/// [`DeviceManager::call_timeout`].
+pub const PLUGIN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl DeviceManager {
     /// upstream's `Start`: the sockets left in the directory are removed (a plugin watches
@@ -189,6 +197,7 @@ impl DeviceManager {
             dir,
             state: Mutex::default(),
             allocating: tokio::sync::Mutex::new(()),
+            call_timeout: PLUGIN_CALL_TIMEOUT,
         };
         match manager.read_checkpoint() {
             Ok(0) => {}
@@ -537,7 +546,10 @@ impl DeviceManager {
                     available,
                 } => {
                     let preferred = match preferred_client {
-                        Some(client) => preferred(client, &available, &allocated, needed).await?,
+                        Some(client) => {
+                            self.preferred(client, &available, &allocated, needed)
+                                .await?
+                        }
                         None => Vec::new(),
                     };
                     choice.finish(allocated, &available, &preferred)?
@@ -549,17 +561,14 @@ impl DeviceManager {
             let devs: Vec<String> = chosen.iter().cloned().collect();
             tracing::info!(resource = %resource, k8s.container.name = %c.name, devices = ?devs, "allocating devices");
             let started = Instant::now();
-            let response = client
-                .allocate(AllocateRequest {
-                    container_requests: vec![ContainerAllocateRequest { devices_ids: devs }],
-                })
-                .await;
+            let request = AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest { devices_ids: devs }],
+            };
+            let response = self.call("Allocate", client.allocate(request)).await;
             nodeagent_telemetry::metrics::kubelet::DEVICE_PLUGIN_ALLOC_DURATION
                 .get_or_create(&vec![("resource_name", resource.clone())])
                 .observe(nodeagent_telemetry::metrics::seconds_since(started));
-            let response = response
-                .map_err(|e| format!("rpc error: code = {:?} desc = {}", e.code(), e.message()))?
-                .into_inner();
+            let response = response?;
             let Some(first) = response.container_responses.first().cloned() else {
                 return Err(format!(
                     "no containers return in allocation response {response:?}"
@@ -587,6 +596,59 @@ impl DeviceManager {
             got.insert(resource, chosen);
         }
         Ok(got)
+    }
+
+    /// A call to a plugin, within [`DeviceManager::call_timeout`], its error as upstream's
+    /// gRPC client prints one.
+    async fn call<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(e)) => Err(format!(
+                "rpc error: code = {:?} desc = {}",
+                e.code(),
+                e.message()
+            )),
+            Err(_) => Err(format!(
+                "rpc error: code = DeadlineExceeded desc = the device plugin did not answer {what} within {:?}",
+                self.call_timeout
+            )),
+        }
+    }
+
+    /// upstream's `callGetPreferredAllocationIfAvailable`'s call.
+    async fn preferred(
+        &self,
+        mut client: DevicePluginClient<Channel>,
+        available: &BTreeSet<String>,
+        must_include: &BTreeSet<String>,
+        size: usize,
+    ) -> Result<Vec<String>, String> {
+        let request = PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: available.union(must_include).cloned().collect(),
+                must_include_device_i_ds: must_include.iter().cloned().collect(),
+                allocation_size: size as i32,
+            }],
+        };
+        let response = self
+            .call(
+                "GetPreferredAllocation",
+                client.get_preferred_allocation(request),
+            )
+            .await
+            .map_err(|e| {
+                format!("device plugin GetPreferredAllocation rpc failed with err: {e}")
+            })?;
+        Ok(response
+            .container_responses
+            .into_iter()
+            .next()
+            .map(|r| r.device_i_ds)
+            .unwrap_or_default())
     }
 
     /// upstream's `callPreStartContainerIfNeeded`, for each resource of the container whose
@@ -617,16 +679,10 @@ impl DeviceManager {
                     "device plugin PreStartContainer rpc failed with err: the plugin of {resource} is not registered"
                 ));
             };
-            client
-                .pre_start_container(PreStartContainerRequest { devices_ids })
+            let request = PreStartContainerRequest { devices_ids };
+            self.call("PreStartContainer", client.pre_start_container(request))
                 .await
-                .map_err(|e| {
-                    format!(
-                        "device plugin PreStartContainer rpc failed with err: rpc error: code = {:?} desc = {}",
-                        e.code(),
-                        e.message()
-                    )
-                })?;
+                .map_err(|e| format!("device plugin PreStartContainer rpc failed with err: {e}"))?;
         }
         Ok(())
     }
@@ -719,37 +775,6 @@ fn device_entries(resource: &str, id: &str, nodes: &[i64]) -> Vec<ContainerDevic
             }),
         })
         .collect()
-}
-
-async fn preferred(
-    mut client: DevicePluginClient<Channel>,
-    available: &BTreeSet<String>,
-    must_include: &BTreeSet<String>,
-    size: usize,
-) -> Result<Vec<String>, String> {
-    let response = client
-        .get_preferred_allocation(PreferredAllocationRequest {
-            container_requests: vec![ContainerPreferredAllocationRequest {
-                available_device_i_ds: available.union(must_include).cloned().collect(),
-                must_include_device_i_ds: must_include.iter().cloned().collect(),
-                allocation_size: size as i32,
-            }],
-        })
-        .await
-        .map_err(|e| {
-            format!(
-                "device plugin GetPreferredAllocation rpc failed with err: rpc error: code = {:?} desc = {}",
-                e.code(),
-                e.message()
-            )
-        })?
-        .into_inner();
-    Ok(response
-        .container_responses
-        .into_iter()
-        .next()
-        .map(|r| r.device_i_ds)
-        .unwrap_or_default())
 }
 
 /// upstream's `devicesToAllocate`, without the plugin calls: which devices a container

@@ -310,3 +310,102 @@ fn an_entry_without_numa_or_answer_prints_nil() {
         checksum(&with(Some(BTreeMap::new())))
     );
 }
+
+/// A plugin that answers its options and never its `Allocate`.
+struct HungPlugin;
+
+type Devices = std::pin::Pin<
+    Box<
+        dyn tokio_stream::Stream<
+                Item = Result<nodeagent_proto::deviceplugin::ListAndWatchResponse, tonic::Status>,
+            > + Send,
+    >,
+>;
+
+#[tonic::async_trait]
+impl nodeagent_proto::deviceplugin::device_plugin_server::DevicePlugin for HungPlugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: tonic::Request<nodeagent_proto::deviceplugin::Empty>,
+    ) -> Result<tonic::Response<DevicePluginOptions>, tonic::Status> {
+        Ok(tonic::Response::new(DevicePluginOptions::default()))
+    }
+
+    type ListAndWatchStream = Devices;
+
+    async fn list_and_watch(
+        &self,
+        _: tonic::Request<nodeagent_proto::deviceplugin::Empty>,
+    ) -> Result<tonic::Response<Devices>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not in this test"))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _: tonic::Request<PreferredAllocationRequest>,
+    ) -> Result<
+        tonic::Response<nodeagent_proto::deviceplugin::PreferredAllocationResponse>,
+        tonic::Status,
+    > {
+        Err(tonic::Status::unimplemented("not in this test"))
+    }
+
+    async fn allocate(
+        &self,
+        _: tonic::Request<AllocateRequest>,
+    ) -> Result<tonic::Response<nodeagent_proto::deviceplugin::AllocateResponse>, tonic::Status>
+    {
+        std::future::pending().await
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: tonic::Request<PreStartContainerRequest>,
+    ) -> Result<
+        tonic::Response<nodeagent_proto::deviceplugin::PreStartContainerResponse>,
+        tonic::Status,
+    > {
+        Err(tonic::Status::unimplemented("not in this test"))
+    }
+}
+
+/// A plugin that never answers `Allocate` refuses its pod once the call's time is up
+/// (upstream would wait without end, holding every pod that asks for a device), and the
+/// device it was about to get is free again.
+#[tokio::test]
+async fn a_plugin_that_hangs_refuses_its_pod_and_holds_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let mut m = manager(root.path());
+    m.call_timeout = Duration::from_millis(300);
+    let socket = dir(root.path()).join("hung.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                nodeagent_proto::deviceplugin::device_plugin_server::DevicePluginServer::new(
+                    HungPlugin,
+                ),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    let client = DevicePluginClient::new(nodeagent_transport::connect(
+        &nodeagent_config::Address::Unix(socket),
+    ));
+    let g = m.connected("example.com/dev", client, DevicePluginOptions::default());
+    m.listed("example.com/dev", g, vec![device("d0", HEALTHY, None)]);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i",
+            "resources": {"limits": {"example.com/dev": "1"}}}]}
+    }))
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), m.admit(&pod, None))
+        .await
+        .expect("the admission ends")
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "rpc error: code = DeadlineExceeded desc = the device plugin did not answer Allocate within 300ms"
+    );
+    assert!(m.lock().in_use("example.com/dev").is_empty());
+}
