@@ -5,7 +5,7 @@
 use crate::status::Waiting;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::RuntimePodStatus;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// An exponential back-off entry: how many failures so far, until when to wait, and what
@@ -141,6 +141,14 @@ impl State {
             .iter()
             .chain(self.terminating.iter())
             .filter(|(uid, _)| !self.pod_finished(uid))
+    }
+
+    /// The active pods' UIDs, once every source has listed its pods (`None` before: a pod
+    /// missing from them may only not be known yet). The CPU and device managers release
+    /// what the pods not in it held.
+    pub fn active_uids(&self) -> Option<BTreeSet<String>> {
+        self.sources_ready
+            .then(|| self.active_pods().map(|(uid, _)| uid.clone()).collect())
     }
 
     /// Every pod uid anyone knows of.

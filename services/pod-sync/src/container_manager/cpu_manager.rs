@@ -16,7 +16,7 @@ use checkpoint::Checkpoint;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_config::cpuset::CpuSet;
 use policy::{Assignments, StaticPolicy, Topology};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -174,7 +174,7 @@ impl CpuManager {
 
     /// upstream's `removeStaleState`: the CPUs of pods that are no longer active go back
     /// to the shared set. Returns the pods released.
-    pub fn release_inactive(&self, active: &HashSet<String>) -> Vec<String> {
+    pub fn release_inactive(&self, active: &BTreeSet<String>) -> Vec<String> {
         let Some(policy) = &self.policy else {
             return Vec::new();
         };

@@ -360,7 +360,8 @@ impl DeviceManager {
 
     fn capacity_at(&self, now: Instant) -> Capacity {
         let mut st = self.lock();
-        let expired: Vec<String> = st
+        // A set: a resource with healthy and unhealthy devices is named once.
+        let expired: BTreeSet<String> = st
             .healthy
             .keys()
             .chain(st.unhealthy.keys())
@@ -435,14 +436,17 @@ impl DeviceManager {
         let uid = nodeagent_proto::k8s::pod_uid(pod).to_string();
         let had = self.lock().pods.get(&uid).cloned();
         let result = self.allocate_pod(&uid, pod).await;
+        let mut st = self.lock();
         if result.is_err() {
-            let mut st = self.lock();
             match had {
                 Some(h) => st.pods.insert(uid, h),
                 None => st.pods.remove(&uid),
             };
+        } else if st.pods.get(&uid) != had.as_ref() {
+            // Written only when the pod's devices changed (a pod admitted again keeps
+            // what it had, and the file is not rewritten for it).
+            self.save(&st);
         }
-        self.save(&self.lock());
         result
     }
 
@@ -903,7 +907,6 @@ fn cleanup_sockets(dir: &Path) {
 /// no longer active go back, once every source has listed its pods.
 pub mod release {
     use crate::PodSync;
-    use std::collections::BTreeSet;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -915,22 +918,12 @@ pub mod release {
             tokio::select! {
                 _ = sync.shutdown.wait() => return,
                 _ = tick.tick() => {
-                    let Some(active) = sync.active_uids() else { continue };
+                    let Some(active) = sync.lock().active_uids() else { continue };
                     for uid in sync.device_manager.release_inactive(&active) {
                         tracing::info!(k8s.pod.uid = %uid, "device manager: the pod's devices are free again");
                     }
                 }
             }
-        }
-    }
-
-    impl PodSync {
-        /// The active pods' UIDs, once every source has listed its pods (`None` before:
-        /// a pod missing from them may only not be known yet).
-        pub(crate) fn active_uids(&self) -> Option<BTreeSet<String>> {
-            let st = self.lock();
-            st.sources_ready
-                .then(|| st.active_pods().map(|(uid, _)| uid.clone()).collect())
         }
     }
 }

@@ -6,7 +6,6 @@
 
 use crate::PodSync;
 use nodeagent_cri::api::{LinuxContainerResources, UpdateContainerResourcesRequest};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,9 +27,8 @@ pub async fn run(sync: Arc<PodSync>, period: Duration) {
 
 impl PodSync {
     pub(crate) async fn reconcile_cpus(&self) {
-        let (sources_ready, active, running) = {
+        let (active, running) = {
             let st = self.lock();
-            let active: HashSet<String> = st.active_pods().map(|(uid, _)| uid.clone()).collect();
             let running: Vec<(String, String, String)> = st
                 .runtime
                 .iter()
@@ -41,11 +39,11 @@ impl PodSync {
                         .map(move |c| (c.id.clone(), uid.clone(), c.name.clone()))
                 })
                 .collect();
-            (st.sources_ready, active, running)
+            (st.active_uids(), running)
         };
         // Until every source has listed its pods, a pod missing from them may only not
         // be known yet: nothing is released.
-        if sources_ready {
+        if let Some(active) = active {
             for uid in self.cpu_manager.release_inactive(&active) {
                 tracing::info!(k8s.pod.uid = %uid, "CPU manager: the pod's exclusive CPUs are shared again");
             }

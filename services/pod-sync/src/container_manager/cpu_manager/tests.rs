@@ -491,7 +491,7 @@ fn assignments_survive_a_restart_and_are_released_when_the_pod_goes() {
     m.applied("id2", "0");
     assert!(m.out_of_date(&running).is_empty());
     // g1 goes: its CPU returns to the shared set, which b then gets.
-    let active: HashSet<String> = ["b".to_string()].into();
+    let active: std::collections::BTreeSet<String> = ["b".to_string()].into();
     assert_eq!(m.release_inactive(&active), vec!["g1".to_string()]);
     assert_eq!(
         m.out_of_date(&running[1..]),

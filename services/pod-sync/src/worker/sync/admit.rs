@@ -242,7 +242,7 @@ impl PodSync {
         if has_run(rt) {
             return None;
         }
-        let active = self.active_uids();
+        let active = self.lock().active_uids();
         let e = self
             .device_manager
             .admit(pod, active.as_ref())
