@@ -74,6 +74,21 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
 }
 
 /// The pod's UID, or "" when unset.
+/// An ephemeral container as the container it runs as (upstream converts its
+/// `EphemeralContainerCommon` to a `v1.Container`; `targetContainerName` is not one of
+/// its fields, and the API server refuses the fields a container has that it may not).
+pub fn ephemeral_as_container(
+    e: &k8s_openapi::api::core::v1::EphemeralContainer,
+) -> k8s_openapi::api::core::v1::Container {
+    serde_json::to_value(e)
+        .and_then(serde_json::from_value)
+        .unwrap_or_else(|_| k8s_openapi::api::core::v1::Container {
+            name: e.name.clone(),
+            image: e.image.clone(),
+            ..Default::default()
+        })
+}
+
 pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }

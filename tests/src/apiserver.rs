@@ -559,6 +559,8 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     status: bool,
+    /// `pods/{name}/ephemeralcontainers` (`apiserver_ephemeral`).
+    ephemeral: bool,
 }
 
 fn parse_path(path: &str) -> Option<Target> {
@@ -574,15 +576,17 @@ fn parse_path(path: &str) -> Option<Target> {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
         _ => (None, rest),
     };
-    let (plural, name, status) = match rest {
-        [plural] => (*plural, None, false),
-        [plural, name] => (*plural, Some(name.to_string()), false),
-        [plural, name, "status"] => (*plural, Some(name.to_string()), true),
+    let (plural, name, status, ephemeral) = match rest {
+        [plural] => (*plural, None, false, false),
+        [plural, name] => (*plural, Some(name.to_string()), false, false),
+        [plural, name, "status"] => (*plural, Some(name.to_string()), true, false),
+        ["pods", name, "ephemeralcontainers"] => ("pods", Some(name.to_string()), false, true),
         _ => return None,
     };
     let mut t = target(plural, namespace)?;
     t.name = name;
     t.status = status;
+    t.ephemeral = ephemeral;
     Some(t)
 }
 
@@ -599,6 +603,7 @@ fn target(plural: &str, namespace: Option<String>) -> Option<Target> {
         namespace,
         name: None,
         status: false,
+        ephemeral: false,
     })
 }
 
@@ -825,6 +830,11 @@ fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
     if let Some(ns) = &t.namespace {
         sync_namespace(state, &mut s, ns);
     }
+    if t.plural == "pods"
+        && let Some(why) = crate::apiserver_ephemeral::create_error(&body)
+    {
+        return invalid_pod(&name, why);
+    }
     // Admission comes before storage, as upstream's: a refused pod is refused even when
     // its name is taken.
     if t.plural == "pods"
@@ -937,6 +947,9 @@ fn commit(
 /// The subresource rule: /status changes only status; the main resource never does.
 fn merge_subresource(t: &Target, current: &Value, incoming: Value) -> Value {
     let mut next = incoming;
+    if t.plural == "pods" {
+        next = crate::apiserver_ephemeral::merge(current, next, t.ephemeral);
+    }
     if t.status {
         let status = next["status"].clone();
         next = current.clone();
@@ -958,6 +971,38 @@ fn merge_subresource(t: &Target, current: &Value, incoming: Value) -> Value {
         }
     }
     next
+}
+
+/// 422 Invalid for a change of the ephemeral containers upstream refuses
+/// (`apiserver_ephemeral`).
+fn ephemeral_refused(t: &Target, name: &str, current: &Value, next: &Value) -> Option<Response> {
+    let why = t
+        .ephemeral
+        .then(|| crate::apiserver_ephemeral::update_error(current, next))??;
+    Some(invalid_pod(name, why))
+}
+
+/// upstream's `NewInvalid`: each error (`<field>: <type>: <detail>`) a cause, which
+/// kubectl prints after `The Pod "x" is invalid: `.
+fn invalid_pod(name: &str, errors: Vec<String>) -> Response {
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|e| {
+            let (field, message) = e.split_once(": ").unwrap_or(("", e));
+            let reason = match message.split_once(':').map(|(t, _)| t) {
+                Some("Forbidden") => "FieldValueForbidden",
+                Some("Not found") => "FieldValueNotFound",
+                _ => "FieldValueInvalid",
+            };
+            json!({"reason": reason, "message": message, "field": field})
+        })
+        .collect();
+    status_with_details(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!("Pod {name:?} is invalid: {}", errors.join(", ")),
+        json!({"name": name, "kind": "Pod", "causes": causes}),
+    )
 }
 
 /// 409 Conflict when the request names a resourceVersion that is no longer current.
@@ -988,6 +1033,9 @@ fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
     };
     if let Some(conflict) = stale(t, name, &body, &current) {
         return conflict;
+    }
+    if let Some(refused) = ephemeral_refused(t, name, &current, &body) {
+        return refused;
     }
     let next = merge_subresource(t, &current, body);
     let stored = commit(state, &mut s, t, k, next);
@@ -1026,6 +1074,7 @@ fn merge_key(field: &str) -> Option<&'static str> {
         | "ephemeralContainerStatuses"
         | "containers"
         | "initContainers"
+        | "ephemeralContainers"
         | "volumes"
         | "env" => "name",
         "podIPs" | "hostIPs" => "ip",
@@ -1122,6 +1171,9 @@ fn patch(
         Ok(w) => w,
         Err(message) => return crate::apiserver_fields::refused(message),
     };
+    if let Some(refused) = ephemeral_refused(t, name, &current, &next) {
+        return refused;
+    }
     let next = merge_subresource(t, &current, next);
     let stored = commit(state, &mut s, t, k, next);
     if let Some(ns) = &t.namespace {

@@ -50,6 +50,12 @@ fn subresources(plural: &str) -> &'static [Subresource] {
     match plural {
         "pods" => &[
             ("log", "Pod", &["get"], None),
+            (
+                "ephemeralcontainers",
+                "Pod",
+                &["get", "patch", "update"],
+                None,
+            ),
             ("exec", "PodExecOptions", &["create", "get"], None),
             ("attach", "PodAttachOptions", &["create", "get"], None),
             (
@@ -211,6 +217,7 @@ mod tests {
         for want in [
             "pods",
             "pods/status",
+            "pods/ephemeralcontainers",
             "pods/log",
             "pods/exec",
             "pods/attach",

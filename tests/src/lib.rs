@@ -8,6 +8,7 @@ pub mod apiserver_auth;
 pub mod apiserver_controllers;
 pub mod apiserver_csr;
 mod apiserver_discovery;
+mod apiserver_ephemeral;
 mod apiserver_fields;
 pub mod apiserver_jwt;
 mod apiserver_kubectl;

@@ -141,7 +141,19 @@ pub fn static_pod(mut pod: Pod, origin: Origin<'_>, node_name: &str) -> Result<P
     let status = pod.status.get_or_insert_with(Default::default);
     status.phase = Some("Pending".into());
     validate_pod(&pod)?;
+    // A static pod is created by its manifest, and upstream's ValidatePodCreate forbids
+    // ephemeral containers there (they are added later, through the API).
+    if spec_has_ephemeral(&pod) {
+        return Err("spec.ephemeralContainers: Forbidden: cannot be set on create".into());
+    }
     Ok(pod)
+}
+
+fn spec_has_ephemeral(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .is_some_and(|e| !e.is_empty())
 }
 
 /// The defaults the API server would have set (`SetObjectDefaults_Pod`), for the fields
@@ -250,6 +262,23 @@ mod tests {
         assert_ne!(a, uid(WEB, "/m/b.yaml", "n1"));
         assert_ne!(a, uid(WEB, "/m/a.yaml", "n2"));
         assert_ne!(a, uid(&WEB.replace("1.36", "1.37"), "/m/a.yaml", "n1"));
+    }
+
+    // upstream: ValidatePodCreate, which the kubelet's file and http sources apply
+    // ("spec.ephemeralContainers: Forbidden: cannot be set on create").
+    #[test]
+    fn a_static_pod_may_not_bring_ephemeral_containers() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: e\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n  ephemeralContainers:\n  - name: debug\n    image: busybox:1.36\n";
+        let err = static_pod(
+            decode_pod(text.as_bytes()).unwrap(),
+            Origin::File("/m/e.yaml"),
+            "node-1",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "spec.ephemeralContainers: Forbidden: cannot be set on create"
+        );
     }
 
     #[test]

@@ -73,12 +73,19 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         errs.push("spec.containers: Required value".into());
     }
     let mut names = HashSet::new();
+    let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or_default();
+    let ephemeral_as_containers: Vec<Container> = ephemeral
+        .iter()
+        .map(nodeagent_proto::k8s::ephemeral_as_container)
+        .collect();
     let groups = [
         (
             "spec.initContainers",
             spec.init_containers.as_deref().unwrap_or_default(),
         ),
         ("spec.containers", &spec.containers[..]),
+        // Last, so that a name taken by another container is the ephemeral one's error.
+        ("spec.ephemeralContainers", &ephemeral_as_containers[..]),
     ];
     for (path, containers) in groups {
         for (i, c) in containers.iter().enumerate() {
@@ -135,6 +142,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             }
         }
     }
+    validate_ephemeral_containers(spec, &mut errs);
     if let Some(policy) = spec.restart_policy.as_deref()
         && !matches!(policy, "Always" | "OnFailure" | "Never")
     {
@@ -144,6 +152,61 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         Ok(())
     } else {
         Err(errs.join("; "))
+    }
+}
+
+/// What upstream's `validateEphemeralContainers` adds to the common container checks: the
+/// target is a regular or init container of the pod, and the fields that would make an
+/// ephemeral container part of the workload (`allowedEphemeralContainerFields` leaves them
+/// out) are forbidden, subPath mounts included.
+fn validate_ephemeral_containers(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    errs: &mut Vec<String>,
+) {
+    const FORBIDDEN: &str = "Forbidden: cannot be set for an Ephemeral Container";
+    let others: HashSet<&str> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    for (i, e) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        let p = format!("spec.ephemeralContainers[{i}]");
+        if let Some(target) = e.target_container_name.as_deref()
+            && !target.is_empty()
+            && !others.contains(target)
+        {
+            errs.push(format!("{p}.targetContainerName: Not found: {target:?}"));
+        }
+        // Go's zero value test: an empty list or an empty resources object is unset.
+        let resources_set = e.resources.as_ref().is_some_and(|r| {
+            r.limits.as_ref().is_some_and(|l| !l.is_empty())
+                || r.requests.as_ref().is_some_and(|l| !l.is_empty())
+                || r.claims.as_ref().is_some_and(|l| !l.is_empty())
+        });
+        let set = [
+            ("ports", e.ports.as_ref().is_some_and(|v| !v.is_empty())),
+            ("resources", resources_set),
+            (
+                "resizePolicy",
+                e.resize_policy.as_ref().is_some_and(|v| !v.is_empty()),
+            ),
+            ("restartPolicy", e.restart_policy.is_some()),
+            ("livenessProbe", e.liveness_probe.is_some()),
+            ("readinessProbe", e.readiness_probe.is_some()),
+            ("startupProbe", e.startup_probe.is_some()),
+            ("lifecycle", e.lifecycle.is_some()),
+        ];
+        for (field, _) in set.iter().filter(|(_, set)| *set) {
+            errs.push(format!("{p}.{field}: {FORBIDDEN}"));
+        }
+        for (j, m) in e.volume_mounts.iter().flatten().enumerate() {
+            for (field, value) in [("subPath", &m.sub_path), ("subPathExpr", &m.sub_path_expr)] {
+                if value.as_deref().is_some_and(|v| !v.is_empty()) {
+                    errs.push(format!("{p}.volumeMounts[{j}].{field}: {FORBIDDEN}"));
+                }
+            }
+        }
     }
 }
 
@@ -492,6 +555,64 @@ mod tests {
         assert!(!is_dns1123_label("Web"));
         assert!(is_dns1123_subdomain("web.node-1"));
         assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+    }
+
+    // upstream: pkg/apis/core/validation validateEphemeralContainers and its
+    // TestValidateEphemeralContainers rows: a name taken by another container, a target
+    // that is not a container of the pod, and the fields an ephemeral container may not set.
+    #[test]
+    fn ephemeral_containers_as_upstream_validates_them() {
+        let base = r#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"app","image":"i"}],
+            "initContainers":[{"name":"init","image":"i"}],"ephemeralContainers":EPH}}"#;
+        let check = |eph: &str| {
+            let pod: Pod = serde_json::from_str(&base.replace("EPH", eph)).unwrap();
+            validate_pod(&pod)
+        };
+        assert_eq!(
+            check(r#"[{"name":"debug","image":"i","targetContainerName":"app","resources":{}}]"#),
+            Ok(())
+        );
+        assert_eq!(
+            check(r#"[{"name":"debug","image":"i","targetContainerName":"init"}]"#),
+            Ok(())
+        );
+        assert_eq!(
+            check(r#"[{"name":"app","image":"i"}]"#),
+            Err("spec.ephemeralContainers[0].name: Duplicate value: \"app\"".into())
+        );
+        assert_eq!(
+            check(r#"[{"name":"debug","image":"i","targetContainerName":"bogus"}]"#),
+            Err("spec.ephemeralContainers[0].targetContainerName: Not found: \"bogus\"".into())
+        );
+        let err = check(
+            r#"[{"name":"debug","image":"i","ports":[{"containerPort":80}],
+                "resources":{"limits":{"cpu":"1"}},"lifecycle":{},"livenessProbe":{"exec":{"command":["true"]}},
+                "readinessProbe":{"exec":{"command":["true"]}},"startupProbe":{"exec":{"command":["true"]}},
+                "restartPolicy":"Always"}]"#,
+        )
+        .unwrap_err();
+        for field in [
+            "ports",
+            "resources",
+            "restartPolicy",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+        ] {
+            let want = format!(
+                "spec.ephemeralContainers[0].{field}: Forbidden: cannot be set for an Ephemeral Container"
+            );
+            assert!(err.contains(&want), "{want} not in {err}");
+        }
+        let err = check(
+            r#"[{"name":"debug","image":"i","volumeMounts":[{"name":"v","mountPath":"/v","subPath":"x"}]}]"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("spec.ephemeralContainers[0].volumeMounts[0].subPath: Forbidden: cannot be set for an Ephemeral Container"),
+            "{err}"
+        );
     }
 }
 

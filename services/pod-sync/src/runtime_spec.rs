@@ -443,6 +443,22 @@ pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxC
     }
 }
 
+/// An ephemeral container's view of its target's processes (upstream's
+/// `generateLinuxContainerConfig`): where the pod gives each container its own PID
+/// namespace, the target container's is used (`NamespaceMode_TARGET`); where the pod
+/// shares one (`shareProcessNamespace`, `hostPID`) the container is in it already.
+pub fn target_pid_namespace(config: &mut ContainerConfig, target_id: &str) {
+    let options = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut());
+    if let Some(ns) = options.filter(|ns| ns.pid == NamespaceMode::Container as i32) {
+        ns.pid = NamespaceMode::Target as i32;
+        ns.target_id = target_id.to_string();
+    }
+}
+
 /// The container's security context (upstream `determineEffectiveSecurityContext`): the
 /// container's fields over the pod's. procMount Default leaves the runtime's masked and
 /// read-only paths; what this node cannot enforce was refused at admission.

@@ -7,6 +7,7 @@ pub(crate) mod finished;
 pub(crate) mod ips;
 pub(crate) mod probe_state;
 pub(crate) mod reasons;
+mod terminate;
 
 use crate::container_manager::cgroups::qos_class;
 use k8s_openapi::api::core::v1::{
@@ -370,21 +371,17 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
             .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
             .max_by_key(|s| s.created_at_unix_nanos)
     });
-    let old_statuses = |init: bool| -> HashMap<&str, &ContainerStatus> {
+    let old_statuses = |list: fn(&PodStatus) -> Option<&Vec<ContainerStatus>>| {
         previous
-            .and_then(|p| {
-                if init {
-                    p.init_container_statuses.as_ref()
-                } else {
-                    p.container_statuses.as_ref()
-                }
-            })
+            .and_then(list)
             .into_iter()
             .flatten()
             .map(|s| (s.name.as_str(), s))
-            .collect()
+            .collect::<HashMap<&str, &ContainerStatus>>()
     };
-    let (old_init, old_app) = (old_statuses(true), old_statuses(false));
+    let old_init = old_statuses(|p| p.init_container_statuses.as_ref());
+    let old_app = old_statuses(|p| p.container_statuses.as_ref());
+    let old_ephemeral = old_statuses(|p| p.ephemeral_container_statuses.as_ref());
     let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let finished = phase::is_terminal(published_phase.as_deref()) || phase::is_terminal(api_phase);
     // Upstream: with init containers, every container waits in PodInitializing until it
@@ -395,7 +392,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     } else {
         "ContainerCreating"
     };
-    let init: Vec<ContainerStatus> = spec
+    let mut init: Vec<ContainerStatus> = spec
         .init_containers
         .iter()
         .flatten()
@@ -420,6 +417,23 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     // Upstream sorts regular container statuses by name (`SortedContainerStatuses`); init
     // containers keep the spec's order.
     app.sort_by(|a, b| a.name.cmp(&b.name));
+    // Ephemeral containers: converted as regular ones, sorted by name, and never ready
+    // nor `started` (upstream's prober manager sets those for the other two lists only).
+    // They count for neither the phase nor a condition.
+    let mut ephemeral: Vec<ContainerStatus> = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|e| {
+            let c = nodeagent_proto::k8s::ephemeral_as_container(e);
+            let old = old_ephemeral.get(c.name.as_str()).copied();
+            let mut s = container_status(&c, inputs, default_waiting, old, false, finished);
+            s.ready = false;
+            s.started = None;
+            s
+        })
+        .collect();
+    ephemeral.sort_by(|a, b| a.name.cmp(&b.name));
 
     // Upstream assigns static pods no terminal phase (kubernetes #116484).
     let pod_is_terminal = inputs.terminated && !api_status::is_static(pod);
@@ -433,6 +447,13 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     // A finished pod stays finished (upstream's three-way merge): the runtime may have lost
     // its containers or sandbox since.
     let phase = phase::keep_terminal(phase, published_phase.as_deref(), api_phase);
+    // Upstream's TerminatePod, once nothing of a terminated or finished pod runs (failed
+    // as a whole, by its deadline or an eviction, too): no container of an initialized
+    // pod is left waiting (the phase is decided already).
+    let ended = inputs.terminated || inputs.pod_failed.is_some() || phase::is_terminal(Some(phase));
+    if ended && !could_have_running_containers(rt) {
+        terminate::terminate(&spec, &mut init, &mut app);
+    }
     // Upstream's generate.go, from the statuses just computed (init containers' first):
     // ContainersReady (sidecars count, regular init containers do not; a finished pod's
     // containers are not ready, with the phase as the reason), Ready (that, then the
@@ -558,6 +579,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         qos_class: Some(qos_class(pod).as_str().into()),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(app),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         ..Default::default()
     }
 }

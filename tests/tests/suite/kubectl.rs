@@ -11,6 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod debug;
+
 const DEADLINE: Duration = Duration::from_secs(40);
 /// One kubectl command that does not stream.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);

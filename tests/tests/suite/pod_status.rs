@@ -216,7 +216,7 @@ async fn readiness_gates_and_foreign_conditions_survive_the_nodes_patches() {
 
 /// `activeDeadlineSeconds` counts from the pod's `startTime`, as upstream: a pod that never
 /// got a sandbox (its config map is missing, so its volumes never mount) still fails with
-/// DeadlineExceeded.
+/// DeadlineExceeded, and its container, never started, is reported terminated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_active_deadline_counts_from_the_start_time_even_without_a_sandbox() {
     if !require_runtime("active deadline") {
@@ -247,6 +247,24 @@ async fn the_active_deadline_counts_from_the_start_time_even_without_a_sandbox()
     })
     .await;
     assert_eq!(p["status"]["reason"], "DeadlineExceeded", "{}", p["status"]);
+    // Upstream's TerminatePod (status_manager_test.go TestTerminatePod_DefaultUnknownStatus,
+    // "no previous state"): the container that never started is not left waiting in the
+    // failed pod; it is terminated, ContainerStatusUnknown, 137.
+    let state = eventually("the container terminated", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        let state = p["status"]["containerStatuses"][0]["state"].clone();
+        match state["terminated"]["reason"].as_str() {
+            Some("ContainerStatusUnknown") => Ok(state),
+            _ => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    assert_eq!(state["terminated"]["exitCode"], 137, "{state}");
+    assert_eq!(
+        state["terminated"]["message"],
+        "The container could not be located when the pod was terminated",
+        "{state}"
+    );
     assert!(
         node.sandboxes().await.is_empty(),
         "no sandbox was ever made"

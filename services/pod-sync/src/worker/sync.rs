@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 mod admit;
 mod backoff;
 mod containers;
+mod ephemeral;
 mod images;
 mod plan;
 mod runtime_calls;
@@ -214,6 +215,17 @@ impl PodSync {
             merge_retry(left);
         }
 
+        // Ephemeral containers first (upstream's SyncPod step 5: a pod whose init container
+        // fails can still be debugged), in the sandbox the pod keeps; one just made has
+        // none of the pod's containers yet, and the next sync starts them there. One that
+        // could not start is retried, but holds back neither the pod's end nor its
+        // other containers.
+        let mut ephemeral_retry = None;
+        if !fresh_sandbox {
+            let ctx = (sandbox_id.as_str(), pod_ip.as_str(), &volumes);
+            ephemeral_retry = self.start_ephemeral_containers(pod, rt, ctx).await?;
+        }
+
         // Init containers and sidecars (upstream's computeInitContainerActions): decided
         // by init_plan, carried out here.
         let init = spec.init_containers.clone().unwrap_or_default();
@@ -314,7 +326,7 @@ impl PodSync {
         if !initialized {
             // pleg tells us when an init container exits, probe when a sidecar's startup
             // probe passes.
-            return Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter));
+            return Ok(retry_outcome(next_retry, ephemeral_retry));
         }
 
         // Regular containers (upstream's computePodActions): decided by plan, carried out
@@ -388,26 +400,31 @@ impl PodSync {
         if app.kill_pod && next_retry.is_none() && !fresh_sandbox {
             // Every regular container is done and none will restart. Sidecars ran only to
             // serve them: they are stopped in reverse order, each with its preStop hook and
-            // the pod's grace (upstream, KEP-753), then the sandbox goes (its IP and
-            // network), as upstream; the dead containers stay for their logs.
-            let sidecars: Vec<&RuntimeContainer> = rt
+            // the pod's grace (upstream, KEP-753), and ephemeral containers with them (at
+            // once: they wait for nothing), as upstream's KillPod; then the sandbox goes
+            // (its IP and network); the dead containers stay for their logs.
+            let others: Vec<&RuntimeContainer> = rt
                 .containers
                 .iter()
                 .filter(|r| r.state == RUNNING && r.sandbox_id == sandbox_id)
-                .filter(|r| {
-                    spec.init_containers
-                        .iter()
-                        .flatten()
-                        .any(|c| c.name == r.name)
-                })
+                .filter(|r| !spec.containers.iter().any(|c| c.name == r.name))
                 .collect();
-            self.kill_in_order(pod, &sidecars, grace_seconds(pod)).await;
+            self.kill_in_order(pod, &others, grace_seconds(pod)).await;
             tracing::info!(sandbox.id = %sandbox_id, "pod finished; stopping its sandbox");
             self.stop_sandbox(&sandbox_id).await;
             self.acted(&uid);
             return Ok(SyncOutcome::Terminated);
         }
-        Ok(next_retry.map_or(SyncOutcome::Idle, SyncOutcome::RetryAfter))
+        Ok(retry_outcome(next_retry, ephemeral_retry))
+    }
+}
+
+/// Idle, or a retry after the sooner of two delays.
+fn retry_outcome(a: Option<Duration>, b: Option<Duration>) -> SyncOutcome {
+    match (a, b) {
+        (Some(a), Some(b)) => SyncOutcome::RetryAfter(a.min(b)),
+        (Some(d), None) | (None, Some(d)) => SyncOutcome::RetryAfter(d),
+        (None, None) => SyncOutcome::Idle,
     }
 }
 

@@ -122,10 +122,25 @@ impl PodSync {
         self: &Arc<Self>,
         pod: &Pod,
         c: &Container,
-        (attempt, backoff_base): (u32, u32),
+        attempt: (u32, u32),
         sandbox_id: &str,
         pod_ip: &str,
         volumes: &HashMap<String, String>,
+    ) -> anyhow::Result<Option<Duration>> {
+        self.create_and_start(pod, c, attempt, (sandbox_id, pod_ip, volumes), None)
+            .await
+    }
+
+    /// `start_container`, for an ephemeral container with a `targetContainerName`: in the
+    /// PID namespace of that container (`pid_target`, its id), as upstream's
+    /// `getTargetID` and `NamespaceMode_TARGET`.
+    pub(crate) async fn create_and_start(
+        self: &Arc<Self>,
+        pod: &Pod,
+        c: &Container,
+        (attempt, backoff_base): (u32, u32),
+        (sandbox_id, pod_ip, volumes): (&str, &str, &HashMap<String, String>),
+        pid_target: Option<&str>,
     ) -> anyhow::Result<Option<Duration>> {
         let uid = k8s::pod_uid(pod).to_string();
         if let Err((reason, message, retry)) = self.ensure_image(pod, c).await {
@@ -175,6 +190,9 @@ impl PodSync {
                 return Ok(Some(Duration::from_secs(10)));
             }
         };
+        if let Some(target) = pid_target {
+            runtime_spec::target_pid_namespace(&mut config, target);
+        }
         // upstream's PreCreateContainer: the CPU manager's cpuset (the container's own
         // CPUs, or the shared set), under the static policy.
         let cpuset = self.cpu_manager.cpuset(&uid, &c.name);

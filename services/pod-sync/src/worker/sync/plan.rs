@@ -323,6 +323,31 @@ fn next_new(all: &[&RuntimeContainer]) -> Start {
     }
 }
 
+/// The ephemeral containers to start (upstream's `EphemeralContainersToStart`, by spec
+/// index): those the runtime has no instance of, in any sandbox of the pod, since an
+/// ephemeral container is never restarted. Planned whenever the pod keeps its sandbox,
+/// initialized or not (upstream: "Ephemeral containers may be started even if
+/// initialization is not yet complete").
+///
+/// Better than upstream, whose only record is the runtime's: one that `ran` (its status
+/// shows it started, the published one or the API server's copy) is not started again
+/// when its dead container is gone (removed by the container GC or by hand), where
+/// upstream would run the command a second time.
+pub fn plan_ephemeral(pod: &Pod, rt: &RuntimePodStatus, ran: &HashSet<&str>) -> Vec<usize> {
+    let ephemeral = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or_default();
+    ephemeral
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !ran.contains(e.name.as_str()))
+        .filter(|(_, e)| instances(Some(rt), &e.name).is_empty())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// What `init_plan` needs to know of an init container's newest instance in the sandbox
 /// in use.
 pub fn init_view(

@@ -28,6 +28,7 @@ struct Actions {
     init_containers_to_start: Vec<usize>,
     containers_to_start: Vec<usize>,
     containers_to_kill: Vec<String>,
+    ephemeral_containers_to_start: Vec<usize>,
 }
 
 /// Our plans, in the order `sync_pod_inner` carries them out, as upstream's `podActions`.
@@ -49,6 +50,10 @@ fn compute_pod_actions(pod: &Pod, rt: &RuntimePodStatus, probes: ProbeResults<'_
         }
         SandboxPlan::Keep { id, .. } => Some(id),
     };
+    // Upstream plans ephemeral containers before it looks at initialization.
+    if sandbox.is_some() {
+        a.ephemeral_containers_to_start = plan_ephemeral(pod, rt, &HashSet::new());
+    }
     let in_sandbox = |name: &str| {
         instances(Some(rt), name)
             .into_iter()
@@ -136,6 +141,18 @@ fn base(kind: Base) -> (Pod, RuntimePodStatus) {
             ],
             S::ContainerRunning,
         ),
+        Base::InitAndEphemeralContainers => {
+            // Upstream's makeBasePodAndStatusWithInitAndEphemeralContainers: the regular
+            // containers' statuses kept, init1 exited and the debug container running
+            // after them.
+            let init1 = container("init1", "bar-image");
+            let debug = container("debug", "busybox");
+            statuses.push(status_of("initid1", &init1, S::ContainerExited));
+            statuses.push(status_of("debug1", &debug, S::ContainerRunning));
+            spec.init_containers = Some(vec![init1]);
+            spec.ephemeral_containers = Some(vec![ephemeral("debug", "busybox")]);
+            (vec![], S::ContainerRunning)
+        }
     };
     if !names.is_empty() {
         let inits: Vec<Container> = names
@@ -241,6 +258,15 @@ enum Base {
     Plain,
     InitContainers,
     RestartableInitContainers,
+    InitAndEphemeralContainers,
+}
+
+fn ephemeral(name: &str, image: &str) -> k8s_openapi::api::core::v1::EphemeralContainer {
+    k8s_openapi::api::core::v1::EphemeralContainer {
+        name: name.into(),
+        image: Some(image.into()),
+        ..Default::default()
+    }
 }
 
 fn run(kind: Base, cases: Vec<Case>) {
@@ -1000,4 +1026,105 @@ fn how_each_container_is_started() {
         "Container foo2 failed liveness probe"
     );
     assert!(plan.kill_pod);
+}
+
+// upstream: kuberuntime_manager_test.go TestComputePodActionsWithInitAndEphemeralContainers,
+// its 9 cases (upstream first runs TestComputePodActions and ...WithInitContainers again
+// with the feature on: ours have no feature gate, those tables run above).
+#[test]
+fn test_compute_pod_actions_with_init_and_ephemeral_containers() {
+    let ephemeral_starts = |i: &[usize]| Actions {
+        ephemeral_containers_to_start: i.to_vec(),
+        ..no_action()
+    };
+    let recreate_first_init = || Actions {
+        kill_pod: true,
+        create_sandbox: true,
+        sandbox_id: "sandboxID".into(),
+        attempt: 1,
+        init_containers_to_start: vec![0],
+        ..Default::default()
+    };
+    let without_debug = |rt: &mut RuntimePodStatus| rt.containers.truncate(4);
+    let cases = vec![
+        case(
+            "steady state; do nothing; ignore ephemeral container",
+            keep,
+            same,
+            no_action(),
+        ),
+        case(
+            "No ephemeral containers running; start one",
+            keep,
+            without_debug,
+            ephemeral_starts(&[0]),
+        ),
+        case(
+            "Start second ephemeral container",
+            |pod| {
+                let spec = pod.spec.as_mut().unwrap();
+                let list = spec.ephemeral_containers.get_or_insert_with(Vec::new);
+                list.push(ephemeral("debug2", "busybox"));
+            },
+            same,
+            ephemeral_starts(&[1]),
+        ),
+        case(
+            "Ephemeral container exited; do not restart",
+            policy("Always"),
+            |rt| rt.containers[4].state = EXITED,
+            no_action(),
+        ),
+        case(
+            "initialization in progress; start ephemeral container",
+            keep,
+            |rt| {
+                rt.containers[3].state = RUNNING;
+                rt.containers.truncate(4);
+            },
+            ephemeral_starts(&[0]),
+        ),
+        case(
+            "Create a new pod sandbox if the pod sandbox is dead, init container failed and RestartPolicy == OnFailure",
+            policy("OnFailure"),
+            |rt| {
+                rt.sandboxes[0].state = NOT_READY;
+                rt.containers.drain(..3);
+                rt.containers[0].exit_code = 137;
+            },
+            recreate_first_init(),
+        ),
+        case(
+            "Kill pod and do not restart ephemeral container if the pod sandbox is dead",
+            policy("Always"),
+            |rt| rt.sandboxes[0].state = NOT_READY,
+            recreate_first_init(),
+        ),
+        case(
+            "Kill pod if all containers exited except ephemeral container",
+            policy("Never"),
+            |rt| (0..3).for_each(|i| exited(rt, i, 0)),
+            Actions {
+                kill_pod: true,
+                ..no_action()
+            },
+        ),
+        case(
+            "Ephemeral container is in unknown state; leave it alone",
+            policy("Never"),
+            |rt| rt.containers[4].state = S::ContainerUnknown as i32,
+            no_action(),
+        ),
+    ];
+    run(Base::InitAndEphemeralContainers, cases);
+}
+
+/// Ours, beyond upstream's table: an ephemeral container whose status shows it ran is not
+/// started again once its dead container is gone (upstream would start it again).
+#[test]
+fn an_ephemeral_container_that_ran_is_not_started_again_when_its_container_is_gone() {
+    let (pod, mut rt) = base(Base::InitAndEphemeralContainers);
+    rt.containers.truncate(4);
+    assert_eq!(plan_ephemeral(&pod, &rt, &HashSet::new()), vec![0]);
+    assert!(plan_ephemeral(&pod, &rt, &HashSet::from(["debug"])).is_empty());
 }
