@@ -135,6 +135,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
                     validate_probe_handler(probe, &format!("{p}.{field}"), &mut errs);
                 }
             }
+            validate_restart_rules(c, &p, &mut errs);
             if let Some(policy) = c.image_pull_policy.as_deref()
                 && !matches!(policy, "Always" | "IfNotPresent" | "Never")
             {
@@ -152,6 +153,39 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         Ok(())
     } else {
         Err(errs.join("; "))
+    }
+}
+
+/// A container's own `restartPolicy` and `restartPolicyRules` (ContainerRestartRules, on
+/// by default since 1.35), as enums upstream's way. The `RestartAllContainers` action
+/// (alpha in 1.35, off by default) is not carried out by this node: refused, saying so.
+fn validate_restart_rules(c: &Container, p: &str, errs: &mut Vec<String>) {
+    if let Some(policy) = c.restart_policy.as_deref()
+        && !matches!(policy, "Always" | "OnFailure" | "Never")
+    {
+        errs.push(format!("{p}.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"Never\", \"OnFailure\""));
+    }
+    for (i, rule) in c.restart_policy_rules.iter().flatten().enumerate() {
+        let rp = format!("{p}.restartPolicyRules[{i}]");
+        match rule.action.as_str() {
+            "Restart" => {}
+            "RestartAllContainers" => errs.push(format!(
+                "{rp}.action: Unsupported value: \"RestartAllContainers\": this node does not restart all of a pod's containers in place (the RestartAllContainersOnContainerExits feature); supported values: \"Restart\""
+            )),
+            other => errs.push(format!(
+                "{rp}.action: Unsupported value: {other:?}: supported values: \"Restart\""
+            )),
+        }
+        match &rule.exit_codes {
+            None => errs.push(format!("{rp}.exitCodes: Required value")),
+            Some(codes) if !matches!(codes.operator.as_str(), "In" | "NotIn") => {
+                errs.push(format!(
+                    "{rp}.exitCodes.operator: Unsupported value: {:?}: supported values: \"In\", \"NotIn\"",
+                    codes.operator
+                ))
+            }
+            Some(_) => {}
+        }
     }
 }
 
@@ -555,6 +589,32 @@ mod tests {
         assert!(!is_dns1123_label("Web"));
         assert!(is_dns1123_subdomain("web.node-1"));
         assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+    }
+
+    #[test]
+    fn container_restart_rules_take_upstreams_enums_and_no_restart_all() {
+        let check = |container: &str| {
+            let pod: Pod = serde_json::from_str(&format!(
+                r#"{{"metadata":{{"name":"a"}},"spec":{{"restartPolicy":"Never","containers":[{container}]}}}}"#
+            ))
+            .unwrap();
+            validate_pod(&pod)
+        };
+        let ok = r#"{"name":"c","image":"i","restartPolicy":"Never","restartPolicyRules":[
+            {"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}"#;
+        assert_eq!(check(ok), Ok(()));
+        let err = check(
+            r#"{"name":"c","image":"i","restartPolicy":"Sometimes","restartPolicyRules":[
+            {"action":"RestartAllContainers","exitCodes":{"operator":"Maybe","values":[1]}}]}"#,
+        )
+        .unwrap_err();
+        for want in [
+            "spec.containers[0].restartPolicy: Unsupported value: \"Sometimes\"",
+            "spec.containers[0].restartPolicyRules[0].action: Unsupported value: \"RestartAllContainers\"",
+            "spec.containers[0].restartPolicyRules[0].exitCodes.operator: Unsupported value: \"Maybe\"",
+        ] {
+            assert!(err.contains(want), "{want} not in {err}");
+        }
     }
 
     // upstream: pkg/apis/core/validation validateEphemeralContainers and its

@@ -11,6 +11,7 @@ mod inputs;
 mod node;
 mod pod_resources;
 mod probers;
+mod restart_policy;
 mod runonce;
 mod runtime_spec;
 mod saved;

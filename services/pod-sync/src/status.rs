@@ -148,15 +148,9 @@ fn should_restart(pod: &Pod, c: &Container, latest: Option<&RuntimeContainer>) -
     match cri::ContainerState::try_from(latest.state) {
         Ok(cri::ContainerState::ContainerRunning) => false,
         Ok(cri::ContainerState::ContainerExited) => {
-            let policy = c
-                .restart_policy
-                .as_deref()
-                .or_else(|| pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()));
-            match policy.unwrap_or("Always") {
-                "Never" => false,
-                "OnFailure" => latest.exit_code != 0,
-                _ => true,
-            }
+            let no_spec = k8s_openapi::api::core::v1::PodSpec::default();
+            let spec = pod.spec.as_ref().unwrap_or(&no_spec);
+            crate::restart_policy::container_should_restart(c, spec, latest.exit_code)
         }
         // Created or unknown: always (re)started.
         _ => true,

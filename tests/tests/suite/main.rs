@@ -47,6 +47,7 @@ mod probe_worker;
 mod prom;
 mod readiness;
 mod resources;
+mod restart_rules;
 mod runtime_class;
 mod security;
 mod security_fields;

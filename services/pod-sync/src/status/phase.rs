@@ -1,7 +1,7 @@
 //! The pod's phase, as upstream's `getPhase`: a pure function of the spec and the
 //! container statuses, tested with upstream's own tables (`phase/tests.rs`).
 
-use k8s_openapi::api::core::v1::{ContainerStatus, PodSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec};
 
 /// How `pod_phase` sees one container status, in the order upstream's switch tests them.
 enum Seen {
@@ -40,8 +40,8 @@ fn seen(s: &ContainerStatus) -> Seen {
 /// waits to restart does not count at all.
 ///
 /// Whether a stopped container will run again is upstream's `ContainerShouldRestart` (the
-/// ContainerRestartRules path, on by default since 1.35) with the pod's restartPolicy
-/// only: pod-sync does not honour container-level policies or rules on regular containers.
+/// ContainerRestartRules path, on by default since 1.35): the container's rules and
+/// policy, then the pod's.
 pub(crate) fn pod_phase(
     spec: &PodSpec,
     init: &[ContainerStatus],
@@ -49,10 +49,8 @@ pub(crate) fn pod_phase(
     pod_is_terminal: bool,
     pod_has_initialized: bool,
 ) -> &'static str {
-    let should_restart = |exit_code: i32| match spec.restart_policy.as_deref() {
-        Some("Never") => false,
-        Some("OnFailure") => exit_code != 0,
-        _ => true,
+    let should_restart = |c: &Container, exit_code: i32| {
+        crate::restart_policy::container_should_restart(c, spec, exit_code)
     };
     let init_containers = spec.init_containers.iter().flatten();
     let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
@@ -62,7 +60,7 @@ pub(crate) fn pod_phase(
     {
         match by_name(init, &c.name).map(seen) {
             Some(Seen::Terminated(code) | Seen::Waiting(Some(code))) => {
-                if code != 0 && !should_restart(code) {
+                if code != 0 && !should_restart(c, code) {
                     failed_init += 1;
                 }
             }
@@ -100,13 +98,13 @@ pub(crate) fn pod_phase(
             Some(Seen::Waiting(None)) => waiting += 1,
             Some(Seen::Terminated(code)) => {
                 stopped += 1;
-                stopped_for_good += usize::from(!should_restart(code));
+                stopped_for_good += usize::from(!should_restart(c, code));
                 succeeded += usize::from(code == 0);
             }
             // Waiting after a run: stopped, but not succeeded.
             Some(Seen::Waiting(Some(code))) => {
                 stopped += 1;
-                stopped_for_good += usize::from(!should_restart(code));
+                stopped_for_good += usize::from(!should_restart(c, code));
             }
         }
     }

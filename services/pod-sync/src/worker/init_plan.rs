@@ -9,6 +9,7 @@
 //! the restart of a crashed app container (kubernetes #136969); our view is limited to the
 //! current sandbox, where an exited app container can only have run after initialization.
 
+use crate::restart_policy::restarts_after_kill;
 use k8s_openapi::api::core::v1::Container;
 
 /// The newest instance of one init container in the current sandbox.
@@ -154,7 +155,7 @@ pub fn compute(
                 }
             }
             InitView::Unknown { id } => {
-                if !sidecar && !restart_on_failure {
+                if !sidecar && !restarts_after_kill(c, restart_on_failure) {
                     plan.kill_pod = true;
                     return plan;
                 }
@@ -170,7 +171,7 @@ pub fn compute(
             }
             InitView::Exited { .. } if sidecar => start.push(i),
             InitView::Exited { exit_code } if *exit_code != 0 => {
-                if !restart_on_failure {
+                if !restarts_after_kill(c, restart_on_failure) {
                     plan.kill_pod = true;
                     return plan;
                 }

@@ -745,31 +745,147 @@ fn pod_phase_with_restart_on_failure() {
     );
 }
 
-// upstream: TestPodPhaseWithContainerRestartPolicy: none of its 6 rows is ported. Each gives
-// a regular container its own `restartPolicy` (the ContainerRestartRules feature), which
-// pod-sync does not honour: it restarts regular containers by the pod's policy alone, so a
-// phase computed from the container's policy would promise restarts that do not happen.
-//   "container with restart policy Never failed"
-//   "container with restart policy OnFailure failed"
-//   "container with restart policy Always failed"
-//   "At least one container with restartable container-level restart policy failed"
-//   "All containers without restartable container-level restart policy failed"
-//   "All containers succeeded"
+/// A regular or init container with its own `restartPolicy` (upstream's
+/// `containerRestartPolicy*`, the ContainerRestartRules feature).
+fn with_policy(name: &str, policy: &str) -> Container {
+    Container {
+        restart_policy: Some(policy.into()),
+        ..container(name)
+    }
+}
 
-// upstream: TestPodPhaseWithContainerRestartPolicyInitContainers. Its rows "init container
-// with restart policy Never failed" and "init container with restart policy OnFailure
-// failed" give a regular init container its own policy (ContainerRestartRules, not honoured
-// by pod-sync, as above). The third row's init container, `restartPolicy: Always`, is a
-// sidecar, which pod-sync does run: ported. Upstream passes all statuses in one list and
-// podHasInitialized true, podIsTerminal false.
+/// A pod of `containers` (each with its own policy, or none) under `restart_policy`.
+fn spec_with(init: Vec<Container>, containers: Vec<Container>, restart_policy: &str) -> PodSpec {
+    PodSpec {
+        containers,
+        ..spec(init, &[], restart_policy)
+    }
+}
+
+// upstream: TestPodPhaseWithContainerRestartPolicy, its 6 rows (podIsTerminal false,
+// podHasInitialized true): a regular container's own policy decides whether it runs
+// again, whatever the pod's.
 #[test]
-fn pod_phase_with_container_restart_policy_init_containers() {
-    let spec = spec(vec![sidecar("failed-container")], &["container"], "Never");
+fn pod_phase_with_container_restart_policy() {
+    let one = |policy: &str| {
+        spec_with(
+            vec![],
+            vec![with_policy("failed-container", policy)],
+            "Always",
+        )
+    };
+    let failed = || vec![failed_state("failed-container")];
     check(
-        &spec,
+        &one("Never"),
+        vec![case(
+            "container with restart policy Never failed",
+            vec![],
+            failed(),
+            INITIALIZED,
+            "Failed",
+        )],
+    );
+    check(
+        &one("OnFailure"),
+        vec![case(
+            "container with restart policy OnFailure failed",
+            vec![],
+            failed(),
+            INITIALIZED,
+            "Running",
+        )],
+    );
+    check(
+        &one("Always"),
         vec![case(
             "container with restart policy Always failed",
-            vec![failed_state("failed-container")],
+            vec![],
+            failed(),
+            INITIALIZED,
+            "Running",
+        )],
+    );
+    let (a, b) = ("containerA", "containerB");
+    check(
+        &spec_with(
+            vec![],
+            vec![with_policy(a, "Always"), container(b)],
+            "Never",
+        ),
+        vec![case(
+            "At least one container with restartable container-level restart policy failed",
+            vec![],
+            vec![succeeded_state(a), failed_state(b)],
+            INITIALIZED,
+            "Running",
+        )],
+    );
+    let never_and_on_failure = spec_with(
+        vec![],
+        vec![with_policy(a, "Never"), with_policy(b, "OnFailure")],
+        "Always",
+    );
+    check(
+        &never_and_on_failure,
+        vec![
+            case(
+                "All containers without restartable container-level restart policy failed",
+                vec![],
+                vec![failed_state(a), succeeded_state(b)],
+                INITIALIZED,
+                "Failed",
+            ),
+            case(
+                "All containers succeeded",
+                vec![],
+                vec![succeeded_state(a), succeeded_state(b)],
+                INITIALIZED,
+                "Succeeded",
+            ),
+        ],
+    );
+}
+
+// upstream: TestPodPhaseWithContainerRestartPolicyInitContainers, its 3 rows (upstream
+// passes all statuses in one list, podHasInitialized true, podIsTerminal false): a regular
+// init container's own policy decides whether its failure fails the pod; one with
+// `restartPolicy: Always` is a sidecar.
+#[test]
+fn pod_phase_with_container_restart_policy_init_containers() {
+    let failed = || vec![failed_state("failed-container")];
+    check(
+        &spec(
+            vec![with_policy("failed-container", "Never")],
+            &["container"],
+            "Always",
+        ),
+        vec![case(
+            "init container with restart policy Never failed",
+            failed(),
+            vec![],
+            INITIALIZED,
+            "Failed",
+        )],
+    );
+    check(
+        &spec(
+            vec![with_policy("failed-container", "OnFailure")],
+            &["container"],
+            "Never",
+        ),
+        vec![case(
+            "init container with restart policy OnFailure failed",
+            failed(),
+            vec![],
+            INITIALIZED,
+            "Pending",
+        )],
+    );
+    check(
+        &spec(vec![sidecar("failed-container")], &["container"], "Never"),
+        vec![case(
+            "container with restart policy Always failed",
+            failed(),
             vec![],
             INITIALIZED,
             "Pending",

@@ -16,9 +16,10 @@
 //! - A container found Created (a pod-sync died between CreateContainer and
 //!   StartContainer) is started, not replaced by a new one.
 
+use crate::restart_policy::{container_should_restart, restarts_after_kill};
 use crate::status::instances;
 use crate::worker::init_plan::InitView;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use nodeagent_proto::api::{RuntimeContainer, RuntimePodStatus, RuntimeSandbox};
 use nodeagent_proto::cri;
 use std::collections::HashSet;
@@ -70,15 +71,6 @@ pub fn restart_policy(pod: &Pod) -> &str {
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always")
-}
-
-/// Whether an exited container is restarted under the pod's restart policy.
-pub fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Always" => true,
-        "OnFailure" => exit_code != 0,
-        _ => false,
-    }
 }
 
 /// Upstream's `PodSandboxChanged` and the first half of `computePodActions`.
@@ -197,6 +189,8 @@ pub fn plan_app_containers(
     probes: ProbeResults<'_>,
 ) -> AppPlan {
     let policy = restart_policy(pod);
+    let no_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let containers = regular_containers(pod);
     let mut plan = AppPlan::default();
@@ -214,7 +208,7 @@ pub fn plan_app_containers(
             let previous = all.first().copied().filter(|i| i.state == EXITED);
             let start = match previous {
                 _ if deleting => None,
-                Some(p) if !should_restart(policy, p.exit_code) => None,
+                Some(p) if !container_should_restart(c, spec, p.exit_code) => None,
                 Some(p) => Some(Start::AfterBackoff {
                     previous: p.id.clone(),
                 }),
@@ -224,7 +218,7 @@ pub fn plan_app_containers(
             continue;
         };
         if latest.state != RUNNING {
-            if let Some(start) = restart_not_running(latest, &all, policy, deleting) {
+            if let Some(start) = restart_not_running(latest, &all, (c, spec), deleting) {
                 if latest.state != CREATED && latest.state != EXITED {
                     plan.to_kill.push(ContainerKill {
                         index,
@@ -257,7 +251,7 @@ pub fn plan_app_containers(
             (
                 format!("Container {} failed {kind} probe", c.name),
                 reason,
-                policy != "Never",
+                restarts_after_kill(c, policy != "Never"),
             )
         } else {
             keep += 1;
@@ -292,7 +286,7 @@ pub fn plan_app_containers(
 fn restart_not_running(
     latest: &RuntimeContainer,
     all: &[&RuntimeContainer],
-    policy: &str,
+    (c, spec): (&Container, &PodSpec),
     deleting: bool,
 ) -> Option<Start> {
     if deleting {
@@ -302,9 +296,11 @@ fn restart_not_running(
         CREATED => Some(Start::Created {
             id: latest.id.clone(),
         }),
-        EXITED if should_restart(policy, latest.exit_code) => Some(Start::AfterBackoff {
-            previous: latest.id.clone(),
-        }),
+        EXITED if container_should_restart(c, spec, latest.exit_code) => {
+            Some(Start::AfterBackoff {
+                previous: latest.id.clone(),
+            })
+        }
         EXITED => None,
         // Unknown: always restarted, after a kill.
         _ => Some(next_new(all)),

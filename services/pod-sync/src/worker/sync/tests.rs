@@ -92,7 +92,13 @@ fn backoff_doubles_to_five_minutes_and_resets() {
 
 #[test]
 fn restart_policy() {
-    use plan::should_restart;
+    let should_restart = |policy: &str, code| {
+        let spec = k8s_openapi::api::core::v1::PodSpec {
+            restart_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        crate::restart_policy::container_should_restart(&Default::default(), &spec, code)
+    };
     assert!(should_restart("Always", 0));
     assert!(should_restart("OnFailure", 1));
     assert!(!should_restart("OnFailure", 0));
