@@ -216,6 +216,19 @@ fn no_action() -> Actions {
     }
 }
 
+/// The dead sandbox replaced (attempt 1) and the first init container started in it: the
+/// expected actions of several rows of the init container tables.
+fn recreate_first_init() -> Actions {
+    Actions {
+        kill_pod: true,
+        create_sandbox: true,
+        sandbox_id: "sandboxID".into(),
+        attempt: 1,
+        init_containers_to_start: vec![0],
+        ..Default::default()
+    }
+}
+
 fn starts(sandbox_id: &str, containers: &[usize]) -> Actions {
     Actions {
         sandbox_id: sandbox_id.into(),
@@ -565,14 +578,6 @@ fn test_compute_pod_actions_with_init_containers() {
         init_containers_to_start: i.to_vec(),
         ..no_action()
     };
-    let recreate_first_init = || Actions {
-        kill_pod: true,
-        create_sandbox: true,
-        sandbox_id: "sandboxID".into(),
-        attempt: 1,
-        init_containers_to_start: vec![0],
-        ..Default::default()
-    };
     let killed_pod = || Actions {
         kill_pod: true,
         ..no_action()
@@ -706,14 +711,6 @@ fn test_compute_pod_actions_with_restartable_init_containers() {
     let init_starts = |i: &[usize]| Actions {
         init_containers_to_start: i.to_vec(),
         ..no_action()
-    };
-    let recreate_first_init = || Actions {
-        kill_pod: true,
-        create_sandbox: true,
-        sandbox_id: "sandboxID".into(),
-        attempt: 1,
-        init_containers_to_start: vec![0],
-        ..Default::default()
     };
     let first_two = |rt: &mut RuntimePodStatus| rt.containers.truncate(2);
     let last_failed = |rt: &mut RuntimePodStatus| exited(rt, 2, 137);
@@ -1036,14 +1033,6 @@ fn test_compute_pod_actions_with_init_and_ephemeral_containers() {
     let ephemeral_starts = |i: &[usize]| Actions {
         ephemeral_containers_to_start: i.to_vec(),
         ..no_action()
-    };
-    let recreate_first_init = || Actions {
-        kill_pod: true,
-        create_sandbox: true,
-        sandbox_id: "sandboxID".into(),
-        attempt: 1,
-        init_containers_to_start: vec![0],
-        ..Default::default()
     };
     let without_debug = |rt: &mut RuntimePodStatus| rt.containers.truncate(4);
     let cases = vec![
