@@ -51,13 +51,17 @@ impl PodSync {
         rt: &RuntimePodStatus,
         ctx: (&str, &str, &HashMap<String, String>),
     ) -> anyhow::Result<Option<Duration>> {
-        let ran = self.ephemeral_ran(pod);
-        let ran: HashSet<&str> = ran.iter().map(String::as_str).collect();
         let list = pod
             .spec
             .as_ref()
             .and_then(|s| s.ephemeral_containers.as_deref())
             .unwrap_or_default();
+        if list.is_empty() {
+            // Most pods: nothing to look up.
+            return Ok(None);
+        }
+        let ran = self.ephemeral_ran(pod);
+        let ran: HashSet<&str> = ran.iter().map(String::as_str).collect();
         let mut retry: Option<Duration> = None;
         for index in plan::plan_ephemeral(pod, rt, &ran) {
             let e = &list[index];
