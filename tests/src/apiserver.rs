@@ -561,6 +561,8 @@ struct Target {
     status: bool,
     /// `pods/{name}/ephemeralcontainers` (`apiserver_ephemeral`).
     ephemeral: bool,
+    /// `pods/{name}/resize` (`apiserver_resize`).
+    resize: bool,
 }
 
 fn parse_path(path: &str) -> Option<Target> {
@@ -576,17 +578,21 @@ fn parse_path(path: &str) -> Option<Target> {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
         _ => (None, rest),
     };
-    let (plural, name, status, ephemeral) = match rest {
-        [plural] => (*plural, None, false, false),
-        [plural, name] => (*plural, Some(name.to_string()), false, false),
-        [plural, name, "status"] => (*plural, Some(name.to_string()), true, false),
-        ["pods", name, "ephemeralcontainers"] => ("pods", Some(name.to_string()), false, true),
+    let (plural, name, status, ephemeral, resize) = match rest {
+        [plural] => (*plural, None, false, false, false),
+        [plural, name] => (*plural, Some(name.to_string()), false, false, false),
+        [plural, name, "status"] => (*plural, Some(name.to_string()), true, false, false),
+        ["pods", name, "ephemeralcontainers"] => {
+            ("pods", Some(name.to_string()), false, true, false)
+        }
+        ["pods", name, "resize"] => ("pods", Some(name.to_string()), false, false, true),
         _ => return None,
     };
     let mut t = target(plural, namespace)?;
     t.name = name;
     t.status = status;
     t.ephemeral = ephemeral;
+    t.resize = resize;
     Some(t)
 }
 
@@ -604,6 +610,7 @@ fn target(plural: &str, namespace: Option<String>) -> Option<Target> {
         name: None,
         status: false,
         ephemeral: false,
+        resize: false,
     })
 }
 
@@ -950,6 +957,10 @@ fn merge_subresource(t: &Target, current: &Value, incoming: Value) -> Value {
     if t.plural == "pods" {
         next = crate::apiserver_ephemeral::merge(current, next, t.ephemeral);
     }
+    if t.resize {
+        // Only the containers' resources and resize policies, as upstream's ResizeStrategy.
+        return crate::apiserver_resize::merge(current, next);
+    }
     if t.status {
         let status = next["status"].clone();
         next = current.clone();
@@ -982,13 +993,28 @@ fn ephemeral_refused(t: &Target, name: &str, current: &Value, next: &Value) -> O
     Some(invalid_pod(name, why))
 }
 
+/// 422 Invalid for a resize upstream's `ValidatePodResize` refuses (`apiserver_resize`).
+fn resize_refused(t: &Target, name: &str, current: &Value, next: &Value) -> Option<Response> {
+    let why = t
+        .resize
+        .then(|| crate::apiserver_resize::validate(current, next))??;
+    Some(invalid_pod(name, why))
+}
+
 /// upstream's `NewInvalid`: each error (`<field>: <type>: <detail>`) a cause, which
 /// kubectl prints after `The Pod "x" is invalid: `.
 fn invalid_pod(name: &str, errors: Vec<String>) -> Response {
     let causes: Vec<Value> = errors
         .iter()
         .map(|e| {
-            let (field, message) = e.split_once(": ").unwrap_or(("", e));
+            // An error upstream gives no field starts with its type.
+            let bare = ["Forbidden: ", "Invalid value: "]
+                .iter()
+                .any(|t| e.starts_with(t));
+            let (field, message) = match e.split_once(": ") {
+                Some(split) if !bare => split,
+                _ => ("", e.as_str()),
+            };
             let reason = match message.split_once(':').map(|(t, _)| t) {
                 Some("Forbidden") => "FieldValueForbidden",
                 Some("Not found") => "FieldValueNotFound",
@@ -1038,6 +1064,9 @@ fn update(state: &ApiState, t: &Target, name: &str, body: Value) -> Response {
         return refused;
     }
     let next = merge_subresource(t, &current, body);
+    if let Some(refused) = resize_refused(t, name, &current, &next) {
+        return refused;
+    }
     let stored = commit(state, &mut s, t, k, next);
     if let Some(ns) = &t.namespace {
         sync_namespace(state, &mut s, ns);
@@ -1175,6 +1204,9 @@ fn patch(
         return refused;
     }
     let next = merge_subresource(t, &current, next);
+    if let Some(refused) = resize_refused(t, name, &current, &next) {
+        return refused;
+    }
     let stored = commit(state, &mut s, t, k, next);
     if let Some(ns) = &t.namespace {
         sync_namespace(state, &mut s, ns);

@@ -56,6 +56,7 @@ fn subresources(plural: &str) -> &'static [Subresource] {
                 &["get", "patch", "update"],
                 None,
             ),
+            ("resize", "Pod", &["get", "patch", "update"], None),
             ("exec", "PodExecOptions", &["create", "get"], None),
             ("attach", "PodAttachOptions", &["create", "get"], None),
             (
@@ -218,6 +219,7 @@ mod tests {
             "pods",
             "pods/status",
             "pods/ephemeralcontainers",
+            "pods/resize",
             "pods/log",
             "pods/exec",
             "pods/attach",

@@ -16,6 +16,7 @@ pub mod apiserver_nodes;
 mod apiserver_protobuf;
 pub mod apiserver_proxy;
 mod apiserver_relay;
+mod apiserver_resize;
 mod apiserver_runtimeclass;
 pub mod apiserver_serviceaccount;
 mod apiserver_table;

@@ -64,9 +64,13 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                 let (deleting, wanted): (Vec<_>, Vec<_>) = pods
                     .into_iter()
                     .partition(|p| p.metadata.deletion_timestamp.is_some());
+                // Each pod with its allocated resources (in-place resize: `allocation`).
                 st.desired = wanted
                     .into_iter()
-                    .map(|p| (k8s::pod_uid(&p).to_string(), p))
+                    .map(|p| {
+                        let p = st.allocations.intake(p);
+                        (k8s::pod_uid(&p).to_string(), p)
+                    })
                     .collect();
                 for p in deleting {
                     terminate(&mut st, p);
@@ -91,6 +95,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                         continue;
                     }
                     tracing::info!(pod = %k8s::pod_full_name(&p), pod.uid = %uid, op = ?op, "desired pod");
+                    let p = st.allocations.intake(p);
                     st.desired.insert(uid.clone(), p);
                     touched.push(uid);
                 }
@@ -361,6 +366,27 @@ async fn housekeep(sync: &Arc<PodSync>) {
     for uid in orphans {
         sync.trigger(&uid);
     }
+    // Allocations of pods and containers that are gone (every source has listed and
+    // pleg's view is in).
+    {
+        let mut guard = sync.lock();
+        let st = &mut *guard;
+        let uids: std::collections::BTreeSet<String> = st
+            .desired
+            .keys()
+            .chain(st.terminating.keys())
+            .chain(st.runtime.keys())
+            .cloned()
+            .collect();
+        let ids = st
+            .runtime
+            .values()
+            .flat_map(|p| p.containers.iter().map(|c| c.id.clone()))
+            .collect();
+        st.allocations.retain(&uids, &ids);
+        st.resize.retain(|u, _| uids.contains(u));
+    }
+    sync.save_allocations().await;
     // The QoS tiers follow the pods that came and went (upstream: every minute and at
     // each pod cgroup made; here whenever they changed).
     sync.update_qos_cgroups().await;

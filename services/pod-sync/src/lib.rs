@@ -5,6 +5,7 @@
 
 pub mod cli;
 
+mod allocation;
 mod container_manager;
 mod images;
 mod inputs;
@@ -83,6 +84,9 @@ pub struct PodSync {
     /// Where the finished pods' records are kept (`finished`), and one save at a time.
     finished_store: status::finished::Store,
     finished_saves: tokio::sync::Mutex<()>,
+    /// Where the pods' allocations are kept (`allocation`), and one save at a time.
+    allocation_store: allocation::Store,
+    allocation_saves: tokio::sync::Mutex<()>,
 }
 
 use state::State;
@@ -218,6 +222,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             "finished pods restored; they will not run again"
         );
     }
+    // What each pod was allocated, so a restart neither forgets a deferred resize nor a
+    // container not yet updated.
+    let allocation_store = allocation::store(&config.root_dir);
+    let allocations = allocation_store.load().await;
     let sync = Arc::new(PodSync {
         started_unix_nanos: nodeagent_cri::now_nanos(),
         cri,
@@ -251,6 +259,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             readiness: saved.ready,
             started: saved.started,
             finished,
+            allocations,
             ..State::default()
         }),
         workers: Mutex::new(HashMap::new()),
@@ -277,6 +286,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         )),
         finished_store,
         finished_saves: Default::default(),
+        allocation_store,
+        allocation_saves: Default::default(),
     });
     // What the runtime says it supports (CRI Status `features`), for the pod admission of
     // `supplementalGroupsPolicy: Strict`; asked until the runtime answers.

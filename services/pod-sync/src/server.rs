@@ -63,6 +63,8 @@ impl PodSync {
                 pod_failed: st.pod_failed.get(uid),
                 termination_messages: &st.termination_messages,
                 terminated,
+                resize: st.resize.get(uid),
+                actuated: Some(&st.allocations.actuated),
             },
             previous.as_ref(),
         );
@@ -78,7 +80,12 @@ impl PodSync {
             st.published_since_probe.insert(uid.to_string());
         }
         let record_changed = crate::status::finished::record(&mut st.finished, uid, &status);
-        let mut with_status = pod;
+        // The spec as the pod's source has it (a resize not admitted yet included); the
+        // status says what was allocated.
+        let mut with_status = match st.allocations.wanted.get(uid) {
+            Some(wanted) => crate::allocation::with_resources(pod, wanted),
+            None => pod,
+        };
         with_status.status = Some(status);
         // Metadata changes (labels, annotations) are published too, not only status.
         if st.statuses.get(uid) == Some(&with_status) {

@@ -107,6 +107,11 @@ pub struct State {
     /// Pods whose status was computed after the first probe snapshot: only those statuses
     /// carry the probe results a restarted pod-sync may not have had on disk.
     pub published_since_probe: HashSet<String>,
+    /// Each pod's allocated resources, what its spec asks beyond them, and what each
+    /// container runs with (in-place resize; kept on disk).
+    pub allocations: crate::allocation::Allocations,
+    /// uid -> its resize conditions (`PodResizePending`, `PodResizeInProgress`).
+    pub resize: HashMap<String, crate::allocation::ResizeConditions>,
 }
 
 /// How long statuses stay hidden, after both snapshots arrived, waiting for probe's
@@ -119,6 +124,23 @@ const STATUS_GATE_MAX: Duration = Duration::from_secs(15);
 const STATUS_GATE_HARD_MAX: Duration = Duration::from_secs(45);
 
 impl State {
+    /// The requests (as allocated) of every pod but `uid` that was admitted or runs and
+    /// has not finished: what a pod's admission, or a resize, must fit beside.
+    pub fn admitted_requests(&self, uid: &str) -> Vec<crate::node::admission::Requests> {
+        self.desired
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid && !self.pod_finished(u))
+            .filter(|(u, _)| {
+                self.admitted.contains(*u)
+                    || self
+                        .runtime
+                        .get(*u)
+                        .is_some_and(|r| !r.sandboxes.is_empty() || !r.containers.is_empty())
+            })
+            .map(|(_, p)| crate::node::admission::requests(p))
+            .collect()
+    }
+
     /// The pod has finished for good: failed as a whole (admission, deadline, eviction),
     /// its published phase is terminal, or it was recorded finished before pod-sync's
     /// restart (so that a refused pod is not active again until its worker runs: the

@@ -50,6 +50,13 @@ pub struct StatusInputs<'a> {
     /// The pod is being terminated and none of its containers runs any more: its phase is
     /// terminal (upstream `getPhase` with `podIsTerminal`; static pods keep theirs).
     pub terminated: bool,
+    /// The pod's resize conditions (`PodResizePending`, `PodResizeInProgress`).
+    pub resize: Option<&'a crate::allocation::ResizeConditions>,
+    /// container id -> the resources it runs with where they are not its allocation (a
+    /// resize not carried out yet).
+    pub actuated: Option<
+        &'a std::collections::BTreeMap<String, k8s_openapi::api::core::v1::ResourceRequirements>,
+    >,
 }
 
 pub fn time(nanos: i64) -> Option<Time> {
@@ -304,6 +311,17 @@ fn container_status(
                 .copied()
                 .unwrap_or(c.readiness_probe.is_none())
         });
+    let allocated = c.resources.clone().unwrap_or_default();
+    // Upstream (InPlacePodVerticalScaling, GA): what the node allocated the container, and
+    // what a running one runs with (its cpu and memory as carried out; the rest as
+    // allocated).
+    let resources = latest.filter(|_| running).map(|l| {
+        let actuated = inputs
+            .actuated
+            .and_then(|a| a.get(&l.id))
+            .unwrap_or(&allocated);
+        status_resources(&allocated, actuated)
+    });
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
@@ -314,6 +332,48 @@ fn container_status(
         started: Some(started),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
+        allocated_resources: allocated.requests.clone().filter(|r| !r.is_empty()),
+        resources,
+        ..Default::default()
+    }
+}
+
+/// upstream's `convertContainerStatusResources`: limits only where the container has
+/// limits, requests only where it has requests; cpu and memory as the container runs with
+/// them (a request of memory is not carried out anywhere: the allocated one), the rest as
+/// allocated.
+fn status_resources(
+    allocated: &k8s_openapi::api::core::v1::ResourceRequirements,
+    actuated: &k8s_openapi::api::core::v1::ResourceRequirements,
+) -> k8s_openapi::api::core::v1::ResourceRequirements {
+    type List =
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+    let pick = |alloc: Option<&List>, run: Option<&List>, from_runtime: &[&str]| {
+        alloc.map(|a| {
+            a.iter()
+                .filter(|(k, _)| matches!(k.as_str(), "cpu" | "memory" | "ephemeral-storage"))
+                .map(|(k, v)| {
+                    let v = if from_runtime.contains(&k.as_str()) {
+                        run.and_then(|r| r.get(k)).unwrap_or(v)
+                    } else {
+                        v
+                    };
+                    (k.clone(), v.clone())
+                })
+                .collect::<List>()
+        })
+    };
+    k8s_openapi::api::core::v1::ResourceRequirements {
+        limits: pick(
+            allocated.limits.as_ref(),
+            actuated.limits.as_ref(),
+            &["cpu", "memory"],
+        ),
+        requests: pick(
+            allocated.requests.as_ref(),
+            actuated.requests.as_ref(),
+            &["cpu"],
+        ),
         ..Default::default()
     }
 }
@@ -485,6 +545,12 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
                 c.last_transition_time = old.last_transition_time.clone();
             }
         }
+    }
+    if let Some(resize) = inputs.resize {
+        let prev = previous
+            .and_then(|p| p.conditions.as_deref())
+            .unwrap_or_default();
+        conditions.extend(resize.to_api(prev, &now()));
     }
     // The sandbox's IPs, sorted and one of each family as upstream's sortPodIPs; a
     // finished pod's sandbox is stopped and it keeps the IPs it had, as upstream.

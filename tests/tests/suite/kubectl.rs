@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod debug;
+mod resize;
 
 const DEADLINE: Duration = Duration::from_secs(40);
 /// One kubectl command that does not stream.
@@ -98,6 +99,12 @@ impl Kubectl {
 
     async fn ok(&self, args: &[&str]) -> String {
         self.try_ok(args).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `kubectl get pod <pod> -o jsonpath=<path>`.
+    async fn jsonpath(&self, pod: &str, path: &str) -> Result<String, String> {
+        self.try_ok(&["get", "pod", pod, "-o", &format!("jsonpath={path}")])
+            .await
     }
 
     /// Creates objects from YAML, validated as kubectl validates by default: from 1.27 the

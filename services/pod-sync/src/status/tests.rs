@@ -66,6 +66,8 @@ fn compute_waiting(
             pod_failed: None,
             termination_messages: &HashMap::new(),
             terminated: false,
+            resize: None,
+            actuated: None,
         },
         None,
     )
@@ -247,6 +249,8 @@ fn a_failed_pod_and_termination_messages_show() {
             pod_failed: Some(&failed),
             termination_messages: &messages,
             terminated: false,
+            resize: None,
+            actuated: None,
         },
         None,
     );
@@ -436,6 +440,8 @@ fn a_terminated_pod_from_the_api_ends_succeeded_or_failed_a_static_one_keeps_its
                 pod_failed: None,
                 termination_messages: &HashMap::new(),
                 terminated: true,
+                resize: None,
+                actuated: None,
             },
             None,
         )
@@ -549,6 +555,8 @@ fn a_finished_pod_stays_finished_when_its_containers_and_sandbox_are_removed() {
                 pod_failed: None,
                 termination_messages: &HashMap::new(),
                 terminated: false,
+                resize: None,
+                actuated: None,
             },
             Some(&done),
         )
@@ -576,6 +584,8 @@ fn a_finished_pod_stays_finished_when_its_containers_and_sandbox_are_removed() {
                 pod_failed: None,
                 termination_messages: &HashMap::new(),
                 terminated: false,
+                resize: None,
+                actuated: None,
             },
             previous,
         )
@@ -589,4 +599,76 @@ fn a_finished_pod_stays_finished_when_its_containers_and_sandbox_are_removed() {
     assert_eq!(with(&always, None).as_deref(), Some("Pending"));
     always.status = Some(failed.clone());
     assert_eq!(with(&always, None).as_deref(), Some("Failed"));
+}
+
+/// upstream's `convertContainerStatusResources` (kubelet_pods.go): a running container's
+/// `resources` has cpu and memory limits and the cpu request as it runs with them (a
+/// resize not carried out yet), the memory request and everything else as allocated;
+/// `allocatedResources` is the allocated requests. The resize conditions follow the
+/// others, status True.
+#[test]
+fn a_resized_containers_resources_as_it_runs_and_as_allocated() {
+    let mut p = pod("Always", false);
+    p.spec.as_mut().unwrap().containers[0].resources = serde_json::from_value(serde_json::json!({
+        "requests": {"cpu": "200m", "memory": "64Mi", "ephemeral-storage": "1Gi"},
+        "limits": {"cpu": "400m", "memory": "128Mi"}
+    }))
+    .unwrap();
+    let running_with: k8s_openapi::api::core::v1::ResourceRequirements =
+        serde_json::from_value(serde_json::json!({
+            "requests": {"cpu": "100m", "memory": "32Mi"},
+            "limits": {"cpu": "200m", "memory": "96Mi"}
+        }))
+        .unwrap();
+    let actuated = std::collections::BTreeMap::from([("c1".to_string(), running_with)]);
+    let resize = crate::allocation::ResizeConditions {
+        pending: None,
+        in_progress: Some(crate::allocation::Condition {
+            generation: Some(2),
+            ..Default::default()
+        }),
+    };
+    let rt = runtime(cri::ContainerState::ContainerRunning, 0);
+    let s = compute(
+        &StatusInputs {
+            pod: &p,
+            runtime: Some(&rt),
+            readiness: &HashMap::new(),
+            started: &Default::default(),
+            waiting: &HashMap::new(),
+            node_ips: &crate::status::ips::NodeIps::single("192.0.2.1"),
+            pod_failed: None,
+            termination_messages: &HashMap::new(),
+            terminated: false,
+            resize: Some(&resize),
+            actuated: Some(&actuated),
+        },
+        None,
+    );
+    let cs = &s.container_statuses.as_ref().unwrap()[0];
+    let json = serde_json::to_value(cs).unwrap();
+    assert_eq!(
+        json["resources"],
+        serde_json::json!({
+            "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Gi"},
+            "limits": {"cpu": "200m", "memory": "96Mi"}
+        })
+    );
+    assert_eq!(
+        json["allocatedResources"],
+        serde_json::json!({"cpu": "200m", "memory": "64Mi", "ephemeral-storage": "1Gi"})
+    );
+    let in_progress = s
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "PodResizeInProgress")
+        .expect("PodResizeInProgress");
+    assert_eq!(in_progress.status, "True");
+    assert_eq!(in_progress.observed_generation, Some(2));
+    // A container that does not run has no `resources`.
+    let exited = runtime(cri::ContainerState::ContainerExited, 0);
+    let s = compute_for(&p, Some(&exited), &HashMap::new());
+    assert!(s.container_statuses.unwrap()[0].resources.is_none());
 }

@@ -90,6 +90,8 @@ fn status_of(pod: &Pod, containers: Vec<RuntimeContainer>, reasons: &[&str]) -> 
             pod_failed: None,
             termination_messages: &HashMap::new(),
             terminated: false,
+            resize: None,
+            actuated: None,
         },
         None,
     )

@@ -33,6 +33,7 @@ mod containers;
 mod ephemeral;
 mod images;
 mod plan;
+mod resize;
 mod runtime_calls;
 
 pub use backoff::{crash_backoff, go_duration, next_backoff_base};
@@ -79,7 +80,6 @@ impl PodSync {
         rt: &RuntimePodStatus,
     ) -> anyhow::Result<SyncOutcome> {
         let uid = k8s::pod_uid(pod).to_string();
-        let spec = pod.spec.clone().unwrap_or_default();
         let policy = plan::restart_policy(pod);
         self.restore_pod_failure(pod);
         // Evicted, or stopped or refused for a node shutdown: for good. An evicted pod's
@@ -112,6 +112,11 @@ impl PodSync {
             Err(outcome) => return Ok(outcome),
             Ok(left) => left,
         };
+        // In-place resize (upstream's handlePodResourcesResize): the pod runs with its
+        // allocation, which an admitted resize changes before anything below reads it.
+        let (resized, resize_deferred) = self.admit_resize(pod, rt).await;
+        let pod = resized.as_ref().unwrap_or(pod);
+        let spec = pod.spec.clone().unwrap_or_default();
 
         // Refused, not sanitized: a pod whose names cannot form safe host paths never runs,
         // even if config-source were bypassed.
@@ -213,6 +218,9 @@ impl PodSync {
 
         if let Some(left) = deadline_left {
             merge_retry(left);
+        }
+        if resize_deferred {
+            merge_retry(resize::DEFERRED_RETRY);
         }
 
         // Ephemeral containers first (upstream's SyncPod step 5: a pod whose init container
@@ -396,6 +404,11 @@ impl PodSync {
             if let Some(wait) = wait {
                 merge_retry(wait);
             }
+        }
+        // An admitted resize carried out in the running containers.
+        if !fresh_sandbox && let Some(wait) = self.actuate_resize(pod, rt, &sandbox_id, ctx).await?
+        {
+            merge_retry(wait);
         }
         if app.kill_pod && next_retry.is_none() && !fresh_sandbox {
             // Every regular container is done and none will restart. Sidecars ran only to

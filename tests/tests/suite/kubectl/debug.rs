@@ -19,12 +19,6 @@ const POD_KIND_DEBUG: u32 = 24;
 /// How long a second start of the finished ephemeral container is given to show.
 const NO_RESTART_WINDOW: Duration = Duration::from_secs(8);
 
-async fn jsonpath(kubectl: &Kubectl, pod: &str, path: &str) -> Result<String, String> {
-    kubectl
-        .try_ok(&["get", "pod", pod, "-o", &format!("jsonpath={path}")])
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_debug_runs_an_ephemeral_container_once_among_its_targets_processes() {
     if !require_runtime("kubectl debug") || require_kubectl("kubectl debug").is_none() {
@@ -64,12 +58,12 @@ async fn kubectl_debug_runs_an_ephemeral_container_once_among_its_targets_proces
     // In the target's PID namespace, `ps` lists the app's `sleep 3601` (in a namespace of
     // its own it would list only itself).
     eventually("the debugger's ps output", DEADLINE, || async {
-        let reason = jsonpath(
-            &kubectl,
-            pod,
-            "{.status.ephemeralContainerStatuses[0].state.terminated.reason}",
-        )
-        .await?;
+        let reason = kubectl
+            .jsonpath(
+                pod,
+                "{.status.ephemeralContainerStatuses[0].state.terminated.reason}",
+            )
+            .await?;
         let logs = kubectl.try_ok(&["logs", pod, "-c", "debugger"]).await?;
         match (reason.as_str(), logs.contains("sleep 3601")) {
             ("Completed", true) => Ok(()),
@@ -80,7 +74,8 @@ async fn kubectl_debug_runs_an_ephemeral_container_once_among_its_targets_proces
     // The pod itself is untouched: Running, 1/1 ready, the app never restarted.
     kubectl.wait_running(pod).await;
     assert_eq!(
-        jsonpath(&kubectl, pod, "{.status.containerStatuses[0].restartCount}")
+        kubectl
+            .jsonpath(pod, "{.status.containerStatuses[0].restartCount}")
             .await
             .unwrap(),
         "0"
@@ -178,12 +173,12 @@ async fn kubectl_debug_runs_an_ephemeral_container_once_among_its_targets_proces
         Duration::from_millis(500),
         || async {
             let again = debuggers().await;
-            let reason = jsonpath(
-                &kubectl,
-                pod,
-                "{.status.ephemeralContainerStatuses[0].state.terminated.reason}",
-            )
-            .await?;
+            let reason = kubectl
+                .jsonpath(
+                    pod,
+                    "{.status.ephemeralContainerStatuses[0].state.terminated.reason}",
+                )
+                .await?;
             match (again.is_empty(), reason.as_str()) {
                 (true, "Completed") => Ok(()),
                 _ => Err(format!(

@@ -180,19 +180,7 @@ impl PodSync {
             st.admitted.insert(uid);
             return None;
         }
-        let running: Vec<crate::node::admission::Requests> = st
-            .desired
-            .iter()
-            .filter(|(u, _)| **u != uid && !st.pod_finished(u))
-            .filter(|(u, _)| {
-                st.admitted.contains(*u)
-                    || st
-                        .runtime
-                        .get(*u)
-                        .is_some_and(|r| !r.sandboxes.is_empty() || !r.containers.is_empty())
-            })
-            .map(|(_, p)| crate::node::admission::requests(p))
-            .collect();
+        let running = st.admitted_requests(&uid);
         match crate::node::admission::fit(
             crate::node::admission::requests(pod),
             &running,

@@ -1,0 +1,371 @@
+//! In-place resize (KEP-1287, GA upstream): upstream's allocation manager
+//! (`pkg/kubelet/allocation`). A pod's containers run with the resources the node
+//! *allocated* them, which are the spec's until a resize asks for others; a resize is
+//! admitted only when it fits the node beside the other pods' allocations, and until then
+//! the pod keeps what it had, with a `PodResizePending` condition saying why (`Deferred`:
+//! not now; `Infeasible`: never on this node). Once admitted, the new allocation is saved
+//! *before* anything changes, then carried out in the running containers
+//! (`UpdateContainerResources`, or a restart where `resizePolicy` says `RestartContainer`),
+//! with `PodResizeInProgress` until every running container runs with it.
+//!
+//! Kept on disk (`<root-dir>/pod-sync/allocated-pods.json`, upstream's
+//! `allocated_pods_state` and `actuated_pods_state` in one file), so a pod-sync restart in
+//! the middle of a resize neither forgets a deferred resize (the spec would be taken as
+//! allocated) nor loses track of a container not yet updated.
+//!
+//! Everything else in pod-sync (admission of other pods, QoS tiers, the pod cgroup, the
+//! containers it creates, eviction ranking) reads the desired pods, which `intake` gives
+//! the allocated resources: only this module and the resize step see what the spec asks.
+
+use crate::container_manager::quantity;
+use crate::node::admission::{self, NodeResources, Requests};
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use nodeagent_proto::k8s;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Container name -> its resources.
+pub type Resources = BTreeMap<String, ResourceRequirements>;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Allocations {
+    /// uid -> each container's resources as last admitted.
+    #[serde(default)]
+    pub pods: BTreeMap<String, Resources>,
+    /// container id -> the resources it runs with, where they are not its pod's
+    /// allocation: it ran before a resize was admitted and has not been updated yet. A
+    /// container with no entry runs with its pod's allocation (it was created with it, or
+    /// updated to it).
+    #[serde(default)]
+    pub actuated: BTreeMap<String, ResourceRequirements>,
+    /// uid -> what the spec asks for, where it is not the allocation (a resize not
+    /// admitted yet). Not saved: the pod sources give it again.
+    #[serde(skip)]
+    pub wanted: BTreeMap<String, Resources>,
+    /// Changed since last saved.
+    #[serde(skip)]
+    pub dirty: bool,
+}
+
+/// `<root-dir>/pod-sync/allocated-pods.json`.
+pub type Store = crate::saved::JsonFile<Allocations>;
+
+pub fn store(root_dir: &std::path::Path) -> Store {
+    Store::new(root_dir, "allocated-pods.json")
+}
+
+fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    let spec = pod.spec.as_ref();
+    spec.and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .chain(spec.map(|s| s.containers.iter()).into_iter().flatten())
+}
+
+/// Each container's resources in `pod`'s spec.
+pub fn resources_of(pod: &Pod) -> Resources {
+    all_containers(pod)
+        .map(|c| (c.name.clone(), c.resources.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// `pod` with each container's resources as `resources` has them (upstream's
+/// `updatePodFromAllocation`).
+pub fn with_resources(mut pod: Pod, resources: &Resources) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        let init = spec.init_containers.iter_mut().flatten();
+        for c in init.chain(spec.containers.iter_mut()) {
+            if let Some(r) = resources.get(&c.name) {
+                c.resources = (r != &ResourceRequirements::default()).then(|| r.clone());
+            }
+        }
+    }
+    pod
+}
+
+/// One amount as a number: cpu in millicores, anything else in bytes (or units).
+fn amount(name: &str, q: &str) -> Option<i64> {
+    if name == "cpu" {
+        quantity::cpu_millis(q)
+    } else {
+        quantity::bytes(q)
+    }
+}
+
+/// Two resource lists asking for the same amounts, however each is written ("1" and
+/// "1000m" are the same cpu, as the API server's canonical form would make them).
+fn same_list(
+    a: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    b: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> bool {
+    let empty = BTreeMap::new();
+    let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
+    let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter().all(|k| match (a.get(k), b.get(k)) {
+        (Some(x), Some(y)) => x == y || amount(k, &x.0).is_some_and(|v| Some(v) == amount(k, &y.0)),
+        _ => false,
+    })
+}
+
+/// Two containers' resources asking for the same.
+pub fn same(a: &ResourceRequirements, b: &ResourceRequirements) -> bool {
+    same_list(a.requests.as_ref(), b.requests.as_ref())
+        && same_list(a.limits.as_ref(), b.limits.as_ref())
+}
+
+fn same_all(a: &Resources, b: &Resources) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(name, r)| b.get(name).is_some_and(|other| same(r, other)))
+}
+
+impl Allocations {
+    /// The pod as it is to run: the spec's resources on its first sight (they are its
+    /// allocation from then on), the allocation's after that, with what the spec asks
+    /// kept in `wanted` when it differs.
+    pub fn intake(&mut self, pod: Pod) -> Pod {
+        let uid = k8s::pod_uid(&pod).to_string();
+        let spec = resources_of(&pod);
+        match self.pods.get(&uid) {
+            None => {
+                self.pods.insert(uid.clone(), spec);
+                self.dirty = true;
+                self.wanted.remove(&uid);
+                pod
+            }
+            Some(allocated) if same_all(allocated, &spec) => {
+                self.wanted.remove(&uid);
+                pod
+            }
+            Some(allocated) => {
+                let pod = with_resources(pod, allocated);
+                self.wanted.insert(uid, spec);
+                pod
+            }
+        }
+    }
+
+    /// Admits `uid`'s wanted resources: the containers `running` (id, name) that run with
+    /// the old allocation keep a record of it, then the allocation becomes the wanted one.
+    /// The new allocation, or None when nothing was wanted.
+    pub fn accept(&mut self, uid: &str, running: &[(String, String)]) -> Option<Resources> {
+        let wanted = self.wanted.remove(uid)?;
+        let old = self.pods.get(uid).cloned().unwrap_or_default();
+        for (id, name) in running {
+            if !self.actuated.contains_key(id)
+                && let Some(r) = old.get(name)
+            {
+                self.actuated.insert(id.clone(), r.clone());
+            }
+        }
+        self.pods.insert(uid.to_string(), wanted.clone());
+        self.dirty = true;
+        Some(wanted)
+    }
+
+    /// What container `id` (named `name`, of pod `uid`) runs with.
+    pub fn actuated(&self, uid: &str, id: &str, name: &str) -> Option<&ResourceRequirements> {
+        self.actuated
+            .get(id)
+            .or_else(|| self.pods.get(uid).and_then(|p| p.get(name)))
+    }
+
+    /// Container `id` now runs with `resources`.
+    pub fn actuated_now(
+        &mut self,
+        uid: &str,
+        id: &str,
+        name: &str,
+        resources: &ResourceRequirements,
+    ) {
+        let allocated = self.pods.get(uid).and_then(|p| p.get(name));
+        if allocated.is_some_and(|a| same(a, resources)) {
+            self.dirty |= self.actuated.remove(id).is_some();
+        } else if self.actuated.get(id) != Some(resources) {
+            self.actuated.insert(id.to_string(), resources.clone());
+            self.dirty = true;
+        }
+    }
+
+    /// Forgets pods not in `uids` and containers not in `ids`.
+    pub fn retain(&mut self, uids: &BTreeSet<String>, ids: &BTreeSet<String>) {
+        let before = (self.pods.len(), self.actuated.len());
+        self.pods.retain(|u, _| uids.contains(u));
+        self.wanted.retain(|u, _| uids.contains(u));
+        self.actuated.retain(|id, _| ids.contains(id));
+        self.dirty |= before != (self.pods.len(), self.actuated.len());
+    }
+}
+
+/// Why a resize waits (upstream's `PodResizePending` reasons).
+pub const DEFERRED: &str = "Deferred";
+pub const INFEASIBLE: &str = "Infeasible";
+
+/// A resize that is not admitted: the condition's reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What the resize admission knows beyond the pods.
+pub struct Node<'a> {
+    pub allocatable: &'a NodeResources,
+    /// The other pods' allocated requests.
+    pub others: &'a [Requests],
+    /// The CPU manager's `static` policy is on.
+    pub cpu_manager_static: bool,
+}
+
+/// Upstream's resize admission (`handlePodResourcesResize`: `canResizePod` and the admit
+/// handlers), in its order and words: a static pod, a Guaranteed pod's CPUs under the
+/// static CPU manager, or requests beyond allocatable can never be resized here
+/// (Infeasible); requests that do not fit beside the other pods' allocations wait
+/// (Deferred, the scheduler predicate's words).
+pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending> {
+    let infeasible = |message: String| {
+        Err(Pending {
+            reason: INFEASIBLE,
+            message,
+        })
+    };
+    if crate::status::api_status::is_static(current) {
+        return infeasible("In-place resize of static-pods is not supported".into());
+    }
+    use crate::container_manager::cgroups::{QosClass, qos_class};
+    if node.cpu_manager_static && qos_class(wanted) == QosClass::Guaranteed {
+        let cpu = |p: &Pod| -> Vec<Option<i64>> {
+            all_containers(p)
+                .map(|c| quantity::ContainerResources::of(c).cpu_request)
+                .collect()
+        };
+        if cpu(current) != cpu(wanted) {
+            return infeasible(
+                "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
+                    .into(),
+            );
+        }
+    }
+    let requests = admission::requests(wanted);
+    let capacity = [
+        ("memory", requests.memory, node.allocatable.memory),
+        ("cpu", requests.cpu_millis, node.allocatable.cpu_millis),
+    ];
+    for (name, requested, capacity) in capacity {
+        if requested > capacity {
+            return infeasible(format!(
+                "Node didn't have enough capacity: {name}, requested: {requested}, capacity: {capacity}"
+            ));
+        }
+    }
+    admission::fit(requests, node.others, node.allocatable).map_err(|refusal| Pending {
+        reason: DEFERRED,
+        message: refusal.message,
+    })
+}
+
+/// The two resize conditions a pod may carry (upstream's `PodResizePending` and
+/// `PodResizeInProgress`), each with the pod generation it was set at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResizeConditions {
+    pub pending: Option<Condition>,
+    pub in_progress: Option<Condition>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Condition {
+    pub reason: String,
+    pub message: String,
+    pub generation: Option<i64>,
+}
+
+pub const POD_RESIZE_PENDING: &str = "PodResizePending";
+pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
+
+/// What one admission pass decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The spec asks for the allocation.
+    NoResize,
+    /// The wanted resources are the allocation now.
+    Admitted,
+    Pending(Pending),
+}
+
+impl ResizeConditions {
+    /// Upstream's condition changes for an admission decision: nothing to resize clears
+    /// the pending condition; an admitted resize clears it and starts (or restarts) the
+    /// in-progress one; a pending one is set, leaving an earlier resize's progress as it is.
+    pub fn after(&mut self, decision: &Decision, generation: Option<i64>) {
+        match decision {
+            Decision::NoResize => self.pending = None,
+            Decision::Admitted => {
+                self.pending = None;
+                self.in_progress = Some(Condition {
+                    generation,
+                    ..Default::default()
+                });
+            }
+            Decision::Pending(p) => {
+                self.pending = Some(Condition {
+                    reason: p.reason.to_string(),
+                    message: p.message.clone(),
+                    generation,
+                })
+            }
+        }
+    }
+
+    /// An actuation failed: the in-progress condition says so (keeping the generation of
+    /// the resize it belongs to, as upstream).
+    pub fn failed(&mut self, message: String, generation: Option<i64>) {
+        let generation = self
+            .in_progress
+            .as_ref()
+            .map_or(generation, |c| c.generation);
+        self.in_progress = Some(Condition {
+            reason: "Error".into(),
+            message,
+            generation,
+        });
+    }
+
+    /// The pod's conditions of these two kinds, in upstream's shape (status True;
+    /// `now` as the transition time of a new one, an unchanged one keeps its own).
+    pub fn to_api(
+        &self,
+        previous: &[k8s_openapi::api::core::v1::PodCondition],
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) -> Vec<k8s_openapi::api::core::v1::PodCondition> {
+        [
+            (POD_RESIZE_PENDING, &self.pending),
+            (POD_RESIZE_IN_PROGRESS, &self.in_progress),
+        ]
+        .into_iter()
+        .filter_map(|(kind, c)| {
+            let c = c.as_ref()?;
+            let reason = (!c.reason.is_empty()).then(|| c.reason.clone());
+            let message = (!c.message.is_empty()).then(|| c.message.clone());
+            let before = previous
+                .iter()
+                .find(|p| p.type_ == kind && p.reason == reason && p.message == message);
+            Some(k8s_openapi::api::core::v1::PodCondition {
+                type_: kind.to_string(),
+                status: "True".into(),
+                reason,
+                message,
+                observed_generation: c.generation,
+                last_probe_time: before.and_then(|b| b.last_probe_time.clone()),
+                last_transition_time: Some(
+                    before
+                        .and_then(|b| b.last_transition_time.clone())
+                        .unwrap_or_else(|| now.clone()),
+                ),
+            })
+        })
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,475 @@
+//! In-place resize carried out (upstream's `handlePodResourcesResize`, then
+//! `computePodResizeAction` and `doPodResizeAction`): a resize the spec asks for is
+//! admitted or left pending (`allocation::admit`), and an admitted one is applied to the
+//! running containers: `UpdateContainerResources` where every changed resource's
+//! `resizePolicy` is `NotRequired`, a restart of the container where one says
+//! `RestartContainer`. The pod cgroup is raised before the containers and lowered after
+//! them, and a memory limit is never set below what the container uses now.
+
+use super::*;
+use crate::allocation::{self, Decision, Resources};
+use crate::container_manager::quantity;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use nodeagent_proto::cri::{
+    ContainerStatsRequest, LinuxContainerResources, UpdateContainerResourcesRequest,
+};
+
+/// How soon a deferred resize is tried again (upstream's pending resizes are retried on
+/// a timer too, and whenever a pod's allocation changes).
+pub(super) const DEFERRED_RETRY: Duration = Duration::from_secs(30);
+
+/// The containers a resize applies to: the regular ones and the sidecars (a
+/// non-restartable init container's resources cannot change).
+fn resizable(pod: &Pod) -> Vec<&Container> {
+    let spec = pod.spec.as_ref();
+    let sidecars = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| init_plan::is_sidecar(c));
+    sidecars
+        .chain(spec.map(|s| s.containers.iter()).into_iter().flatten())
+        .collect()
+}
+
+/// The resize policy of `c` for `resource` (`NotRequired` when unset, as the API defaults).
+fn policy<'a>(c: &'a Container, resource: &str) -> &'a str {
+    c.resize_policy
+        .iter()
+        .flatten()
+        .find(|p| p.resource_name == resource)
+        .map_or("NotRequired", |p| p.restart_policy.as_str())
+}
+
+/// The resources (cpu, memory) whose amounts differ between `have` and `want`, as the
+/// runtime sees them: CPU requests at or below the minimum shares (2m) are the same, and
+/// so are CPU limits at or below the minimum quota (10m), as upstream compares them.
+pub(crate) fn changed(
+    have: &ResourceRequirements,
+    want: &ResourceRequirements,
+) -> Vec<&'static str> {
+    use crate::container_manager::quantity::{bytes, cpu_millis};
+    let get = |r: &ResourceRequirements, limits: bool, name: &str| {
+        let list = if limits { &r.limits } else { &r.requests };
+        list.as_ref().and_then(|l| l.get(name)).and_then(|q| {
+            if name == "cpu" {
+                cpu_millis(&q.0)
+            } else {
+                bytes(&q.0)
+            }
+        })
+    };
+    let cpu_same = |limits: bool| {
+        let floor = if limits { 10 } else { 2 };
+        match (get(have, limits, "cpu"), get(want, limits, "cpu")) {
+            (Some(a), Some(b)) => a == b || (a <= floor && b <= floor),
+            (None, None) => true,
+            // No request is the minimum shares; no limit is no quota at all.
+            (a, b) => !limits && a.unwrap_or(0) <= floor && b.unwrap_or(0) <= floor,
+        }
+    };
+    let mut out = Vec::new();
+    if !cpu_same(false) || !cpu_same(true) {
+        out.push("cpu");
+    }
+    if get(have, false, "memory") != get(want, false, "memory")
+        || get(have, true, "memory") != get(want, true, "memory")
+    {
+        out.push("memory");
+    }
+    out
+}
+
+/// The pod cgroup's limits that hold both before and after: each the larger.
+fn wider(
+    a: &crate::container_manager::cgroups::PodResources,
+    b: &crate::container_manager::cgroups::PodResources,
+) -> crate::container_manager::cgroups::PodResources {
+    let max = |x: Option<i64>, y: Option<i64>| x.zip(y).map(|(x, y)| x.max(y));
+    crate::container_manager::cgroups::PodResources {
+        cpu_shares: a.cpu_shares.max(b.cpu_shares),
+        cpu_quota_us: max(a.cpu_quota_us, b.cpu_quota_us),
+        memory_limit_bytes: max(a.memory_limit_bytes, b.memory_limit_bytes),
+    }
+}
+
+impl PodSync {
+    /// Writes the allocations when they changed; a failed write is tried again at the
+    /// next change.
+    pub(crate) async fn save_allocations(&self) {
+        let _one_at_a_time = self.allocation_saves.lock().await;
+        let value = {
+            let mut st = self.lock();
+            if !st.allocations.dirty {
+                return;
+            }
+            st.allocations.dirty = false;
+            st.allocations.clone()
+        };
+        if let Err(e) = self.allocation_store.save(&value).await {
+            tracing::warn!(error = %e, "cannot keep the pods' allocations; a restart could lose a pending resize");
+            self.lock().allocations.dirty = true;
+        }
+    }
+
+    /// upstream's `handlePodResourcesResize`: a resize the spec asks for is admitted (the
+    /// pod with its new allocation is returned, saved before anything acts on it) or left
+    /// pending with its reason (true: deferred, to be tried again).
+    pub(crate) async fn admit_resize(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> (Option<Pod>, bool) {
+        let uid = k8s::pod_uid(pod).to_string();
+        let generation = pod.metadata.generation;
+        let (decision, admitted) = {
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            let decision = match st.allocations.wanted.get(&uid) {
+                None => Decision::NoResize,
+                Some(wanted) => {
+                    let wanted = allocation::with_resources(pod.clone(), wanted);
+                    let others = st.admitted_requests(&uid);
+                    let node = allocation::Node {
+                        allocatable: &self.node.allocatable,
+                        others: &others,
+                        cpu_manager_static: self.cpu_manager.is_static(),
+                    };
+                    match allocation::admit(pod, &wanted, &node) {
+                        Ok(()) => Decision::Admitted,
+                        Err(pending) => Decision::Pending(pending),
+                    }
+                }
+            };
+            let mut admitted = None;
+            if decision == Decision::Admitted {
+                let running: Vec<(String, String)> = rt
+                    .containers
+                    .iter()
+                    .filter(|c| c.state == RUNNING)
+                    .map(|c| (c.id.clone(), c.name.clone()))
+                    .collect();
+                if let Some(new) = st.allocations.accept(&uid, &running) {
+                    let resized = allocation::with_resources(pod.clone(), &new);
+                    if let Some(d) = st.desired.get_mut(&uid) {
+                        *d = allocation::with_resources(d.clone(), &new);
+                    }
+                    admitted = Some(resized);
+                }
+            }
+            let conditions = st.resize.entry(uid.clone()).or_default();
+            conditions.after(&decision, generation);
+            if *conditions == Default::default() {
+                st.resize.remove(&uid);
+            }
+            (decision, admitted)
+        };
+        match &decision {
+            Decision::NoResize => {}
+            Decision::Admitted => {
+                tracing::info!(pod = %k8s::pod_full_name(pod), "resize admitted");
+                self.save_allocations().await;
+            }
+            Decision::Pending(p) => {
+                tracing::info!(pod = %k8s::pod_full_name(pod), reason = p.reason, message = %p.message, "resize pending")
+            }
+        }
+        let deferred =
+            matches!(&decision, Decision::Pending(p) if p.reason == allocation::DEFERRED);
+        (admitted, deferred)
+    }
+
+    /// Carries the pod's allocation out in its running containers of `sandbox_id` (upstream's
+    /// `doPodResizeAction`); a retry delay when something failed. Clears
+    /// `PodResizeInProgress` once every one runs with it (a `ResizeCompleted` event).
+    pub(crate) async fn actuate_resize(
+        self: &Arc<Self>,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        sandbox_id: &str,
+        ctx: (&str, &str, &HashMap<String, String>),
+    ) -> anyhow::Result<Option<Duration>> {
+        let uid = k8s::pod_uid(pod).to_string();
+        let mut updates: Vec<(&Container, &RuntimeContainer, ResourceRequirements)> = Vec::new();
+        let mut restarts: Vec<(&Container, &RuntimeContainer)> = Vec::new();
+        {
+            let st = self.lock();
+            for c in resizable(pod) {
+                let Some(r) = rt
+                    .containers
+                    .iter()
+                    .find(|r| r.name == c.name && r.state == RUNNING && r.sandbox_id == sandbox_id)
+                else {
+                    continue;
+                };
+                let want = c.resources.clone().unwrap_or_default();
+                let Some(have) = st.allocations.actuated(&uid, &r.id, &c.name).cloned() else {
+                    continue;
+                };
+                let diff = changed(&have, &want);
+                if diff.is_empty() {
+                    continue;
+                }
+                if diff.iter().any(|res| policy(c, res) == "RestartContainer") {
+                    restarts.push((c, r));
+                } else {
+                    updates.push((c, r, have));
+                }
+            }
+        }
+        if updates.is_empty() && restarts.is_empty() {
+            self.resize_done(pod);
+            return Ok(None);
+        }
+        let mut retry = None;
+        // upstream's computePodResizeAction: a container whose policy asks for it is
+        // killed and started again with its new resources (a restart that counts).
+        for (c, r) in &restarts {
+            let message = format!("Container {} resize requires restart", c.name);
+            self.kill_container(
+                Some(pod),
+                &c.name,
+                &r.id,
+                grace_seconds(pod),
+                Some(&message),
+            )
+            .await;
+            self.acted(&uid);
+            if let Some(wait) = self.replace_killed(pod, c, r, ctx).await? {
+                retry = Some(wait);
+            }
+        }
+        if !updates.is_empty()
+            && let Err(message) = self.update_in_place(pod, &uid, &updates).await
+        {
+            tracing::warn!(pod = %k8s::pod_full_name(pod), %message, "resize failed");
+            self.events
+                .pod(pod, EventType::Warning, "ResizeError", &message);
+            let mut st = self.lock();
+            st.resize
+                .entry(uid.clone())
+                .or_default()
+                .failed(message, pod.metadata.generation);
+            retry = Some(Duration::from_secs(10));
+        }
+        if retry.is_none() && restarts.is_empty() {
+            self.resize_done(pod);
+        }
+        self.save_allocations().await;
+        Ok(retry)
+    }
+
+    /// Nothing left to carry out: the in-progress condition goes.
+    fn resize_done(&self, pod: &Pod) {
+        let uid = k8s::pod_uid(pod);
+        let mut st = self.lock();
+        let Some(conditions) = st.resize.get_mut(uid) else {
+            return;
+        };
+        if conditions.in_progress.take().is_some() {
+            tracing::info!(pod = %k8s::pod_full_name(pod), "resize completed");
+            drop(st);
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                "ResizeCompleted",
+                "Pod resize completed",
+            );
+            st = self.lock();
+        }
+        if st.resize.get(uid).is_some_and(|c| *c == Default::default()) {
+            st.resize.remove(uid);
+        }
+    }
+
+    /// `UpdateContainerResources` for each of `updates` (container, its runtime instance,
+    /// what it runs with now), the pod cgroup widened first and set to the pod's
+    /// allocation after; a memory limit below a container's current use is refused in
+    /// upstream's words and nothing of that container changes.
+    async fn update_in_place(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        updates: &[(&Container, &RuntimeContainer, ResourceRequirements)],
+    ) -> Result<(), String> {
+        use crate::container_manager::cgroups;
+        let mut below_usage = Vec::new();
+        for (c, r, have) in updates {
+            let new = quantity::ContainerResources::of(c).memory_limit;
+            let old = quantity::ContainerResources::of(&Container {
+                resources: Some(have.clone()),
+                ..Default::default()
+            })
+            .memory_limit;
+            let Some(limit) = new.filter(|n| old.is_none_or(|o| n < &o)) else {
+                continue;
+            };
+            if let Some(usage) = self.memory_usage(&r.id).await
+                && usage > limit as u64
+            {
+                below_usage.push(format!(
+                    "attempting to set container {:?} memory limit ({limit}) below current usage ({usage})",
+                    c.name
+                ));
+            }
+        }
+        match below_usage.len() {
+            0 => {}
+            1 => return Err(format!("cannot decrease memory limits: {}", below_usage[0])),
+            _ => {
+                return Err(format!(
+                    "cannot decrease memory limits: [{}]",
+                    below_usage.join(", ")
+                ));
+            }
+        }
+        let cgroup =
+            cgroups::pod_cgroup_name(pod, self.node.cgroups_per_qos, &self.node.cgroup_root);
+        let new_pod = cgroups::pod_resources(pod);
+        if let Some(name) = &cgroup {
+            let before: Resources = updates
+                .iter()
+                .map(|(c, _, have)| (c.name.clone(), have.clone()))
+                .collect();
+            let old_pod = cgroups::pod_resources(&allocation::with_resources(pod.clone(), &before));
+            self.cgroups
+                .ensure(name, &wider(&old_pod, &new_pod), self.node.pod_pids_limit)
+                .await
+                .map_err(|e| format!("resizing the pod cgroup: {e}"))?;
+        }
+        // Decreases first, so that the pod's total never exceeds its cgroup on the way.
+        let mut ordered: Vec<_> = updates.iter().collect();
+        ordered.sort_by_key(|(c, _, have)| {
+            let new = quantity::ContainerResources::of(c);
+            let old = quantity::ContainerResources::of(&Container {
+                resources: Some(have.clone()),
+                ..Default::default()
+            });
+            (new.memory_limit > old.memory_limit) || (new.cpu_request > old.cpu_request)
+        });
+        for (c, r, _) in ordered {
+            let linux: LinuxContainerResources =
+                runtime_spec::linux_resources(pod, c, self.node.memory_capacity);
+            let mut runtime = self.cri.runtime.clone();
+            let request = self.cri.request(UpdateContainerResourcesRequest {
+                container_id: r.id.clone(),
+                linux: Some(linux),
+                ..Default::default()
+            });
+            runtime
+                .update_container_resources(request)
+                .await
+                .map_err(|e| format!("updating container {:?}: {}", c.name, e.message()))?;
+            tracing::info!(container = %c.name, container.id = %r.id, "container resized in place");
+            let want = c.resources.clone().unwrap_or_default();
+            self.lock()
+                .allocations
+                .actuated_now(uid, &r.id, &c.name, &want);
+        }
+        if let Some(name) = &cgroup {
+            self.cgroups
+                .ensure(name, &new_pod, self.node.pod_pids_limit)
+                .await
+                .map_err(|e| format!("resizing the pod cgroup: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// A container's memory use now, as the runtime's stats give it.
+    async fn memory_usage(&self, id: &str) -> Option<u64> {
+        let mut runtime = self.cri.runtime.clone();
+        let stats = runtime
+            .container_stats(self.cri.request(ContainerStatsRequest {
+                container_id: id.to_string(),
+            }))
+            .await
+            .ok()?
+            .into_inner()
+            .stats?;
+        stats.memory?.usage_bytes.map(|u| u.value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rr(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> ResourceRequirements {
+        let list = |l: &[(&str, &str)]| {
+            (!l.is_empty()).then(|| {
+                l.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.to_string(),
+                            k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_string()),
+                        )
+                    })
+                    .collect()
+            })
+        };
+        ResourceRequirements {
+            requests: list(requests),
+            limits: list(limits),
+            ..Default::default()
+        }
+    }
+
+    /// upstream's `TestComputePodActionsForPodResize` rows on what counts as a change.
+    #[test]
+    fn changes_as_the_runtime_sees_them() {
+        // "Update container CPU resources to equivalent value": 1m and 2m are both the
+        // minimum shares.
+        assert!(changed(&rr(&[("cpu", "2m")], &[]), &rr(&[("cpu", "1m")], &[])).is_empty());
+        // "Update container CPU and memory resources".
+        assert_eq!(
+            changed(
+                &rr(
+                    &[("cpu", "100m"), ("memory", "100Mi")],
+                    &[("cpu", "200m"), ("memory", "200Mi")]
+                ),
+                &rr(
+                    &[("cpu", "50m"), ("memory", "50Mi")],
+                    &[("cpu", "100m"), ("memory", "100Mi")]
+                ),
+            ),
+            ["cpu", "memory"]
+        );
+        // Only the memory limit.
+        assert_eq!(
+            changed(
+                &rr(&[("cpu", "1")], &[("memory", "200Mi")]),
+                &rr(&[("cpu", "1000m")], &[("memory", "300Mi")]),
+            ),
+            ["memory"]
+        );
+        // A CPU limit at the minimum quota stays the minimum quota.
+        assert!(changed(&rr(&[], &[("cpu", "5m")]), &rr(&[], &[("cpu", "10m")])).is_empty());
+        assert_eq!(
+            changed(&rr(&[], &[("cpu", "10m")]), &rr(&[], &[("cpu", "20m")])),
+            ["cpu"]
+        );
+    }
+
+    #[test]
+    fn the_pod_cgroup_holds_both_sizes_on_the_way() {
+        use crate::container_manager::cgroups::PodResources;
+        let a = PodResources {
+            cpu_shares: 1024,
+            cpu_quota_us: Some(100_000),
+            memory_limit_bytes: Some(100),
+        };
+        let b = PodResources {
+            cpu_shares: 512,
+            cpu_quota_us: Some(200_000),
+            memory_limit_bytes: None,
+        };
+        assert_eq!(
+            wider(&a, &b),
+            PodResources {
+                cpu_shares: 1024,
+                cpu_quota_us: Some(200_000),
+                memory_limit_bytes: None,
+            }
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! In-place resize (issue 30), driven as a user drives it: `kubectl patch --subresource
+//! resize` against the test API server, judged by what kubectl shows and by the cgroup
+//! files the container and the pod run under. Oracles: upstream's resize semantics (KEP-1287,
+//! GA in 1.35): the same container keeps running with new limits under `resizePolicy:
+//! NotRequired`, a container whose policy for a changed resource is `RestartContainer` is
+//! restarted (its restart count goes up); `status.containerStatuses[].resources` and
+//! `allocatedResources` as `convertContainerStatusResources` fills them; a resize beyond
+//! the node's allocatable is `PodResizePending` / `Infeasible` with the allocation
+//! manager's message, and observedGeneration the pod's generation; kube-apiserver's
+//! `ValidatePodResize` words for a QoS change.
+
+use super::*;
+use nix::sys::signal::Signal;
+use nodeagent_config::Service;
+use nodeagent_tests::{cgroup, consistently};
+
+/// kubectl's `patch --subresource` accepts `resize` from 1.32.
+const RESIZE_SUBRESOURCE: u32 = 32;
+
+/// How long a pod-sync restart is watched for a changed container, phase or readiness.
+const RESTART_WINDOW: Duration = Duration::from_secs(6);
+
+const MI: i64 = 1 << 20;
+
+/// A container's cgroup file as the container itself sees it.
+async fn inside(kubectl: &Kubectl, pod: &str, container: &str, v1: &str, v2: &str) -> String {
+    let path = if cgroup::is_v2() { v2 } else { v1 };
+    kubectl
+        .ok(&["exec", pod, "-c", container, "--", "cat", path])
+        .await
+        .trim()
+        .to_string()
+}
+
+async fn condition(kubectl: &Kubectl, pod: &str, kind: &str, field: &str) -> String {
+    let path = format!("{{.status.conditions[?(@.type==\"{kind}\")].{field}}}");
+    kubectl.jsonpath(pod, &path).await.unwrap_or_default()
+}
+
+fn container_field(name: &str, field: &str) -> String {
+    format!("{{.status.containerStatuses[?(@.name==\"{name}\")].{field}}}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_policy_says() {
+    if !require_runtime("kubectl resize") || require_kubectl("kubectl resize").is_none() {
+        return;
+    }
+    if !kubectl_at_least(
+        RESIZE_SUBRESOURCE,
+        "kubectl patch takes --subresource=resize",
+    ) {
+        return;
+    }
+    let (_server, mut node, kubectl) = cluster("kubectl-resize").await;
+    let pod = "resized";
+    let resources = "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 200m, memory: 64Mi}\n";
+    kubectl
+        .create(&pod_yaml(
+            pod,
+            &node.name,
+            &format!(
+                "  containers:\n  - name: app\n    image: busybox:1.36\n    command: [\"sleep\", \"3601\"]\n{resources}  - name: db\n    image: busybox:1.36\n    command: [\"sleep\", \"3602\"]\n    resizePolicy:\n    - resourceName: memory\n      restartPolicy: RestartContainer\n{resources}"
+            ),
+        ))
+        .await;
+    kubectl.wait_running(pod).await;
+    let uid = kubectl.jsonpath(pod, "{.metadata.uid}").await.unwrap();
+    let app_id = kubectl
+        .jsonpath(pod, &container_field("app", "containerID"))
+        .await
+        .unwrap();
+    let db_id = kubectl
+        .jsonpath(pod, &container_field("db", "containerID"))
+        .await
+        .unwrap();
+    assert_eq!(
+        inside(
+            &kubectl,
+            pod,
+            "app",
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory.max"
+        )
+        .await,
+        (64 * MI).to_string()
+    );
+
+    // The resize: more cpu and memory for app (NotRequired: in place), more memory for db
+    // (RestartContainer for memory).
+    let patch = r#"{"spec":{"containers":[
+        {"name":"app","resources":{"requests":{"cpu":"150m","memory":"48Mi"},"limits":{"cpu":"300m","memory":"96Mi"}}},
+        {"name":"db","resources":{"requests":{"cpu":"100m","memory":"32Mi"},"limits":{"cpu":"200m","memory":"80Mi"}}}]}}"#;
+    kubectl
+        .ok(&["patch", "pod", pod, "--subresource=resize", "-p", patch])
+        .await;
+    assert_eq!(
+        kubectl
+            .jsonpath(pod, "{.metadata.generation}")
+            .await
+            .unwrap(),
+        "2"
+    );
+    eventually("the resize carried out", DEADLINE, || async {
+        let app_limit = kubectl
+            .jsonpath(pod, &container_field("app", "resources.limits.memory"))
+            .await?;
+        let db_restarts = kubectl
+            .jsonpath(pod, &container_field("db", "restartCount"))
+            .await?;
+        let in_progress = condition(&kubectl, pod, "PodResizeInProgress", "status").await;
+        match (
+            app_limit.as_str(),
+            db_restarts.as_str(),
+            in_progress.as_str(),
+        ) {
+            ("96Mi", "1", "") => Ok(()),
+            _ => Err(format!(
+                "app limit {app_limit:?}, db restarts {db_restarts:?}, in progress {in_progress:?}"
+            )),
+        }
+    })
+    .await;
+    kubectl.wait_running(pod).await;
+    // app: the same container, never restarted, with the new limits in its cgroup.
+    let field = |c: &'static str, f: &'static str| {
+        let kubectl = &kubectl;
+        async move { kubectl.jsonpath(pod, &container_field(c, f)).await.unwrap() }
+    };
+    assert_eq!(
+        field("app", "containerID").await,
+        app_id,
+        "app kept its container"
+    );
+    assert_eq!(field("app", "restartCount").await, "0");
+    assert_ne!(field("db", "containerID").await, db_id, "db was restarted");
+    assert_eq!(field("app", "resources.limits.cpu").await, "300m");
+    assert_eq!(field("app", "resources.requests.cpu").await, "150m");
+    assert_eq!(field("app", "allocatedResources.memory").await, "48Mi");
+    assert_eq!(field("db", "resources.limits.memory").await, "80Mi");
+    assert_eq!(
+        inside(
+            &kubectl,
+            pod,
+            "app",
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory.max"
+        )
+        .await,
+        (96 * MI).to_string()
+    );
+    let quota = inside(
+        &kubectl,
+        pod,
+        "app",
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        "/sys/fs/cgroup/cpu.max",
+    )
+    .await;
+    assert_eq!(quota.split_whitespace().next(), Some("30000"), "{quota}");
+    assert_eq!(
+        inside(
+            &kubectl,
+            pod,
+            "db",
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory.max"
+        )
+        .await,
+        (80 * MI).to_string()
+    );
+    // The pod cgroup holds both: 96 + 80 MiB.
+    let pod_cgroup = format!("kubepods/burstable/pod{uid}");
+    assert_eq!(
+        cgroup::memory_limit(&pod_cgroup),
+        Ok(Some(176 * MI)),
+        "{pod_cgroup}"
+    );
+    assert_eq!(
+        cgroup::cpu_quota(&pod_cgroup),
+        Ok(Some(50_000)),
+        "{pod_cgroup}"
+    );
+
+    // Beyond the node: Infeasible, in the allocation manager's words (the pod's requests:
+    // 1000 CPUs for app and 100m for db), and nothing changes.
+    let too_much = r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"1000"},"limits":{"cpu":"1000"}}}]}}"#;
+    kubectl
+        .ok(&["patch", "pod", pod, "--subresource=resize", "-p", too_much])
+        .await;
+    let pending = eventually("PodResizePending Infeasible", DEADLINE, || async {
+        let reason = condition(&kubectl, pod, "PodResizePending", "reason").await;
+        let message = condition(&kubectl, pod, "PodResizePending", "message").await;
+        match reason.as_str() {
+            "Infeasible" => Ok(message),
+            _ => Err(format!("reason {reason:?}, message {message:?}")),
+        }
+    })
+    .await;
+    assert!(
+        pending
+            .starts_with("Node didn't have enough capacity: cpu, requested: 1000100, capacity: "),
+        "{pending}"
+    );
+    assert_eq!(
+        condition(&kubectl, pod, "PodResizePending", "observedGeneration").await,
+        kubectl
+            .jsonpath(pod, "{.metadata.generation}")
+            .await
+            .unwrap()
+    );
+    assert_eq!(field("app", "allocatedResources.cpu").await, "150m");
+
+    // pod-sync killed and started again: the pending resize is not taken as allocated, no
+    // container changes, the pod stays Running and ready.
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    let app_id = field("app", "containerID").await;
+    let db_id = field("db", "containerID").await;
+    consistently(
+        "the pod untouched by a pod-sync restart",
+        RESTART_WINDOW,
+        Duration::from_millis(500),
+        || async {
+            let ids = (
+                kubectl
+                    .jsonpath(pod, &container_field("app", "containerID"))
+                    .await?,
+                kubectl
+                    .jsonpath(pod, &container_field("db", "containerID"))
+                    .await?,
+            );
+            let ready = condition(&kubectl, pod, "Ready", "status").await;
+            let phase = kubectl.jsonpath(pod, "{.status.phase}").await?;
+            let allocated = kubectl
+                .jsonpath(pod, &container_field("app", "allocatedResources.cpu"))
+                .await?;
+            match (
+                ids == (app_id.clone(), db_id.clone()),
+                ready.as_str(),
+                phase.as_str(),
+                allocated.as_str(),
+            ) {
+                (true, "True", "Running", "150m") => Ok(()),
+                _ => Err(format!(
+                    "ids {ids:?}, ready {ready:?}, phase {phase:?}, allocated cpu {allocated:?}"
+                )),
+            }
+        },
+    )
+    .await;
+    eventually("still Infeasible after the restart", DEADLINE, || async {
+        match condition(&kubectl, pod, "PodResizePending", "reason")
+            .await
+            .as_str()
+        {
+            "Infeasible" => Ok(()),
+            other => Err(other.to_string()),
+        }
+    })
+    .await;
+    let quota = inside(
+        &kubectl,
+        pod,
+        "app",
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        "/sys/fs/cgroup/cpu.max",
+    )
+    .await;
+    assert_eq!(quota.split_whitespace().next(), Some("30000"), "{quota}");
+
+    // kube-apiserver's refusal of a QoS change (Burstable to Guaranteed).
+    let guaranteed = r#"{"spec":{"containers":[
+        {"name":"app","resources":{"requests":{"cpu":"300m","memory":"96Mi"},"limits":{"cpu":"300m","memory":"96Mi"}}},
+        {"name":"db","resources":{"requests":{"cpu":"200m","memory":"80Mi"},"limits":{"cpu":"200m","memory":"80Mi"}}}]}}"#;
+    let refused = kubectl
+        .try_ok(&[
+            "patch",
+            "pod",
+            pod,
+            "--subresource=resize",
+            "-p",
+            guaranteed,
+        ])
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("Pod QOS Class may not change as a result of resizing"),
+        "{refused}"
+    );
+    node.stop().await;
+}
