@@ -5,9 +5,10 @@
 //! whose memory limit counts an init container bigger than the app; `kubepods` and the
 //! QoS tiers' shares and limits; systemReserved enforced on its existing cgroup. An HTTP
 //! readiness probe redirected to another host is a success with a ProbeWarning event.
+//! An in-place resize reaches the container's and the pod's cgroups.
 
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodeagent_tests::{Node, NodeOptions, cgroup, eventually, eventually_event, require_runtime};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -595,4 +596,114 @@ async fn system_reserved_is_enforced_on_its_cgroup_and_a_missing_one_stops_the_s
     assert_eq!(cgroup::read(&pids).unwrap(), "1000");
     node.stop().await;
     cgroup::remove(&name);
+}
+
+/// In-place resize on this hierarchy (cgroup v1 on the host, v2 in the guest), through the
+/// `pods/resize` subresource with the kube-rs client: upstream's `doPodResizeAction` sets
+/// the running container's CPU quota, shares and memory limit with
+/// `UpdateContainerResources` and the pod cgroup to the pod's new limits, up and then
+/// down, and the container is never replaced (the e2e `pod_resize` tests read the same
+/// cgroup files).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_resize_reaches_the_container_and_pod_cgroups() {
+    if !require_runtime("in-place resize") {
+        return;
+    }
+    let (server, node) =
+        Node::start_with_api_server("resize-cgroups", NodeOptions::default()).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let name = node.pod_name("grown");
+    let sized = |cpu: (&str, &str), memory: (&str, &str)| {
+        json!({"requests": {"cpu": cpu.0, "memory": memory.0},
+               "limits": {"cpu": cpu.1, "memory": memory.1}})
+    };
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "app", "image": "busybox:1.36", "imagePullPolicy": "IfNotPresent",
+            "command": ["sleep", "3600"],
+            "resources": sized(("100m", "200m"), ("32Mi", "64Mi"))}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let id = node.running_container("grown", "app", DEADLINE).await;
+    let pod_cgroup = pod_cgroup(&node, "grown", "Burstable").await;
+    let container = format!("{pod_cgroup}/{id}");
+    assert_eq!(
+        cgroup::memory_limit(&container),
+        Ok(Some(64 * MI)),
+        "{container}"
+    );
+
+    for (cpu, memory, quota, limit) in [
+        (("300m", "400m"), ("96Mi", "128Mi"), 40_000, 128 * MI),
+        (("50m", "100m"), ("16Mi", "48Mi"), 10_000, 48 * MI),
+    ] {
+        let patch =
+            json!({"spec": {"containers": [{"name": "app", "resources": sized(cpu, memory)}]}});
+        pods.patch_subresource(
+            "resize",
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+        .unwrap();
+        eventually(
+            &format!("the container resized to {memory:?}"),
+            DEADLINE,
+            || async {
+                let p = node.pod("grown").await?;
+                let status = &p["status"]["containerStatuses"][0];
+                let in_progress = p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "PodResizeInProgress");
+                match (
+                    status["resources"]["limits"]["memory"].as_str(),
+                    in_progress,
+                ) {
+                    (Some(m), false) if m == memory.1 => Ok(()),
+                    _ => Err(p["status"].to_string()),
+                }
+            },
+        )
+        .await;
+        assert_eq!(
+            cgroup::memory_limit(&container),
+            Ok(Some(limit)),
+            "{container}"
+        );
+        assert_eq!(
+            cgroup::cpu_quota(&container),
+            Ok(Some(quota)),
+            "{container}"
+        );
+        let request: i64 = cpu.0.trim_end_matches('m').parse().unwrap();
+        assert_eq!(
+            cgroup::cpu_weight_matches_shares(&container, shares(request)),
+            Ok(true)
+        );
+        // One container: the pod's limits are its limits.
+        assert_eq!(
+            cgroup::memory_limit(&pod_cgroup),
+            Ok(Some(limit)),
+            "{pod_cgroup}"
+        );
+        assert_eq!(
+            cgroup::cpu_quota(&pod_cgroup),
+            Ok(Some(quota)),
+            "{pod_cgroup}"
+        );
+        let p = node.pod("grown").await.unwrap();
+        let status = &p["status"]["containerStatuses"][0];
+        assert_eq!(
+            status["containerID"],
+            format!("containerd://{id}"),
+            "never replaced"
+        );
+        assert_eq!(status["restartCount"], 0);
+    }
+    node.stop().await;
 }
