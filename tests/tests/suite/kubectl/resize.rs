@@ -32,6 +32,28 @@ async fn inside(kubectl: &Kubectl, pod: &str, container: &str, v1: &str, v2: &st
         .to_string()
 }
 
+/// The memory limit a container sees on its own cgroup.
+async fn memory_inside(kubectl: &Kubectl, pod: &str, container: &str) -> String {
+    let (v1, v2) = (
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+        "/sys/fs/cgroup/memory.max",
+    );
+    inside(kubectl, pod, container, v1, v2).await
+}
+
+/// The CFS quota a container sees on its own cgroup (v2's `cpu.max` without its period).
+async fn quota_inside(kubectl: &Kubectl, pod: &str, container: &str) -> String {
+    let (v1, v2) = (
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        "/sys/fs/cgroup/cpu.max",
+    );
+    let text = inside(kubectl, pod, container, v1, v2).await;
+    text.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 async fn condition(kubectl: &Kubectl, pod: &str, kind: &str, field: &str) -> String {
     let path = format!("{{.status.conditions[?(@.type==\"{kind}\")].{field}}}");
     kubectl.jsonpath(pod, &path).await.unwrap_or_default()
@@ -75,14 +97,7 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
         .await
         .unwrap();
     assert_eq!(
-        inside(
-            &kubectl,
-            pod,
-            "app",
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory.max"
-        )
-        .await,
+        memory_inside(&kubectl, pod, "app").await,
         (64 * MI).to_string()
     );
 
@@ -139,34 +154,12 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
     assert_eq!(field("app", "allocatedResources.memory").await, "48Mi");
     assert_eq!(field("db", "resources.limits.memory").await, "80Mi");
     assert_eq!(
-        inside(
-            &kubectl,
-            pod,
-            "app",
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory.max"
-        )
-        .await,
+        memory_inside(&kubectl, pod, "app").await,
         (96 * MI).to_string()
     );
-    let quota = inside(
-        &kubectl,
-        pod,
-        "app",
-        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
-        "/sys/fs/cgroup/cpu.max",
-    )
-    .await;
-    assert_eq!(quota.split_whitespace().next(), Some("30000"), "{quota}");
+    assert_eq!(quota_inside(&kubectl, pod, "app").await, "30000");
     assert_eq!(
-        inside(
-            &kubectl,
-            pod,
-            "db",
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory.max"
-        )
-        .await,
+        memory_inside(&kubectl, pod, "db").await,
         (80 * MI).to_string()
     );
     // The pod cgroup holds both: 96 + 80 MiB.
@@ -260,15 +253,7 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
         }
     })
     .await;
-    let quota = inside(
-        &kubectl,
-        pod,
-        "app",
-        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
-        "/sys/fs/cgroup/cpu.max",
-    )
-    .await;
-    assert_eq!(quota.split_whitespace().next(), Some("30000"), "{quota}");
+    assert_eq!(quota_inside(&kubectl, pod, "app").await, "30000");
 
     // kube-apiserver's refusal of a QoS change (Burstable to Guaranteed).
     let guaranteed = r#"{"spec":{"containers":[
