@@ -48,6 +48,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
         let mut st = sync.lock();
         st.sources_ready = update.all_sources_ready;
         st.sources_served = update.all_sources_ready || update.all_sources_served;
+        let desired_before = st.desired.len();
         let mut pods = Vec::new();
         for sp in &update.pods {
             match k8s::decode_pod(&sp.pod_json) {
@@ -113,6 +114,17 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                 }
             }
             Op::Unspecified => {}
+        }
+        // A pod that left frees what it was allocated: a deferred resize is tried again
+        // at once (upstream retries pending resizes when a pod is removed), not only on
+        // its timer.
+        if st.desired.len() < desired_before {
+            let deferred = st.resize.iter().filter(|(_, c)| {
+                c.pending
+                    .as_ref()
+                    .is_some_and(|p| p.reason == crate::allocation::DEFERRED)
+            });
+            touched.extend(deferred.map(|(uid, _)| uid.clone()).collect::<Vec<_>>());
         }
         // Each pod's next sync joins the trace of the change that touched it.
         for sp in &update.pods {

@@ -276,3 +276,100 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
     );
     node.stop().await;
 }
+
+/// A resize that does not fit beside another pod waits (`PodResizePending`, `Deferred`,
+/// the scheduler predicate's words as upstream's allocation manager gives them) and is
+/// admitted once that pod goes, without waiting for the retry timer (upstream retries
+/// pending resizes when a pod is removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_resize_deferred_until_another_pod_goes() {
+    if !require_runtime("kubectl resize deferred")
+        || require_kubectl("kubectl resize deferred").is_none()
+    {
+        return;
+    }
+    if !kubectl_at_least(
+        RESIZE_SUBRESOURCE,
+        "kubectl patch takes --subresource=resize",
+    ) {
+        return;
+    }
+    let (_server, node, kubectl) = cluster("kubectl-resize-deferred").await;
+    let allocatable = kubectl
+        .ok(&[
+            "get",
+            "node",
+            &node.name,
+            "-o",
+            "jsonpath={.status.allocatable.cpu}",
+        ])
+        .await;
+    let allocatable: i64 = match allocatable.trim().strip_suffix('m') {
+        Some(m) => m.parse().unwrap(),
+        None => allocatable.trim().parse::<i64>().unwrap() * 1000,
+    };
+    let big = allocatable - 600;
+    let spec = |cpu: i64| {
+        format!(
+            "  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    resources:\n      requests: {{cpu: {cpu}m}}\n"
+        )
+    };
+    kubectl
+        .create(&pod_yaml("big", &node.name, &spec(big)))
+        .await;
+    kubectl
+        .create(&pod_yaml("small", &node.name, &spec(100)))
+        .await;
+    kubectl.wait_running("big").await;
+    kubectl.wait_running("small").await;
+    let patch = r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"800m"}}}]}}"#;
+    kubectl
+        .ok(&["patch", "pod", "small", "--subresource=resize", "-p", patch])
+        .await;
+    let message = eventually("PodResizePending Deferred", DEADLINE, || async {
+        let reason = condition(&kubectl, "small", "PodResizePending", "reason").await;
+        let message = condition(&kubectl, "small", "PodResizePending", "message").await;
+        match reason.as_str() {
+            "Deferred" => Ok(message),
+            _ => Err(format!("reason {reason:?}, message {message:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        message,
+        format!(
+            "Node didn't have enough resource: cpu, requested: 800, used: {big}, capacity: {allocatable}"
+        )
+    );
+    assert_eq!(
+        kubectl
+            .jsonpath("small", &container_field("c", "allocatedResources.cpu"))
+            .await
+            .unwrap(),
+        "100m"
+    );
+    kubectl.ok(&["delete", "pod", "big", "--wait=false"]).await;
+    // Well within the 30 s retry timer.
+    eventually(
+        "the deferred resize admitted",
+        Duration::from_secs(20),
+        || async {
+            let allocated = kubectl
+                .jsonpath("small", &container_field("c", "allocatedResources.cpu"))
+                .await?;
+            let pending = condition(&kubectl, "small", "PodResizePending", "reason").await;
+            match (allocated.as_str(), pending.as_str()) {
+                ("800m", "") => Ok(()),
+                _ => Err(format!("allocated {allocated:?}, pending {pending:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        kubectl
+            .jsonpath("small", &container_field("c", "restartCount"))
+            .await
+            .unwrap(),
+        "0"
+    );
+}
