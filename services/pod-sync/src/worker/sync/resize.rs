@@ -164,11 +164,13 @@ impl PodSync {
             }
             (decision, admitted)
         };
+        // A pod's first allocation, or a new one, is on disk before anything runs with it:
+        // a restart must not take a later spec for what it was allocated.
+        self.save_allocations().await;
         match &decision {
             Decision::NoResize => {}
             Decision::Admitted => {
                 tracing::info!(pod = %k8s::pod_full_name(pod), "resize admitted");
-                self.save_allocations().await;
             }
             Decision::Pending(p) => {
                 tracing::info!(pod = %k8s::pod_full_name(pod), reason = p.reason, message = %p.message, "resize pending")
