@@ -248,6 +248,8 @@ impl PodSync {
         // What we start here counts at once: a sidecar without a startup probe lets the
         // next init container start in this same sync, not after the next relist.
         let mut killed: Vec<usize> = Vec::new();
+        // Containers this sync killed: the runtime view still shows them running.
+        let mut killed_ids: Vec<String> = Vec::new();
         // Each round that starts something turns a view into Running, which no plan starts
         // again: the rounds end.
         let initialized = loop {
@@ -273,6 +275,7 @@ impl PodSync {
                     .await;
                 self.acted(&uid);
                 killed.push(k.index);
+                killed_ids.push(k.id.clone());
                 if k.probe.is_some() {
                     // Restarted by the next sync, with the back-off of its earlier runs.
                     views[k.index] = InitView::Exited { exit_code: -1 };
@@ -348,6 +351,7 @@ impl PodSync {
             plan::plan_app_containers(pod, rt, (!fresh_sandbox).then_some(&sandbox_id), probes)
         };
         let by_id = |id: &str| rt.containers.iter().find(|c| c.id == id);
+        killed_ids.extend(app.to_kill.iter().map(|k| k.id.clone()));
         for k in &app.to_kill {
             let c = &spec.containers[k.index];
             let grace = match k.reason {
@@ -406,7 +410,10 @@ impl PodSync {
             }
         }
         // An admitted resize carried out in the running containers.
-        if !fresh_sandbox && let Some(wait) = self.actuate_resize(pod, rt, &sandbox_id, ctx).await?
+        if !fresh_sandbox
+            && let Some(wait) = self
+                .actuate_resize(pod, rt, (&sandbox_id, &killed_ids), ctx)
+                .await?
         {
             merge_retry(wait);
         }

@@ -181,14 +181,15 @@ impl PodSync {
         (admitted, deferred)
     }
 
-    /// Carries the pod's allocation out in its running containers of `sandbox_id` (upstream's
-    /// `doPodResizeAction`); a retry delay when something failed. Clears
+    /// Carries the pod's allocation out in its running containers of `sandbox_id` but those
+    /// this sync killed already (upstream's `doPodResizeAction`); a retry delay when
+    /// something failed. Clears
     /// `PodResizeInProgress` once every one runs with it (a `ResizeCompleted` event).
     pub(crate) async fn actuate_resize(
         self: &Arc<Self>,
         pod: &Pod,
         rt: &RuntimePodStatus,
-        sandbox_id: &str,
+        (sandbox_id, killed): (&str, &[String]),
         ctx: (&str, &str, &HashMap<String, String>),
     ) -> anyhow::Result<Option<Duration>> {
         let uid = k8s::pod_uid(pod).to_string();
@@ -197,11 +198,12 @@ impl PodSync {
         {
             let st = self.lock();
             for c in resizable(pod) {
-                let Some(r) = rt
-                    .containers
-                    .iter()
-                    .find(|r| r.name == c.name && r.state == RUNNING && r.sandbox_id == sandbox_id)
-                else {
+                let Some(r) = rt.containers.iter().find(|r| {
+                    r.name == c.name
+                        && r.state == RUNNING
+                        && r.sandbox_id == sandbox_id
+                        && !killed.contains(&r.id)
+                }) else {
                     continue;
                 };
                 let want = c.resources.clone().unwrap_or_default();
@@ -220,7 +222,11 @@ impl PodSync {
             }
         }
         if updates.is_empty() && restarts.is_empty() {
-            self.resize_done(pod);
+            // A container killed by this sync comes back with the allocation; until the
+            // next sync sees it, the resize is not done.
+            if killed.is_empty() {
+                self.resize_done(pod);
+            }
             return Ok(None);
         }
         let mut retry = None;
