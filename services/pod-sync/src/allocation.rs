@@ -84,7 +84,7 @@ pub fn with_resources(mut pod: Pod, resources: &Resources) -> Pod {
 }
 
 /// One amount as a number: cpu in millicores, anything else in bytes (or units).
-fn amount(name: &str, q: &str) -> Option<i64> {
+pub(crate) fn amount(name: &str, q: &str) -> Option<i64> {
     if name == "cpu" {
         quantity::cpu_millis(q)
     } else {

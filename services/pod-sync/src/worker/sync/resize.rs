@@ -48,16 +48,10 @@ pub(crate) fn changed(
     have: &ResourceRequirements,
     want: &ResourceRequirements,
 ) -> Vec<&'static str> {
-    use crate::container_manager::quantity::{bytes, cpu_millis};
     let get = |r: &ResourceRequirements, limits: bool, name: &str| {
         let list = if limits { &r.limits } else { &r.requests };
-        list.as_ref().and_then(|l| l.get(name)).and_then(|q| {
-            if name == "cpu" {
-                cpu_millis(&q.0)
-            } else {
-                bytes(&q.0)
-            }
-        })
+        let q = list.as_ref().and_then(|l| l.get(name))?;
+        allocation::amount(name, &q.0)
     };
     let cpu_same = |limits: bool| {
         let floor = if limits { 10 } else { 2 };
@@ -78,6 +72,14 @@ pub(crate) fn changed(
         out.push("memory");
     }
     out
+}
+
+/// A container's resources as numbers.
+fn numbers(r: &ResourceRequirements) -> quantity::ContainerResources {
+    quantity::ContainerResources::of(&Container {
+        resources: Some(r.clone()),
+        ..Default::default()
+    })
 }
 
 /// The pod cgroup's limits that hold both before and after: each the larger.
@@ -304,11 +306,7 @@ impl PodSync {
         let mut below_usage = Vec::new();
         for (c, r, have) in updates {
             let new = quantity::ContainerResources::of(c).memory_limit;
-            let old = quantity::ContainerResources::of(&Container {
-                resources: Some(have.clone()),
-                ..Default::default()
-            })
-            .memory_limit;
+            let old = numbers(have).memory_limit;
             let Some(limit) = new.filter(|n| old.is_none_or(|o| n < &o)) else {
                 continue;
             };
@@ -348,11 +346,7 @@ impl PodSync {
         // Decreases first, so that the pod's total never exceeds its cgroup on the way.
         let mut ordered: Vec<_> = updates.iter().collect();
         ordered.sort_by_key(|(c, _, have)| {
-            let new = quantity::ContainerResources::of(c);
-            let old = quantity::ContainerResources::of(&Container {
-                resources: Some(have.clone()),
-                ..Default::default()
-            });
+            let (new, old) = (quantity::ContainerResources::of(c), numbers(have));
             (new.memory_limit > old.memory_limit) || (new.cpu_request > old.cpu_request)
         });
         for (c, r, _) in ordered {
