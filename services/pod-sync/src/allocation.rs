@@ -145,8 +145,8 @@ impl Allocations {
         }
     }
 
-    /// Admits `uid`'s wanted resources: the containers `running` (id, name) that run with
-    /// the old allocation keep a record of it, then the allocation becomes the wanted one.
+    /// Admits `uid`'s wanted resources: the containers `running` (id, name) made with the
+    /// old allocation keep a record of it, then the allocation becomes the wanted one.
     /// The new allocation, or None when nothing was wanted.
     pub fn accept(&mut self, uid: &str, running: &[(String, String)]) -> Option<Resources> {
         let wanted = self.wanted.remove(uid)?;

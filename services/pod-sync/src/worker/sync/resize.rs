@@ -145,13 +145,15 @@ impl PodSync {
             };
             let mut admitted = None;
             if decision == Decision::Admitted {
-                let running: Vec<(String, String)> = rt
+                // Every container made with the old allocation that may still run: the
+                // running ones and those created but not started yet.
+                let made: Vec<(String, String)> = rt
                     .containers
                     .iter()
-                    .filter(|c| c.state == RUNNING)
+                    .filter(|c| c.state == RUNNING || c.state == CREATED)
                     .map(|c| (c.id.clone(), c.name.clone()))
                     .collect();
-                if let Some(new) = st.allocations.accept(&uid, &running) {
+                if let Some(new) = st.allocations.accept(&uid, &made) {
                     let resized = allocation::with_resources(pod.clone(), &new);
                     if let Some(d) = st.desired.get_mut(&uid) {
                         *d = allocation::with_resources(d.clone(), &new);
