@@ -1,7 +1,9 @@
 //! The upstream validation rules that matter on a node, with upstream's error wording
 //! (`field.ErrorList`: "<path>: <type>: <detail>").
 
-use k8s_openapi::api::core::v1::{Container, Pod, Probe, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, Probe, ResourceRequirements, Volume, VolumeMount,
+};
 use nodeagent_transport::MAX_POD_JSON_BYTES;
 use std::collections::HashSet;
 
@@ -105,18 +107,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             }
             validate_volume_mounts(c, &p, &volumes, &mut errs);
             if let Some(res) = &c.resources {
-                for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
-                    for (name, q) in map.iter().flatten() {
-                        if !is_quantity(&q.0) {
-                            errs.push(format!(
-                                "{p}.resources.{kind}[{name}]: Invalid value: {:?}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
-                                q.0
-                            ));
-                        } else if q.0.starts_with('-') {
-                            errs.push(format!("{p}.resources.{kind}[{name}]: Invalid value: {:?}: must be greater than or equal to 0", q.0));
-                        }
-                    }
-                }
+                validate_quantities(res, &format!("{p}.resources"), &mut errs);
             }
             for (j, port) in c.ports.iter().flatten().enumerate() {
                 if !(1..=65535).contains(&port.container_port) {
@@ -144,6 +135,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         }
     }
     validate_ephemeral_containers(spec, &mut errs);
+    validate_pod_resources(pod, &mut errs);
     if let Some(policy) = spec.restart_policy.as_deref()
         && !matches!(policy, "Always" | "OnFailure" | "Never")
     {
@@ -153,6 +145,105 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         Ok(())
     } else {
         Err(errs.join("; "))
+    }
+}
+
+/// The quantities of a `resources` at `path`: well-formed and not negative.
+fn validate_quantities(res: &ResourceRequirements, path: &str, errs: &mut Vec<String>) {
+    for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+        for (name, q) in map.iter().flatten() {
+            if !is_quantity(&q.0) {
+                errs.push(format!(
+                    "{path}.{kind}[{name}]: Invalid value: {:?}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    q.0
+                ));
+            } else if q.0.starts_with('-') {
+                errs.push(format!(
+                    "{path}.{kind}[{name}]: Invalid value: {:?}: must be greater than or equal to 0",
+                    q.0
+                ));
+            }
+        }
+    }
+}
+
+/// Pod-level `spec.resources` as upstream's `validatePodResources` checks them (after the
+/// defaulting of pod-level requests, as the API server validates a defaulted pod): no
+/// claims, only cpu, memory and hugepages, each request at most its limit, each pod-level
+/// request at least what the containers request together, and no container limited above
+/// the pod (upstream's own odd path for that one, `spec.resources.containers[i][name]`).
+fn validate_pod_resources(pod: &Pod, errs: &mut Vec<String>) {
+    use nodeagent_config::pod_level::{self, PodLevel, Resource};
+    let Some(spec) = &pod.spec else { return };
+    let Some(res) = &spec.resources else { return };
+    let path = "spec.resources";
+    if res.claims.is_some() {
+        errs.push(format!(
+            "{path}.claims: Forbidden: claims cannot be set for Resources at pod-level"
+        ));
+    }
+    let before = errs.len();
+    validate_quantities(res, path, errs);
+    for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+        for name in map.iter().flatten().map(|(k, _)| k) {
+            if !pod_level::is_supported(name) {
+                let supported: Vec<String> = pod_level::SUPPORTED
+                    .iter()
+                    .map(|s| format!("{s:?}"))
+                    .collect();
+                errs.push(format!(
+                    "{path}.{kind}[{name}]: Unsupported value: {name:?}: supported values: {}",
+                    supported.join(", ")
+                ));
+            }
+        }
+    }
+    if errs.len() > before {
+        return;
+    }
+    let Some(pod_level) = PodLevel::of(pod) else {
+        return;
+    };
+    for r in Resource::ALL {
+        let (request, limit) = (pod_level.request(r), pod_level.limit(r));
+        if let (Some(request), Some(limit)) = (request, limit)
+            && request > limit
+        {
+            errs.push(format!(
+                "{path}.requests[{name}]: Invalid value: {:?}: must be less than or equal to {name} limit of {}",
+                pod_level.requests()[r.name()].0,
+                pod_level.limits()[r.name()].0,
+                name = r.name(),
+            ));
+        }
+        if let Some(request) = request {
+            let claimed =
+                nodeagent_config::aggregate::aggregate(pod, |c| pod_level::container_request(c, r))
+                    .total;
+            if claimed > request {
+                errs.push(format!(
+                    "{path}.requests[{}]: Invalid value: {:?}: must be greater than or equal to aggregate container requests of {}",
+                    r.name(),
+                    pod_level.requests()[r.name()].0,
+                    r.format(claimed)
+                ));
+            }
+        }
+        if let Some(limit) = limit {
+            for (i, c) in spec.containers.iter().enumerate() {
+                if let Some(own) = pod_level::container_limit(c, r)
+                    && own > limit
+                {
+                    let q = c.resources.as_ref().and_then(|x| x.limits.as_ref());
+                    errs.push(format!(
+                        "{path}.containers[{i}][{name}].limits: Invalid value: {:?}: must be less than or equal to pod limits of {}",
+                        q.and_then(|l| l.get(r.name())).map_or("", |q| q.0.as_str()),
+                        pod_level.limits()[r.name()].0,
+                        name = r.name(),
+                    ));
+                }
+            }
+        }
     }
 }
 
@@ -433,6 +524,92 @@ mod tests {
         assert_eq!(
             with(r#"{"grpc":{"port":70000}}"#).unwrap_err(),
             "spec.containers[0].livenessProbe.grpc.port: Invalid value: 70000: must be between 1 and 65535, inclusive"
+        );
+    }
+
+    /// Pod-level `spec.resources` (upstream's `validatePodResources` and
+    /// `validatePodResourceConsistency`). The texts are a real API server's: a 422 that
+    /// kube-apiserver answered for a pod asking 1 cpu and 576Mi for containers that request
+    /// 1500m and 6Gi together reads "spec.resources.requests[cpu]: Invalid value: \"1\": must
+    /// be greater than or equal to aggregate container requests of 1500m,
+    /// spec.resources.requests[memory]: Invalid value: \"576Mi\": must be greater than or
+    /// equal to aggregate container requests of 6Gi".
+    #[test]
+    fn pod_level_resources_are_validated_as_upstream() {
+        let with = |resources: &str, containers: &[&str]| {
+            let containers: Vec<String> = containers
+                .iter()
+                .enumerate()
+                .map(|(i, r)| format!(r#"{{"name":"c{i}","image":"i","resources":{r}}}"#))
+                .collect();
+            validate_pod(&pod(&format!(
+                r#"{{"metadata":{{"name":"a"}},"spec":{{"resources":{resources},"containers":[{}]}}}}"#,
+                containers.join(",")
+            )))
+        };
+        assert_eq!(
+            with(
+                r#"{"requests":{"cpu":"1","memory":"576Mi"}}"#,
+                &[
+                    r#"{"requests":{"cpu":"1","memory":"2Gi"}}"#,
+                    r#"{"requests":{"cpu":"500m","memory":"4Gi"}}"#
+                ]
+            )
+            .unwrap_err(),
+            "spec.resources.requests[cpu]: Invalid value: \"1\": must be greater than or equal to aggregate container requests of 1500m; \
+             spec.resources.requests[memory]: Invalid value: \"576Mi\": must be greater than or equal to aggregate container requests of 6Gi"
+        );
+        // Fits: requests at or above the containers', limits at or above each container's.
+        assert_eq!(
+            with(
+                r#"{"requests":{"cpu":"2"},"limits":{"cpu":"2","memory":"1Gi"}}"#,
+                &[
+                    r#"{"requests":{"cpu":"1"},"limits":{"memory":"1Gi"}}"#,
+                    "{}"
+                ]
+            ),
+            Ok(())
+        );
+        // Only cpu, memory and hugepages (`validatePodResourceName`'s NotSupported).
+        assert_eq!(
+            with(r#"{"requests":{"ephemeral-storage":"1Gi"}}"#, &["{}"]).unwrap_err(),
+            "spec.resources.requests[ephemeral-storage]: Unsupported value: \"ephemeral-storage\": supported values: \"cpu\", \"hugepages-\", \"memory\""
+        );
+        // A request above its limit (`validateResourceRequirements`); a request left out is
+        // defaulted first, here from the containers' 2 cpu, above the pod's limit of 1.
+        assert_eq!(
+            with(
+                r#"{"requests":{"memory":"2Gi"},"limits":{"memory":"1Gi"}}"#,
+                &["{}"]
+            )
+            .unwrap_err(),
+            "spec.resources.requests[memory]: Invalid value: \"2Gi\": must be less than or equal to memory limit of 1Gi"
+        );
+        assert_eq!(
+            with(
+                r#"{"limits":{"cpu":"1"}}"#,
+                &[r#"{"requests":{"cpu":"2"}}"#]
+            )
+            .unwrap_err(),
+            "spec.resources.requests[cpu]: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+        );
+        // A container limited above the pod, with upstream's path.
+        assert_eq!(
+            with(
+                r#"{"limits":{"memory":"100Mi"}}"#,
+                &[r#"{"limits":{"memory":"200Mi"}}"#]
+            )
+            .unwrap_err(),
+            "spec.resources.requests[memory]: Invalid value: \"200Mi\": must be less than or equal to memory limit of 100Mi; \
+             spec.resources.containers[0][memory].limits: Invalid value: \"200Mi\": must be less than or equal to pod limits of 100Mi"
+        );
+        assert_eq!(
+            with(r#"{"claims":[{"name":"gpu"}]}"#, &["{}"]).unwrap_err(),
+            "spec.resources.claims: Forbidden: claims cannot be set for Resources at pod-level"
+        );
+        assert_eq!(
+            with(r#"{"limits":{"cpu":"lots"}}"#, &["{}"]).unwrap_err(),
+            "spec.resources.limits[cpu]: Invalid value: \"lots\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
         );
     }
 

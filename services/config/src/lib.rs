@@ -3,6 +3,7 @@
 //! a typed [`Config`] that is passed down by value.
 
 mod address;
+pub mod aggregate;
 pub mod certificate;
 pub mod cgroup_name;
 pub mod cgroupfs;
@@ -14,6 +15,7 @@ mod kube_client;
 mod kubelet_config;
 pub mod machine;
 pub mod names;
+pub mod pod_level;
 pub mod quantity;
 pub mod state;
 pub mod status_patch;

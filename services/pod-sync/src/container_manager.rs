@@ -3,7 +3,6 @@
 //! container's `oom_score_adj`, the CPU manager's exclusive CPUs, and the device manager's
 //! devices from device plugins.
 
-pub(crate) mod aggregate;
 pub(crate) mod cgroups;
 pub(crate) mod checksum;
 pub(crate) mod cpu_manager;

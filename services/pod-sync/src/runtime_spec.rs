@@ -418,14 +418,16 @@ fn create_world_writable(file: &Path) -> std::io::Result<()> {
 
 /// CPU shares from the request, CFS quota from the limit, memory limit (upstream
 /// `generateLinuxContainerResources` with the cgroupfs driver), and the OOM score by QoS.
+/// A container without a limit of its own in a pod with pod-level resources gets the
+/// pod's limit (`getCPULimit`, `getMemoryLimit`), and without a CPU request the shares of
+/// that limit, as upstream's `calculateLinuxResources` takes them.
 pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxContainerResources {
-    let quantity::ContainerResources {
-        cpu_request,
-        cpu_limit,
-        memory_limit,
-        ..
-    } = quantity::ContainerResources::of(c);
-    let memory_limit = memory_limit.unwrap_or(0);
+    use nodeagent_config::pod_level::{Resource, effective_container_limit};
+    let cpu_limit = effective_container_limit(pod, c, Resource::Cpu);
+    let cpu_request = quantity::ContainerResources::of(c)
+        .cpu_request
+        .or(cpu_limit);
+    let memory_limit = effective_container_limit(pod, c, Resource::Memory).unwrap_or(0);
     const PERIOD: i64 = 100_000;
     LinuxContainerResources {
         cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2),

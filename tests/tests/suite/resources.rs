@@ -5,10 +5,13 @@
 //! whose memory limit counts an init container bigger than the app; `kubepods` and the
 //! QoS tiers' shares and limits; systemReserved enforced on its existing cgroup. An HTTP
 //! readiness probe redirected to another host is a success with a ProbeWarning event.
-//! An in-place resize reaches the container's and the pod's cgroups.
+//! An in-place resize reaches the container's and the pod's cgroups. Pod-level resources
+//! decide the QoS class, the pod cgroup, the limits of containers without their own and
+//! their OOM scores.
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodeagent_config::Service;
 use nodeagent_tests::{Node, NodeOptions, cgroup, eventually, eventually_event, require_runtime};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -705,5 +708,154 @@ async fn an_in_place_resize_reaches_the_container_and_pod_cgroups() {
         );
         assert_eq!(status["restartCount"], 0);
     }
+    node.stop().await;
+}
+
+/// Pod-level `spec.resources` (PodLevelResources, on by default since 1.34) on this
+/// hierarchy: the pod's QoS class comes from them (`ComputePodQOS`), its cgroup is sized by
+/// them (`ResourceConfigForPod`), a container without limits of its own gets the pod's
+/// (`getCPULimit`/`getMemoryLimit`, the same cgroup files the e2e `pod_level_resources`
+/// tests read), and the memory the pod requests beyond its containers is spread over their
+/// OOM scores (`remainingPodMemReqPerContainer`). A pod asking for less than its containers
+/// is refused with the API server's own validation text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_resources_size_the_pod_cgroup_containers_and_oom_scores() {
+    if !require_runtime("pod-level resources") {
+        return;
+    }
+    let node = Node::start("pod-level", NodeOptions::default()).await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let with_pod_level = |name: &str, resources: Value, containers: Vec<Value>| {
+        let mut m: Value = serde_json::from_str(&manifest(name, &out, vec![], containers)).unwrap();
+        m["spec"]["resources"] = resources;
+        m.to_string()
+    };
+    // Limits alone: the requests default to them, so Guaranteed, with containers that set
+    // nothing.
+    node.write_manifest(
+        "shared.yaml",
+        &with_pod_level(
+            "shared",
+            json!({"limits": {"cpu": "500m", "memory": "96Mi"}}),
+            vec![
+                reporter("shared", "a", json!({})),
+                reporter("shared", "b", json!({})),
+            ],
+        ),
+    );
+    // No pod-level cpu limit: Burstable. 64Mi requested by the pod, 16Mi of it by "a".
+    node.write_manifest(
+        "partial.yaml",
+        &with_pod_level(
+            "partial",
+            json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}),
+            vec![
+                reporter("partial", "a", json!({"requests": {"memory": "16Mi"}})),
+                reporter("partial", "b", json!({})),
+            ],
+        ),
+    );
+    // Less than its containers ask for: refused before anything of it runs.
+    node.write_manifest(
+        "short.yaml",
+        &with_pod_level(
+            "short",
+            json!({"requests": {"memory": "8Mi"}}),
+            vec![reporter(
+                "short",
+                "a",
+                json!({"requests": {"memory": "16Mi"}}),
+            )],
+        ),
+    );
+
+    for (pod, qos) in [("shared", "Guaranteed"), ("partial", "Burstable")] {
+        let p = eventually(&format!("{pod} running"), DEADLINE, || async {
+            let p = node.pod(pod).await?;
+            match p["status"]["phase"].as_str() {
+                Some("Running") => Ok(p),
+                _ => Err(p["status"].to_string()),
+            }
+        })
+        .await;
+        assert_eq!(p["status"]["qosClass"], qos, "{pod}");
+    }
+
+    let floor = runtime_oom_floor(&node);
+    let unclaimed = (64 * MI - 16 * MI) / 2;
+    let want = [
+        ("shared", "a", (-997i64).max(floor)),
+        ("shared", "b", (-997i64).max(floor)),
+        ("partial", "a", burstable_score(16 * MI + unclaimed)),
+        ("partial", "b", burstable_score(unclaimed)),
+    ];
+    let mut seen = Vec::new();
+    for (pod, container, _) in want {
+        seen.push((pod, container, seen_score(&out, pod, container).await));
+    }
+    assert_eq!(seen, want, "the runtime's floor is {floor}");
+
+    // The pod cgroups: the Guaranteed one at the top, limited by the pod-level limits; the
+    // Burstable one with the pod-level request's shares, its memory limit and no quota.
+    let shared = pod_cgroup(&node, "shared", "Guaranteed").await;
+    assert_eq!(cgroup::memory_limit(&shared), Ok(Some(96 * MI)), "{shared}");
+    assert_eq!(cgroup::cpu_quota(&shared), Ok(Some(50_000)), "{shared}");
+    assert_eq!(
+        cgroup::cpu_weight_matches_shares(&shared, shares(500)),
+        Ok(true)
+    );
+    let partial = pod_cgroup(&node, "partial", "Burstable").await;
+    assert_eq!(
+        cgroup::memory_limit(&partial),
+        Ok(Some(128 * MI)),
+        "{partial}"
+    );
+    assert_eq!(cgroup::cpu_quota(&partial), Ok(None), "{partial}");
+    assert_eq!(
+        cgroup::cpu_weight_matches_shares(&partial, shares(100)),
+        Ok(true)
+    );
+    // Each container, with no limits of its own, is limited as its pod is.
+    for (pod, cgroup_path, quota, memory) in [
+        ("shared", &shared, Some(50_000), 96 * MI),
+        ("partial", &partial, None, 128 * MI),
+    ] {
+        for name in ["a", "b"] {
+            let id = node.running_container(pod, name, DEADLINE).await;
+            let container = format!("{cgroup_path}/{id}");
+            assert_eq!(
+                cgroup::memory_limit(&container),
+                Ok(Some(memory)),
+                "{container}"
+            );
+            assert_eq!(cgroup::cpu_quota(&container), Ok(quota), "{container}");
+        }
+    }
+
+    // The refused manifest: upstream's kubelet skips an invalid static pod with its
+    // validation error in the log; nothing of it runs.
+    let line = eventually("the manifest refused in the log", DEADLINE, || async {
+        node.log(Service::ConfigSource)
+            .lines()
+            .find(|l| l.contains("invalid static pod manifest") && l.contains("short.yaml"))
+            .map(str::to_string)
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    assert!(
+        line.contains("spec.resources.requests[memory]: Invalid value: ")
+            && line
+                .contains("must be greater than or equal to aggregate container requests of 16Mi"),
+        "{line}"
+    );
+    assert!(
+        node.pod("short").await.is_err(),
+        "the refused pod is not listed"
+    );
+    assert!(
+        !out.join("short-a").exists(),
+        "nothing of the refused pod ran"
+    );
     node.stop().await;
 }

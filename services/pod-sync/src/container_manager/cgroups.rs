@@ -9,6 +9,7 @@ pub mod systemd;
 use crate::container_manager::quantity;
 use k8s_openapi::api::core::v1::Pod;
 use nodeagent_config::cgroup_name::{self, CgroupDriver, CgroupName};
+use nodeagent_config::pod_level::{PodLevel, Resource};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +34,30 @@ impl QosClass {
 /// amounts and other resources, hugepages included, do not count); BestEffort when there is
 /// none, Guaranteed when every container limits both cpu and memory and the sums of
 /// requests and of limits are the same, else Burstable. A request left out is its limit
-/// (the API server's defaulting, which static pods get too). Pod-level `spec.resources`
-/// (PodLevelResources, beta in 1.34) is not read.
+/// (the API server's defaulting, which static pods get too).
+///
+/// A pod with pod-level `spec.resources` (PodLevelResources, on since 1.34) is classed by
+/// them alone, its containers' resources not read: Guaranteed only with pod-level cpu and
+/// memory limits equal to the (defaulted) pod-level requests.
 pub fn qos_class(pod: &Pod) -> QosClass {
     let Some(spec) = &pod.spec else {
         return QosClass::BestEffort;
     };
+    if let Some(pod_level) = PodLevel::of(pod) {
+        let positive = |v: Option<i64>| v.filter(|v| *v > 0);
+        let mut requests = std::collections::BTreeMap::<&str, i64>::new();
+        let mut limits = std::collections::BTreeMap::<&str, i64>::new();
+        for r in Resource::ALL {
+            if let Some(v) = positive(pod_level.request(r)) {
+                requests.insert(r.name(), v);
+            }
+            if let Some(v) = positive(pod_level.limit(r)) {
+                limits.insert(r.name(), v);
+            }
+        }
+        let both_limited = limits.len() == Resource::ALL.len();
+        return class(&requests, &limits, both_limited);
+    }
     let amount = |name: &str, q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
         let v = if name == "cpu" {
             quantity::cpu_millis(&q.0)
@@ -75,9 +94,19 @@ pub fn qos_class(pod: &Pod) -> QosClass {
             }
         }
     }
+    class(&requests, &limits, every_container_limited)
+}
+
+/// The class from the positive cpu and memory requests and limits (summed where they come
+/// from containers), and whether everything that may be limited is.
+fn class(
+    requests: &std::collections::BTreeMap<&str, i64>,
+    limits: &std::collections::BTreeMap<&str, i64>,
+    all_limited: bool,
+) -> QosClass {
     if requests.is_empty() && limits.is_empty() {
         QosClass::BestEffort
-    } else if every_container_limited && requests == limits {
+    } else if all_limited && requests == limits {
         QosClass::Guaranteed
     } else {
         QosClass::Burstable
@@ -218,9 +247,10 @@ async fn timed<T>(operation: &'static str, work: impl std::future::Future<Output
 
 /// Pod-level limits (upstream `ResourceConfigForPod`): CPU shares from the pod's requests,
 /// a CFS quota and a memory limit from its limits, each only when every container sets
-/// that limit (Guaranteed pods always do; BestEffort pods get the minimum shares only).
-/// Init containers and sidecars count as upstream's `PodRequests`/`PodLimits` count them,
-/// and the pod's `overhead` is added.
+/// that limit or the pod sets it at pod level (Guaranteed pods always do; BestEffort pods
+/// get the minimum shares only). Init containers and sidecars count as upstream's
+/// `PodRequests`/`PodLimits` count them, a pod-level amount replaces the containers' sum
+/// ([`nodeagent_config::pod_level`]), and the pod's `overhead` is added.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodResources {
     pub cpu_shares: u64,
@@ -236,8 +266,7 @@ const CFS_PERIOD_US: i64 = 100_000;
 const MIN_QUOTA_US: i64 = 1000;
 
 pub fn pod_resources(pod: &Pod) -> PodResources {
-    use crate::container_manager::aggregate::{aggregate, overhead};
-    use quantity::ContainerResources as R;
+    use nodeagent_config::aggregate::overhead;
     let qos = qos_class(pod);
     if qos == QosClass::BestEffort {
         return PodResources {
@@ -245,8 +274,8 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
             ..Default::default()
         };
     }
-    let cpu_request =
-        aggregate(pod, |c| R::of(c).cpu_request).total + overhead(pod, "cpu", quantity::cpu_millis);
+    let cpu_request = nodeagent_config::pod_level::pod_request(pod, Resource::Cpu)
+        + overhead(pod, "cpu", quantity::cpu_millis);
     // Overhead is added to a limit only where there is one (upstream: "non-zero limits").
     let with_overhead = |total: i64, name: &str, parse: fn(&str) -> Option<i64>| {
         if total == 0 {
@@ -255,8 +284,8 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
             total.saturating_add(overhead(pod, name, parse))
         }
     };
-    let cpu = aggregate(pod, |c| R::of(c).cpu_limit);
-    let memory = aggregate(pod, |c| R::of(c).memory_limit);
+    let cpu = nodeagent_config::pod_level::pod_limit(pod, Resource::Cpu);
+    let memory = nodeagent_config::pod_level::pod_limit(pod, Resource::Memory);
     let cpu_limit = with_overhead(cpu.total, "cpu", quantity::cpu_millis);
     let memory_limit = with_overhead(memory.total, "memory", quantity::bytes);
     let guaranteed = qos == QosClass::Guaranteed;

@@ -3,13 +3,10 @@
 //! then Burstable by how little of the node they asked for, Guaranteed and node-critical
 //! pods last. (The sandbox's pause process gets containerd's own -998; CRI has no field.)
 
-use crate::container_manager::aggregate::is_sidecar;
 use crate::container_manager::cgroups::{QosClass, qos_class};
-use crate::container_manager::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use nodeagent_config::aggregate::is_sidecar;
 use nodeagent_proto::k8s;
-use std::collections::BTreeMap;
 
 /// Upstream `guaranteedOOMScoreAdj`: Guaranteed and node-critical containers.
 pub const GUARANTEED: i64 = -997;
@@ -31,7 +28,12 @@ pub fn container_oom_score_adj(pod: &Pod, c: &Container, memory_capacity: u64) -
     // A container asking for 10% of the node's memory gets 900: once it uses more than
     // it asked for, its score reaches 1000 and it goes first.
     let capacity = i128::from(memory_capacity.max(1));
-    let adj = |request: i64| (1000 - (1000 * i128::from(request)) / capacity) as i64;
+    // A pod-level memory request its containers did not claim counts as requested by each
+    // of them in equal parts (upstream's `remainingPodMemReqPerContainer`).
+    let unclaimed = nodeagent_config::pod_level::unclaimed_memory_per_container(pod);
+    let adj = |request: i64| {
+        (1000 - (1000 * (i128::from(request) + i128::from(unclaimed))) / capacity) as i64
+    };
     let mut score = adj(memory_request(c));
     // A sidecar must not go before the regular containers it serves: it gets at most the
     // score of the one that asked for the least.
@@ -53,17 +55,8 @@ pub fn container_oom_score_adj(pod: &Pod, c: &Container, memory_capacity: u64) -
 /// The container's memory request; a limit alone stands for the request, as the API
 /// server's defaulting (and the kubelet's own for static pods) makes it.
 fn memory_request(c: &Container) -> i64 {
-    let Some(res) = &c.resources else {
-        return 0;
-    };
-    let memory = |m: &Option<BTreeMap<String, Quantity>>| {
-        m.as_ref()?
-            .get("memory")
-            .and_then(|q| quantity::bytes(&q.0))
-    };
-    memory(&res.requests)
-        .or_else(|| memory(&res.limits))
-        .unwrap_or(0)
+    use nodeagent_config::pod_level::{Resource, container_request};
+    container_request(c, Resource::Memory).unwrap_or(0)
 }
 
 /// Upstream `IsCriticalPod`: static, mirror, or of a priority of at least
@@ -114,6 +107,159 @@ mod tests {
 
     fn req(memory: &str) -> Value {
         json!({"requests": {"memory": memory}})
+    }
+
+    /// Upstream's `TestGetContainerOOMScoreAdjust` (pkg/kubelet/qos/policy_test.go), its
+    /// rows with `podLevelResourcesFeatureEnabled: true`, by name, on its node of 4e9 bytes:
+    /// the pod's QoS comes from its pod-level resources, and the memory it requests beyond
+    /// its containers' requests is spread over them.
+    #[test]
+    fn scores_with_pod_level_resources_as_upstream() {
+        let resources = |rc: &str, rm: &str, lc: &str, lm: &str| json!({"requests": {"cpu": rc, "memory": rm}, "limits": {"cpu": lc, "memory": lm}});
+        // The fixtures' pod-level resources: requests 5m / 2e9 (sampleDefaultPodMemRequest),
+        // limits 5m / 2e9 (Guaranteed) or 2e9+1000 (Burstable).
+        let guaranteed = resources("5m", "2000000000", "5m", "2000000000");
+        let burstable = resources("5m", "2000000000", "5m", "2000001000");
+        let same = || resources("5m", "1000000000", "5m", "1000000000");
+        let none = || json!({});
+        let unequal = |mem_limit: &str| resources("3m", "1000000000", "5m", mem_limit);
+        let spec = |pod_level: &Value, containers: Vec<Value>, init: Vec<Value>| json!({"resources": pod_level, "containers": containers, "initContainers": init});
+        // (fixture, spec, [(container, score)])
+        type Row<'a> = (&'a str, Value, Vec<(&'a str, i64)>);
+        let rows: Vec<Row> = vec![
+            (
+                "guaranteed-pod-resources-no-container-resources",
+                spec(
+                    &guaranteed,
+                    vec![
+                        c("no-request-limit-1", none()),
+                        c("no-request-limit-2", none()),
+                    ],
+                    vec![],
+                ),
+                vec![("no-request-limit-1", -997), ("no-request-limit-2", -997)],
+            ),
+            (
+                "guaranteed-pod-resources-equal-container-resources",
+                spec(
+                    &guaranteed,
+                    vec![
+                        c("guaranteed-container-1", same()),
+                        c("guaranteed-container-2", same()),
+                    ],
+                    vec![],
+                ),
+                vec![
+                    ("guaranteed-container-1", -997),
+                    ("guaranteed-container-2", -997),
+                ],
+            ),
+            (
+                "guaranteed-pod-resources-unequal-container-requests",
+                spec(
+                    &guaranteed,
+                    vec![
+                        c("burstable-container", unequal("1000001000")),
+                        c("best-effort-container", none()),
+                    ],
+                    vec![],
+                ),
+                vec![
+                    ("burstable-container", -997),
+                    ("best-effort-container", -997),
+                ],
+            ),
+            (
+                "burstable-pod-resources-no-container-resources",
+                spec(
+                    &burstable,
+                    vec![
+                        c("no-request-limit-1", none()),
+                        c("no-request-limit-2", none()),
+                    ],
+                    vec![],
+                ),
+                vec![("no-request-limit-1", 750), ("no-request-limit-2", 750)],
+            ),
+            (
+                "burstable-pod-resources-equal-container-requests",
+                spec(
+                    &burstable,
+                    vec![
+                        c("guaranteed-container-1", same()),
+                        c("guaranteed-container-2", same()),
+                    ],
+                    vec![],
+                ),
+                vec![
+                    ("guaranteed-container-1", 750),
+                    ("guaranteed-container-2", 750),
+                ],
+            ),
+            (
+                "burstable-pod-resources-unequal-container-requests",
+                spec(
+                    &burstable,
+                    vec![
+                        c("burstable-container", unequal("1000000000")),
+                        c("best-effort-container", none()),
+                    ],
+                    vec![],
+                ),
+                vec![("burstable-container", 625), ("best-effort-container", 875)],
+            ),
+            (
+                "burstable-pod-resources-no-container-resources-with-sidecar",
+                spec(
+                    &burstable,
+                    vec![c("no-request-limit", none())],
+                    vec![sidecar("no-request-limit-sidecar", none())],
+                ),
+                vec![("no-request-limit", 750), ("no-request-limit-sidecar", 750)],
+            ),
+            (
+                "burstable-pod-resources-equal-container-requests-with-sidecar",
+                spec(
+                    &burstable,
+                    vec![c("burstable-container", req("1000000000"))],
+                    vec![sidecar("burstable-sidecar", req("1000000000"))],
+                ),
+                vec![("burstable-container", 750), ("burstable-sidecar", 750)],
+            ),
+            (
+                "burstable-pod-resources-unequal-container-requests-with-sidecar",
+                spec(
+                    &burstable,
+                    vec![
+                        c("burstable-container-1", req("1000000000")),
+                        c("burstable-container-2", req("500000000")),
+                    ],
+                    vec![sidecar("burstable-sidecar", req("200000000"))],
+                ),
+                vec![
+                    ("burstable-container-1", 725),
+                    ("burstable-container-2", 850),
+                    ("burstable-sidecar", 850),
+                ],
+            ),
+        ];
+        for (fixture, spec, want) in rows {
+            let p = pod(json!({}), spec);
+            let s = p.spec.as_ref().unwrap();
+            for (name, score) in want {
+                let container = s
+                    .containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .find(|c| c.name == name)
+                    .unwrap();
+                assert_eq!(
+                    container_oom_score_adj(&p, container, 4_000_000_000),
+                    score,
+                    "{fixture}: {name}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -9,10 +9,10 @@
 //! predicate.go drops a request for one the node does not have
 //! (`removeMissingExtendedResources`) before it checks.
 
-use crate::container_manager::aggregate::{aggregate, overhead};
 use crate::container_manager::quantity::{self, ContainerResources as R};
 use crate::runtime_spec::security::Refusal;
 use k8s_openapi::api::core::v1::Pod;
+use nodeagent_config::aggregate::{aggregate, overhead};
 
 /// What the node admits pods against: `maxPods`, and allocatable cpu (millicores),
 /// memory and ephemeral-storage (bytes).
@@ -70,8 +70,8 @@ pub fn cpu_and_memory_capacity() -> std::collections::BTreeMap<String, u64> {
 }
 
 /// A pod's requests as upstream's `PodRequests` counts them (init containers and sidecars
-/// as they run, `overhead` added; a request left unset is its limit, as the API's
-/// defaulting makes it).
+/// as they run, a pod-level request in place of the containers' sum, `overhead` added; a
+/// request left unset is its limit, as the API's defaulting makes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Requests {
     pub cpu_millis: i64,
@@ -80,11 +80,10 @@ pub struct Requests {
 }
 
 pub fn requests(pod: &Pod) -> Requests {
+    use nodeagent_config::pod_level::{Resource, pod_request};
     Requests {
-        cpu_millis: aggregate(pod, |c| R::of(c).cpu_request).total
-            + overhead(pod, "cpu", quantity::cpu_millis),
-        memory: aggregate(pod, |c| R::of(c).memory_request).total
-            + overhead(pod, "memory", quantity::bytes),
+        cpu_millis: pod_request(pod, Resource::Cpu) + overhead(pod, "cpu", quantity::cpu_millis),
+        memory: pod_request(pod, Resource::Memory) + overhead(pod, "memory", quantity::bytes),
         ephemeral_storage: aggregate(pod, |c| R::of(c).ephemeral_storage_request).total
             + overhead(pod, "ephemeral-storage", quantity::bytes),
     }

@@ -494,11 +494,19 @@ impl PodSync {
                             .map(|v| v.value)
                     });
                     let total: u64 = containers.iter().map(|c| c.1).sum();
-                    let req: u64 = spec
-                        .containers
-                        .iter()
-                        .map(|c| request_of(&c.name, "memory"))
-                        .sum();
+                    // A pod with pod-level resources is ranked by its pod-level request
+                    // alone (upstream's `GetResourceRequestQuantity` skips the containers').
+                    let req: u64 = match nodeagent_config::pod_level::set(&pod) {
+                        Some(p) => p
+                            .request(nodeagent_config::pod_level::Resource::Memory)
+                            .unwrap_or(0)
+                            .max(0) as u64,
+                        None => spec
+                            .containers
+                            .iter()
+                            .map(|c| request_of(&c.name, "memory"))
+                            .sum(),
+                    };
                     (total, req)
                 }
                 _ => {

@@ -99,6 +99,48 @@ fn container_config_carries_upstream_labels_and_resources() {
     assert_eq!(r.memory_limit_in_bytes, 64 << 20);
 }
 
+/// Upstream's `TestGenerateLinuxContainerConfigResources`
+/// (kuberuntime_container_linux_test.go), its pod-level row "Container Level Request
+/// 128M/1C, Pod Level Limit 256M/3C": a container without limits of its own gets the pod's.
+/// Then what `calculateLinuxResources` makes of a container with no request at all: the
+/// shares of the limit it gets from the pod.
+#[test]
+fn a_container_gets_the_pod_level_limits_it_does_not_set() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {
+            "resources": {"limits": {"memory": "256Mi", "cpu": "3"}},
+            "containers": [
+                {"name": "c", "image": "i",
+                 "resources": {"requests": {"memory": "128Mi", "cpu": "1"}}},
+                {"name": "bare", "image": "i"}
+            ]
+        }
+    }))
+    .unwrap();
+    let spec = p.spec.as_ref().unwrap();
+    let r = linux_resources(&p, &spec.containers[0], 8 << 30);
+    assert_eq!(
+        (
+            r.cpu_period,
+            r.cpu_quota,
+            r.cpu_shares,
+            r.memory_limit_in_bytes
+        ),
+        (100_000, 300_000, 1024, 256 << 20)
+    );
+    let r = linux_resources(&p, &spec.containers[1], 8 << 30);
+    assert_eq!(
+        (
+            r.cpu_period,
+            r.cpu_quota,
+            r.cpu_shares,
+            r.memory_limit_in_bytes
+        ),
+        (100_000, 300_000, 3072, 256 << 20)
+    );
+}
+
 #[test]
 fn missing_volume_is_a_config_error() {
     let p = pod();

@@ -10,23 +10,24 @@ fn pod(resources: serde_json::Value) -> Pod {
     .unwrap()
 }
 
+/// Upstream's test helper `getResourceList(cpu, memory)`: "" leaves a resource out.
+fn list(cpu: &str, memory: &str) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    if !cpu.is_empty() {
+        m.insert("cpu".into(), cpu.into());
+    }
+    if !memory.is_empty() {
+        m.insert("memory".into(), memory.into());
+    }
+    serde_json::Value::Object(m)
+}
+
 /// Upstream's `TestComputePodQOS` (pkg/apis/core/v1/helper/qos/qos_test.go), its rows
-/// by name; `getResourceList(cpu, memory)` with "" for a resource left out. The five
-/// `*-pod-level-resources` rows need PodLevelResources (`spec.resources`), which is not
-/// implemented; they are left out.
+/// by name; `getResourceList(cpu, memory)` with "" for a resource left out. The
+/// pod-level rows (PodLevelResources) are in [`qos_classes_with_pod_level_resources`].
 #[test]
 fn qos_classes_as_upstreams_table() {
     use QosClass::*;
-    fn list(cpu: &str, memory: &str) -> serde_json::Value {
-        let mut m = serde_json::Map::new();
-        if !cpu.is_empty() {
-            m.insert("cpu".into(), cpu.into());
-        }
-        if !memory.is_empty() {
-            m.insert("memory".into(), memory.into());
-        }
-        serde_json::Value::Object(m)
-    }
     fn c(name: &str, requests: serde_json::Value, limits: serde_json::Value) -> serde_json::Value {
         serde_json::json!({"name": name, "image": "i", "resources": {"requests": requests, "limits": limits}})
     }
@@ -141,6 +142,214 @@ fn qos_classes_as_upstreams_table() {
         )),
         Guaranteed
     );
+}
+
+/// Upstream's `TestComputePodQOS` rows with `podLevelResourcesEnabled: true`
+/// (`newPodWithResources(name, containers, getResourceRequirements(requests, limits))`), by
+/// name: the pod-level resources alone decide.
+#[test]
+fn qos_classes_with_pod_level_resources() {
+    use QosClass::*;
+    let c = |name: &str, requests, limits| -> serde_json::Value {
+        serde_json::json!({"name": name, "image": "i", "resources": {"requests": requests, "limits": limits}})
+    };
+    let pod = |containers: Vec<serde_json::Value>, requests, limits| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"containers": containers,
+                     "resources": {"requests": requests, "limits": limits}}
+        }))
+        .unwrap()
+    };
+    let be = || c("best-effort", list("", ""), list("", ""));
+    let rows: Vec<(&str, Pod, QosClass)> = vec![
+        (
+            "guaranteed-with-pod-level-resources",
+            pod(vec![be()], list("10m", "100Mi"), list("10m", "100Mi")),
+            Guaranteed,
+        ),
+        (
+            "guaranteed-with-pod-and-container-level-resources",
+            pod(
+                vec![c("burstable", list("3m", "10Mi"), list("5m", "20Mi"))],
+                list("10m", "100Mi"),
+                list("10m", "100Mi"),
+            ),
+            Guaranteed,
+        ),
+        (
+            "burstable-with-pod-level-resources",
+            pod(vec![be()], list("10m", "10Mi"), list("20m", "50Mi")),
+            Burstable,
+        ),
+        (
+            "burstable-with-pod-and-container-level-resources",
+            pod(
+                vec![c("burstable", list("5m", "10Mi"), list("5m", "10Mi"))],
+                list("10m", "10Mi"),
+                list("20m", "50Mi"),
+            ),
+            Burstable,
+        ),
+        (
+            "burstable-with-pod-and-container-level-requests",
+            pod(
+                vec![c("burstable", list("5m", "10Mi"), list("", ""))],
+                list("10m", "10Mi"),
+                list("", ""),
+            ),
+            Burstable,
+        ),
+        (
+            "burstable-with-pod-and-container-level-resources-2",
+            pod(
+                vec![
+                    c("burstable", list("5m", "10Mi"), list("", "")),
+                    c("guaranteed", list("5m", "10Mi"), list("5m", "10Mi")),
+                ],
+                list("10m", "10Mi"),
+                list("5m", ""),
+            ),
+            Burstable,
+        ),
+        // Not upstream's rows: the API server's defaulting (`defaultPodRequests`), which
+        // the table's pods have already had. Pod-level limits alone are the requests.
+        (
+            "pod-level limits only",
+            pod(vec![be()], list("", ""), list("500m", "64Mi")),
+            Guaranteed,
+        ),
+        // Containers that request are what the pod requests: less than its limits.
+        (
+            "pod-level limits, container requests",
+            pod(
+                vec![c("c", list("100m", ""), list("", ""))],
+                list("", ""),
+                list("500m", "64Mi"),
+            ),
+            Burstable,
+        ),
+        // Pod-level resources set with nothing in them: the containers are not read.
+        (
+            "empty pod-level resources",
+            pod(
+                vec![c("guaranteed", list("1", "1Gi"), list("1", "1Gi"))],
+                list("", ""),
+                list("", ""),
+            ),
+            BestEffort,
+        ),
+    ];
+    for (name, pod, want) in rows {
+        assert_eq!(qos_class(&pod), want, "{name}");
+    }
+}
+
+/// Upstream's `TestResourceConfigForPod` (pkg/kubelet/cm/helpers_linux_test.go), its
+/// pod-level rows by name (enforceCPULimits, the default 100 ms period): shares from the
+/// pod-level cpu request, quota and memory limit from the pod-level limits, whatever the
+/// containers set.
+#[test]
+fn pod_cgroup_from_pod_level_resources_as_upstreams_table() {
+    let pod = |pod_level: serde_json::Value,
+               containers: Vec<serde_json::Value>,
+               init: Vec<serde_json::Value>|
+     -> Pod {
+        let c =
+            |r: serde_json::Value| serde_json::json!({"name": "c", "image": "i", "resources": r});
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"resources": pod_level,
+                     "containers": containers.into_iter().map(c).collect::<Vec<_>>(),
+                     "initContainers": init.into_iter().map(c).collect::<Vec<_>>()}
+        }))
+        .unwrap()
+    };
+    let req = |cpu, mem| serde_json::json!({"requests": list(cpu, mem)});
+    let both =
+        |rc, rm, lc, lm| serde_json::json!({"requests": list(rc, rm), "limits": list(lc, lm)});
+    let none = || serde_json::json!({});
+    const MI: i64 = 1 << 20;
+    let shares = milli_cpu_to_shares;
+    let limited = |cpu_shares: u64, quota: i64, memory: i64| PodResources {
+        cpu_shares,
+        cpu_quota_us: Some(quota),
+        memory_limit_bytes: Some(memory),
+    };
+    let shares_only = |cpu_shares: u64| PodResources {
+        cpu_shares,
+        ..Default::default()
+    };
+    let rows: Vec<(&str, Pod, PodResources)> = vec![
+        (
+            "besteffort-with-pod-level-resources-enabled",
+            pod(both("", "", "", ""), vec![both("", "", "", "")], vec![]),
+            shares_only(2),
+        ),
+        (
+            "burstable-with-pod-level-requests",
+            pod(req("100m", "100Mi"), vec![none()], vec![]),
+            shares_only(shares(100)),
+        ),
+        (
+            "burstable-with-pod-and-container-level-requests",
+            pod(
+                req("100m", "100Mi"),
+                vec![both("10m", "50Mi", "", "")],
+                vec![],
+            ),
+            shares_only(shares(100)),
+        ),
+        (
+            "burstable-with-pod-level-resources",
+            pod(both("100m", "100Mi", "200m", "200Mi"), vec![none()], vec![]),
+            limited(shares(100), 20_000, 200 * MI),
+        ),
+        (
+            "burstable-with-pod-and-container-level-resources",
+            pod(
+                both("100m", "100Mi", "200m", "200Mi"),
+                vec![both("10m", "50Mi", "50m", "100Mi")],
+                vec![],
+            ),
+            limited(shares(100), 20_000, 200 * MI),
+        ),
+        (
+            "burstable-with-partial-pod-level-resources-limits",
+            pod(
+                req("200m", "300Mi"),
+                vec![both("200m", "200Mi", "200m", "200Mi")],
+                vec![],
+            ),
+            limited(shares(200), 20_000, 200 * MI),
+        ),
+        (
+            "guaranteed-with-pod-level-resources",
+            pod(both("100m", "100Mi", "100m", "100Mi"), vec![none()], vec![]),
+            limited(shares(100), 10_000, 100 * MI),
+        ),
+        (
+            "guaranteed-with-pod-and-container-level-resources",
+            pod(
+                both("100m", "100Mi", "100m", "100Mi"),
+                vec![both("10m", "50Mi", "50m", "100Mi")],
+                vec![],
+            ),
+            limited(shares(100), 10_000, 100 * MI),
+        ),
+        (
+            "guaranteed-pod-level-resources-with-init-containers",
+            pod(
+                both("100m", "100Mi", "100m", "100Mi"),
+                vec![both("10m", "50Mi", "50m", "50Mi")],
+                vec![both("10m", "50Mi", "50m", "50Mi")],
+            ),
+            limited(shares(100), 10_000, 100 * MI),
+        ),
+    ];
+    for (name, pod, want) in rows {
+        assert_eq!(pod_resources(&pod), want, "{name}");
+    }
 }
 
 /// The shape of containerd 1.6's `config` in a verbose CRI status

@@ -403,10 +403,13 @@ impl StaticPolicy {
 }
 
 /// upstream's `guaranteedCPUs`: whole CPUs requested by a container of a Guaranteed pod,
-/// else 0 (the container runs on the shared set).
+/// else 0 (the container runs on the shared set). A pod with pod-level resources gets no
+/// exclusive CPUs: upstream's static policy skips it ("pod is using pod-level resources
+/// which are not supported by the static CPU manager policy") unless the alpha
+/// PodLevelResourceManagers gate is on.
 pub fn guaranteed_cpus(pod: &Pod, c: &Container) -> usize {
     use crate::container_manager::cgroups::{QosClass, qos_class};
-    if qos_class(pod) != QosClass::Guaranteed {
+    if qos_class(pod) != QosClass::Guaranteed || nodeagent_config::pod_level::set(pod).is_some() {
         return 0;
     }
     match crate::container_manager::quantity::ContainerResources::of(c).cpu_request {

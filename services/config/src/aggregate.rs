@@ -73,7 +73,7 @@ pub fn overhead(pod: &Pod, name: &str, parse: impl Fn(&str) -> Option<i64>) -> i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container_manager::quantity::bytes;
+    use crate::quantity::bytes;
 
     /// An init container: (name, memory limit, sidecar?); "" = no limit.
     type Init<'a> = (&'a str, &'a str, bool);
