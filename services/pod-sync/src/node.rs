@@ -7,4 +7,5 @@ pub(crate) mod admission;
 pub(crate) mod evict;
 pub(crate) mod eviction;
 pub(crate) mod log_rotation;
+pub(crate) mod preemption;
 pub(crate) mod shutdown;

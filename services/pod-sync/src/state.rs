@@ -127,9 +127,17 @@ impl State {
     /// The requests (as allocated) of every pod but `uid` that was admitted or runs and
     /// has not finished: what a pod's admission, or a resize, must fit beside.
     pub fn admitted_requests(&self, uid: &str) -> Vec<crate::node::admission::Requests> {
+        self.admitted_pods(uid)
+            .map(crate::node::admission::requests)
+            .collect()
+    }
+
+    /// Every pod but `uid` (as allocated) that was admitted or runs and has not finished:
+    /// upstream's active pods, which a critical pod may preempt.
+    pub fn admitted_pods<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
         self.desired
             .iter()
-            .filter(|(u, _)| u.as_str() != uid && !self.pod_finished(u))
+            .filter(move |(u, _)| u.as_str() != uid && !self.pod_finished(u))
             .filter(|(u, _)| {
                 self.admitted.contains(*u)
                     || self
@@ -137,8 +145,7 @@ impl State {
                         .get(*u)
                         .is_some_and(|r| !r.sandboxes.is_empty() || !r.containers.is_empty())
             })
-            .map(|(_, p)| crate::node::admission::requests(p))
-            .collect()
+            .map(|(_, p)| p)
     }
 
     /// The pod has finished for good: failed as a whole (admission, deadline, eviction),

@@ -582,16 +582,21 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         rt.and_then(|r| r.sandboxes.iter().map(|s| s.created_at_unix_nanos).min())
             .and_then(time)
     });
-    // An evicted pod, or one stopped for a node shutdown, says so in a DisruptionTarget
-    // condition (upstream, since 1.26).
+    // An evicted or preempted pod, or one stopped for a node shutdown, says so in a
+    // DisruptionTarget condition (upstream, since 1.26).
     let mut disruption = None;
     if let Some(f) = inputs.pod_failed.filter(|f| {
         f.reason == reasons::EVICTED
+            || f.reason == reasons::PREEMPTED_REASON
             || (f.reason == reasons::SHUTDOWN_REASON && f.message == reasons::SHUTDOWN_MESSAGE)
     }) {
         let mut c = condition("DisruptionTarget", true, None);
         c.reason = Some("TerminationByKubelet".into());
-        c.message = Some(f.message.clone());
+        c.message = Some(if f.reason == reasons::PREEMPTED_REASON {
+            reasons::PREEMPTED_DISRUPTION_MESSAGE.into()
+        } else {
+            f.message.clone()
+        });
         if let Some(old) = previous
             .and_then(|p| p.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|o| o.type_ == c.type_))

@@ -48,6 +48,7 @@ static SERVICE: OnceLock<String> = OnceLock::new();
 ///   serving certificate manager)
 pub const UNSUFFIXED_COUNTERS: &[&str] = &[
     "kubelet_evictions",
+    "kubelet_preemptions",
     "kubelet_certificate_manager_client_expiration_renew_errors",
     "kubelet_server_expiration_renew_errors",
 ];

@@ -3,14 +3,17 @@
 //! ephemeral-storage `OutOfephemeral-storage`, a pod beyond `maxPods` is Failed `OutOfpods`,
 //! each with InsufficientResourceError's message after upstream's "Pod was rejected: "
 //! (kubelet.go `rejectPod`), nothing of it runs,
-//! and a refused pod does not count against the pods that come after it. API pods: static
-//! pods are critical (upstream's `IsCriticalPod`), for which upstream preempts others
-//! instead; we admit them.
+//! and a refused pod does not count against the pods that come after it. A critical pod (a
+//! static one: upstream's `IsCriticalPod`) that does not fit preempts the cheapest pods
+//! instead (pkg/kubelet/preemption), and is refused `UnexpectedAdmissionError` where no
+//! pods would make room.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
-use nodeagent_tests::{Node, NodeOptions, api_pod, api_pod_in_phase, require_runtime};
+use nodeagent_tests::{
+    Node, NodeOptions, api_pod, api_pod_in_phase, eventually, eventually_event, require_runtime,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -128,6 +131,138 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
     for name in [&a, &b] {
         api_pod_in_phase(&pods, name, "Running", DEADLINE).await;
     }
+    node.stop().await;
+    drop(server);
+}
+
+/// Upstream's critical pod preemption, seen as a user sees it: on a node full at `maxPods`
+/// with a Burstable and a BestEffort API pod, a static pod (critical) preempts the
+/// BestEffort one (preemption_test.go "choose between bestEffort and burstable"), which
+/// ends Failed with upstream's reason, message, DisruptionTarget condition and `Preempting`
+/// event, while the Burstable one runs on untouched. A second static pod that no set of
+/// pods can make room for is refused with upstream's `UnexpectedAdmissionError` text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
+    if !require_runtime("preemption") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server(
+        "preemption",
+        NodeOptions {
+            extra_config: "maxPods: 2\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let burstable = create(&pods, &node, "burstable", Some("100m")).await;
+    api_pod_in_phase(&pods, &burstable, "Running", DEADLINE).await;
+    let best_effort = create(&pods, &node, "best-effort", None).await;
+    api_pod_in_phase(&pods, &best_effort, "Running", DEADLINE).await;
+    let burstable_id = node.container_id(&burstable, "c").await;
+
+    let static_pod = |name: &str, resources: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+               "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                   "name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                   "resources": resources}]}})
+        .to_string()
+    };
+    node.write_manifest("critical.yaml", &static_pod("critical", json!({})));
+    let preempted = api_pod_in_phase(&pods, &best_effort, "Failed", DEADLINE).await;
+    assert_eq!(
+        reason_and_message(&preempted),
+        (
+            "Preempting".to_string(),
+            "Preempted in order to admit critical pod".to_string()
+        )
+    );
+    let conditions = preempted.status.unwrap().conditions.unwrap_or_default();
+    let disruption = conditions
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .unwrap_or_else(|| panic!("no DisruptionTarget: {conditions:?}"));
+    assert_eq!(
+        (
+            disruption.status.as_str(),
+            disruption.reason.as_deref(),
+            disruption.message.as_deref()
+        ),
+        (
+            "True",
+            Some("TerminationByKubelet"),
+            Some("Pod was preempted by Kubelet to accommodate a critical pod.")
+        )
+    );
+    eventually_event(
+        &server.client(),
+        "default",
+        "the Preempting event",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("Preempting")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message.as_deref() == Some("Preempted in order to admit critical pod")
+                && e.involved_object.name.as_deref() == Some(best_effort.as_str())
+        },
+    )
+    .await;
+    eventually("the critical pod running", DEADLINE, || async {
+        let p = node.pod("critical").await?;
+        match p["status"]["phase"].as_str() {
+            Some("Running") => Ok(()),
+            _ => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    // Counted as upstream's `Preemptions`, under the resource short of.
+    eventually("kubelet_preemptions in /metrics", DEADLINE, || async {
+        let body = node.api.get("/metrics").await?.text();
+        body.lines()
+            .any(|l| l == "kubelet_preemptions{preemption_signal=\"pods\"} 1")
+            .then_some(())
+            .ok_or_else(|| {
+                body.lines()
+                    .filter(|l| l.contains("preemption"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+    })
+    .await;
+    // The Burstable pod was not chosen: the same container, running.
+    api_pod_in_phase(&pods, &burstable, "Running", DEADLINE).await;
+    assert_eq!(node.container_id(&burstable, "c").await, burstable_id);
+    assert_eq!(node.container_id(&best_effort, "c").await, None);
+
+    // No set of pods frees a thousand CPUs: refused, as upstream words it. (The pod it is
+    // also short of would be freed by the Burstable pod: only cpu is left unmet.)
+    node.write_manifest(
+        "huge.yaml",
+        &static_pod("huge", json!({"requests": {"cpu": "1000"}})),
+    );
+    let refused = eventually("the huge critical pod refused", DEADLINE, || async {
+        let p = node.pod("huge").await?;
+        match p["status"]["phase"].as_str() {
+            Some("Failed") => Ok(p),
+            _ => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    assert_eq!(
+        refused["status"]["reason"], "UnexpectedAdmissionError",
+        "{refused}"
+    );
+    let message = refused["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "Pod was rejected: Unexpected error while attempting to recover from admission \
+             failure: preemption: error finding a set of pods to preempt: no set of running \
+             pods found to reclaim resources: [(res: cpu, q: "
+        ),
+        "{message}"
+    );
+    api_pod_in_phase(&pods, &burstable, "Running", DEADLINE).await;
+    assert_eq!(node.container_id(&burstable, "c").await, burstable_id);
     node.stop().await;
     drop(server);
 }

@@ -89,41 +89,114 @@ pub fn requests(pod: &Pod) -> Requests {
     }
 }
 
-/// Whether a pod with `pod` requests fits beside the `running` ones; the refusal in
-/// upstream's words when not (`InsufficientResourceError`).
-pub fn fit(pod: Requests, running: &[Requests], node: &NodeResources) -> Result<(), Refusal> {
-    let insufficient = |reason: &'static str, name: &str, requested: i64, used: i64, cap: i64| {
-        Err(Refusal {
-            reason,
+/// One resource a pod was short of (upstream's `InsufficientResourceError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insufficient {
+    /// predicate.go's reason: `OutOf<resource>`.
+    pub reason: &'static str,
+    pub resource: Resource,
+    pub requested: i64,
+    pub used: i64,
+    pub capacity: i64,
+}
+
+impl Insufficient {
+    /// How much more the node would need (`GetInsufficientAmount`).
+    pub fn amount(&self) -> i64 {
+        self.requested - (self.capacity - self.used)
+    }
+
+    pub fn refusal(&self) -> Refusal {
+        Refusal {
+            reason: self.reason,
             message: format!(
-                "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {cap}"
+                "Node didn't have enough resource: {}, requested: {}, used: {}, capacity: {}",
+                self.resource.name(),
+                self.requested,
+                self.used,
+                self.capacity
             ),
-        })
-    };
+        }
+    }
+}
+
+/// A resource admission counts: the pod count and what pods request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    Pods,
+    Cpu,
+    Memory,
+    EphemeralStorage,
+}
+
+impl Resource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Pods => "pods",
+            Resource::Cpu => "cpu",
+            Resource::Memory => "memory",
+            Resource::EphemeralStorage => "ephemeral-storage",
+        }
+    }
+
+    /// What a pod with `r` requests takes of this resource (a pod is one of `pods`).
+    pub fn of(self, r: &Requests) -> i64 {
+        match self {
+            Resource::Pods => 1,
+            Resource::Cpu => r.cpu_millis,
+            Resource::Memory => r.memory,
+            Resource::EphemeralStorage => r.ephemeral_storage,
+        }
+    }
+}
+
+/// Every resource a pod with `pod` requests is short of beside the `running` ones, in
+/// upstream's order (noderesources `fitsRequest`: pods, cpu, memory, ephemeral-storage).
+pub fn shortfalls(pod: Requests, running: &[Requests], node: &NodeResources) -> Vec<Insufficient> {
+    let mut out = Vec::new();
     let pods = running.len() as i64;
     if pods + 1 > node.pods {
-        return insufficient("OutOfpods", "pods", 1, pods, node.pods);
+        out.push(Insufficient {
+            reason: "OutOfpods",
+            resource: Resource::Pods,
+            requested: 1,
+            used: pods,
+            capacity: node.pods,
+        });
     }
-    /// (reason, resource, the amount of a pod's requests, allocatable).
-    type Check = (&'static str, &'static str, fn(&Requests) -> i64, i64);
-    let checks: [Check; 3] = [
-        ("OutOfcpu", "cpu", |r| r.cpu_millis, node.cpu_millis),
-        ("OutOfmemory", "memory", |r| r.memory, node.memory),
+    let checks = [
+        ("OutOfcpu", Resource::Cpu, node.cpu_millis),
+        ("OutOfmemory", Resource::Memory, node.memory),
         (
             "OutOfephemeral-storage",
-            "ephemeral-storage",
-            |r| r.ephemeral_storage,
+            Resource::EphemeralStorage,
             node.ephemeral_storage,
         ),
     ];
-    for (reason, name, of, allocatable) in checks {
-        let used: i64 = running.iter().map(of).sum();
-        let wanted = of(&pod);
-        if wanted > 0 && wanted > allocatable - used {
-            return insufficient(reason, name, wanted, used, allocatable);
+    for (reason, resource, capacity) in checks {
+        let used: i64 = running.iter().map(|r| resource.of(r)).sum();
+        let requested = resource.of(&pod);
+        if requested > 0 && requested > capacity - used {
+            out.push(Insufficient {
+                reason,
+                resource,
+                requested,
+                used,
+                capacity,
+            });
         }
     }
-    Ok(())
+    out
+}
+
+/// Whether a pod with `pod` requests fits beside the `running` ones; the refusal in
+/// upstream's words when not (`InsufficientResourceError`), naming the first resource short
+/// as predicate.go takes `reasons[0]`.
+pub fn fit(pod: Requests, running: &[Requests], node: &NodeResources) -> Result<(), Refusal> {
+    match shortfalls(pod, running, node).first() {
+        Some(short) => Err(short.refusal()),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -61,8 +61,8 @@ impl PodSync {
         true
     }
 
-    /// Why the node ended the pod for good, if it did: evicted, or stopped or refused for
-    /// a node shutdown (its sync then only stops what still runs).
+    /// Why the node ended the pod for good, if it did: evicted, preempted, or stopped or
+    /// refused for a node shutdown (its sync then only stops what still runs).
     pub(crate) fn ended_by_node(&self, uid: &str) -> Option<String> {
         let st = self.lock();
         st.pod_failed
@@ -71,6 +71,7 @@ impl PodSync {
             .filter(|r| {
                 [
                     EVICTED,
+                    crate::status::reasons::PREEMPTED_REASON,
                     crate::status::reasons::SHUTDOWN_REASON,
                     crate::status::reasons::SHUTDOWN_REFUSAL_REASON,
                 ]

@@ -5,6 +5,13 @@
 //! worker's sync, eviction and shutdown all read them, so none of those reaches up into
 //! another for a string.
 
+/// Upstream's pod status and `Preempting` event for a pod preempted to admit a critical
+/// one (pkg/kubelet/preemption: `events.PreemptContainer`, its `message`, and the
+/// DisruptionTarget condition's message).
+pub const PREEMPTED_REASON: &str = "Preempting";
+pub const PREEMPTED_MESSAGE: &str = "Preempted in order to admit critical pod";
+pub const PREEMPTED_DISRUPTION_MESSAGE: &str =
+    "Pod was preempted by Kubelet to accommodate a critical pod.";
 /// Upstream's `Reason` for evicted pods.
 pub const EVICTED: &str = "Evicted";
 /// Upstream's pod status for a pod stopped by a node shutdown.

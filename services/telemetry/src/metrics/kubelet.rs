@@ -162,6 +162,23 @@ pub fn record_eviction(signal: &str) {
         .inc();
 }
 
+/// `kubelet_preemptions{preemption_signal}`, served without `_total` as upstream
+/// (pkg/kubelet/metrics/metrics.go `Preemptions`): one per pod preempted for a critical pod,
+/// under the first resource it was short of.
+pub static PREEMPTIONS: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_preemptions",
+        "[ALPHA] Cumulative number of pod preemptions by preemption resource",
+        CounterFamily::default(),
+    )
+});
+
+pub fn record_preemption(resource: &str) {
+    PREEMPTIONS
+        .get_or_create(&vec![("preemption_signal", resource.to_string())])
+        .inc();
+}
+
 /// `kubelet_device_plugin_registration_total{resource_name}`: every registration request
 /// of a device plugin, refused ones too (pkg/kubelet/metrics/metrics.go
 /// `DevicePluginRegistrationCount`, counted at the top of upstream's `Register`).

@@ -123,15 +123,20 @@ impl PodSync {
     /// AppArmor; and what this node cannot enforce): a pod that would run weaker than its
     /// spec is Failed with upstream's reason and nothing of it runs. `None`: admitted.
     pub(crate) async fn refuse_unadmitted(
-        &self,
+        self: &Arc<Self>,
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Option<SyncOutcome> {
-        let refused = crate::runtime_spec::security::admit(pod, &self.host_security)
+        let mut refused = crate::runtime_spec::security::admit(pod, &self.host_security)
             .err()
-            .or_else(|| self.refuse_under_pressure(pod, rt))
-            .or_else(|| self.refuse_beyond_allocatable(pod, rt))
-            .or_else(|| self.refuse_without_cpus(pod, rt));
+            .or_else(|| self.refuse_under_pressure(pod, rt));
+        if refused.is_none() {
+            match self.admit_resources(pod, rt) {
+                Ok(preemption) => self.preempt(pod, preemption).await,
+                Err(refusal) => refused = Some(refusal),
+            }
+        }
+        let refused = refused.or_else(|| self.refuse_without_cpus(pod, rt));
         let refusal = match refused {
             Some(refusal) => refusal,
             None => self.refuse_without_devices(pod, rt).await?,
@@ -160,37 +165,97 @@ impl PodSync {
         self.stop_everything(pod, rt, refusal.reason, None).await;
         Some(SyncOutcome::Terminated)
     }
+}
 
+/// The pods a critical pod's admission preempts, and the first resource it was short of
+/// (`kubelet_preemptions`' `preemption_signal`).
+#[derive(Debug, Default)]
+pub(crate) struct Preemption {
+    victims: Vec<Pod>,
+    signal: &'static str,
+}
+
+impl PodSync {
     /// upstream's resource admission (`admission`): a pod that has not started yet is
     /// admitted when it fits, beside every pod admitted or running that has not finished,
-    /// into `maxPods` and allocatable cpu and memory; admitted once, it stays admitted.
-    /// Critical pods are admitted whatever is left (upstream would evict others to make
-    /// room for them; we do not).
-    pub(crate) fn refuse_beyond_allocatable(
+    /// into `maxPods` and allocatable cpu, memory and ephemeral-storage; admitted once, it
+    /// stays admitted. A critical pod that does not fit is admitted by preempting others
+    /// (upstream's `CriticalPodAdmissionHandler`, [`crate::node::preemption`]): the pods
+    /// returned, already counted out (Failed, `Preempting`), for the caller to stop.
+    pub(crate) fn admit_resources(
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
-    ) -> Option<crate::runtime_spec::security::Refusal> {
+    ) -> Result<Preemption, crate::runtime_spec::security::Refusal> {
+        use crate::node::preemption::{Candidate, handle_admission_failure};
+        use crate::status::reasons::{PREEMPTED_MESSAGE, PREEMPTED_REASON};
         let uid = k8s::pod_uid(pod).to_string();
         let mut st = self.lock();
-        if st.admitted.contains(&uid) {
-            return None;
-        }
-        if has_run(rt) || crate::container_manager::oom::is_critical(pod) {
+        if st.admitted.contains(&uid) || has_run(rt) {
             st.admitted.insert(uid);
-            return None;
+            return Ok(Preemption::default());
         }
-        let running = st.admitted_requests(&uid);
-        match crate::node::admission::fit(
+        let short = crate::node::admission::shortfalls(
             crate::node::admission::requests(pod),
-            &running,
+            &st.admitted_requests(&uid),
             &self.node.allocatable,
-        ) {
-            Ok(()) => {
-                st.admitted.insert(uid);
-                None
+        );
+        let victims: Vec<Pod> = {
+            let active: Vec<Candidate> = st.admitted_pods(&uid).map(Candidate::new).collect();
+            handle_admission_failure(pod, &short, &active)?
+                .into_iter()
+                .map(|c| c.pod.clone())
+                .collect()
+        };
+        for v in &victims {
+            st.pod_failed.insert(
+                k8s::pod_uid(v).to_string(),
+                Waiting {
+                    reason: PREEMPTED_REASON.into(),
+                    message: PREEMPTED_MESSAGE.into(),
+                },
+            );
+        }
+        if let (Some(first), false) = (short.first(), victims.is_empty()) {
+            tracing::info!(
+                pod = %k8s::pod_full_name(pod),
+                short_of = first.resource.name(),
+                preempted = ?victims.iter().map(k8s::pod_full_name).collect::<Vec<_>>(),
+                "admitting a critical pod by preempting others"
+            );
+        }
+        st.admitted.insert(uid);
+        Ok(Preemption {
+            victims,
+            signal: short.first().map_or("", |s| s.resource.name()),
+        })
+    }
+
+    /// Stops each preempted pod, one after another, with its own grace period, as
+    /// upstream's `evictPodsToFreeRequests` (a `Preempting` Warning event first; one
+    /// `kubelet_preemptions` per pod, under the first resource short). Its worker, woken
+    /// afterwards, finds it ended for good.
+    async fn preempt(self: &Arc<Self>, for_pod: &Pod, preemption: Preemption) {
+        use crate::status::reasons::{PREEMPTED_MESSAGE, PREEMPTED_REASON};
+        for v in preemption.victims {
+            let uid = k8s::pod_uid(&v).to_string();
+            tracing::warn!(
+                pod = %k8s::pod_full_name(&v),
+                requesting_pod = %k8s::pod_full_name(for_pod),
+                "preempting pod to free up resources"
+            );
+            self.events.pod(
+                &v,
+                nodeagent_config::events::EventType::Warning,
+                PREEMPTED_REASON,
+                PREEMPTED_MESSAGE,
+            );
+            let rt = self.lock().runtime.get(&uid).cloned();
+            if let Some(rt) = rt {
+                self.stop_everything(&v, &rt, PREEMPTED_REASON, None).await;
             }
-            Err(refusal) => Some(refusal),
+            nodeagent_telemetry::metrics::kubelet::record_preemption(preemption.signal);
+            self.trigger(&uid);
         }
     }
 
