@@ -264,6 +264,53 @@ pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending
     })
 }
 
+/// What orders pending resizes (upstream's `sortPendingResizes`), for one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOrder {
+    pub uid: String,
+    /// The resize asks for more cpu or memory than the allocation
+    /// (`isResizeIncreasingRequests`).
+    pub increasing: bool,
+    pub priority: i32,
+    pub guaranteed: bool,
+    /// When its `PodResizePending` condition was set (RFC 3339), if it has one.
+    pub pending_since: Option<String>,
+}
+
+impl PendingOrder {
+    pub fn of(uid: &str, allocated: &Pod, wanted: &Pod, pending_since: Option<String>) -> Self {
+        use crate::container_manager::cgroups::{QosClass, qos_class};
+        let (old, new) = (admission::requests(allocated), admission::requests(wanted));
+        Self {
+            uid: uid.to_string(),
+            increasing: new.memory > old.memory || new.cpu_millis > old.cpu_millis,
+            priority: allocated
+                .spec
+                .as_ref()
+                .and_then(|s| s.priority)
+                .unwrap_or(0),
+            guaranteed: qos_class(allocated) == QosClass::Guaranteed,
+            pending_since,
+        }
+    }
+}
+
+/// Upstream's `sortPendingResizes`: resizes that ask for no more first (they always fit),
+/// then higher priority, then Guaranteed before the rest, then the longest pending (one
+/// without a pending condition yet last); the uid decides the rest, so that the order
+/// does not depend on the order they came in.
+pub fn sort_pending(pending: &mut [PendingOrder]) {
+    pending.sort_by(|a, b| {
+        a.increasing
+            .cmp(&b.increasing)
+            .then(b.priority.cmp(&a.priority))
+            .then(b.guaranteed.cmp(&a.guaranteed))
+            .then(a.pending_since.is_none().cmp(&b.pending_since.is_none()))
+            .then(a.pending_since.cmp(&b.pending_since))
+            .then(a.uid.cmp(&b.uid))
+    });
+}
+
 /// The two resize conditions a pod may carry (upstream's `PodResizePending` and
 /// `PodResizeInProgress`), each with the pod generation it was set at.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -115,16 +115,23 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
             }
             Op::Unspecified => {}
         }
-        // A pod that left frees what it was allocated: a deferred resize is tried again
-        // at once (upstream retries pending resizes when a pod is removed), not only on
-        // its timer.
+        // A pod that left frees what it was allocated: the deferred resizes are tried
+        // again at once, in upstream's order (upstream retries pending resizes when a pod
+        // is removed), not only on their timers; each of them syncs, the admitted to carry
+        // their resize out, the others to show their condition.
         if st.desired.len() < desired_before {
-            let deferred = st.resize.iter().filter(|(_, c)| {
-                c.pending
-                    .as_ref()
-                    .is_some_and(|p| p.reason == crate::allocation::DEFERRED)
-            });
-            touched.extend(deferred.map(|(uid, _)| uid.clone()).collect::<Vec<_>>());
+            let deferred: Vec<String> = st
+                .resize
+                .iter()
+                .filter(|(_, c)| {
+                    c.pending
+                        .as_ref()
+                        .is_some_and(|p| p.reason == crate::allocation::DEFERRED)
+                })
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            sync.retry_pending_resizes(&mut st);
+            touched.extend(deferred);
         }
         // Each pod's next sync joins the trace of the change that touched it.
         for sp in &update.pods {

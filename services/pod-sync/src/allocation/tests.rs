@@ -350,3 +350,44 @@ fn a_container_updated_to_its_allocation_needs_no_record() {
     assert_eq!(back.pods, alloc.pods);
     assert!(back.wanted.is_empty());
 }
+
+/// Upstream's `TestSortPendingResizes` (allocation_manager_test.go): seven pods allocated
+/// 1 cpu and 1Gi, pushed in order and in reverse, always sorted the same. Pod 0's
+/// decrease is made at pod level upstream (InPlacePodLevelResourcesVerticalScaling, alpha,
+/// not served here): here its container asks for less, as pod 1's does.
+#[test]
+fn pending_resizes_sort_as_upstreams_table() {
+    let allocated = pod(&[("cpu", "1"), ("memory", "1Gi")], &[]);
+    let smaller = pod(&[("cpu", "500m"), ("memory", "500Mi")], &[]);
+    let larger = pod(&[("cpu", "1500m"), ("memory", "1500Mi")], &[]);
+    let mut prioritized = allocated.clone();
+    prioritized.spec.as_mut().unwrap().priority = Some(100);
+    let guaranteed = pod(
+        &[("cpu", "1"), ("memory", "1Gi")],
+        &[("cpu", "1"), ("memory", "1Gi")],
+    );
+    let guaranteed_larger = pod(
+        &[("cpu", "1500m"), ("memory", "1500Mi")],
+        &[("cpu", "1500m"), ("memory", "1500Mi")],
+    );
+    let t = |s: &str| Some(s.to_string());
+    let rows = [
+        PendingOrder::of("0", &allocated, &smaller, None),
+        PendingOrder::of("1", &allocated, &smaller, None),
+        PendingOrder::of("2", &prioritized, &larger, None),
+        PendingOrder::of("3", &guaranteed, &guaranteed_larger, None),
+        PendingOrder::of("4", &allocated, &larger, t("2026-01-01T00:00:00Z")),
+        PendingOrder::of("5", &allocated, &larger, t("2026-01-01T00:00:01Z")),
+        PendingOrder::of("6", &allocated, &larger, None),
+    ];
+    let expected: Vec<&str> = vec!["0", "1", "2", "3", "4", "5", "6"];
+    for reverse in [false, true] {
+        let mut pending = rows.to_vec();
+        if reverse {
+            pending.reverse();
+        }
+        sort_pending(&mut pending);
+        let got: Vec<&str> = pending.iter().map(|p| p.uid.as_str()).collect();
+        assert_eq!(got, expected, "pushed in reverse: {reverse}");
+    }
+}

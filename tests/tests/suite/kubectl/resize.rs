@@ -368,3 +368,95 @@ async fn kubectl_resize_deferred_until_another_pod_goes() {
         "0"
     );
 }
+
+/// Two deferred resizes and room for one when a pod leaves: the one of higher priority is
+/// admitted and the other stays Deferred, as upstream's `sortPendingResizes` orders them
+/// (allocation_manager_test.go `TestSortPendingResizes`: priority before the time waited).
+/// The lower-priority pod asked first, so that waiting longer does not decide it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_deferred_resizes_go_by_priority_when_room_frees() {
+    if !require_runtime("kubectl resize priority")
+        || require_kubectl("kubectl resize priority").is_none()
+    {
+        return;
+    }
+    if !kubectl_at_least(
+        RESIZE_SUBRESOURCE,
+        "kubectl patch takes --subresource=resize",
+    ) {
+        return;
+    }
+    let (_server, node, kubectl) = cluster("kubectl-resize-priority").await;
+    let allocatable = kubectl
+        .ok(&[
+            "get",
+            "node",
+            &node.name,
+            "-o",
+            "jsonpath={.status.allocatable.cpu}",
+        ])
+        .await;
+    let allocatable: i64 = match allocatable.trim().strip_suffix('m') {
+        Some(m) => m.parse().unwrap(),
+        None => allocatable.trim().parse::<i64>().unwrap() * 1000,
+    };
+    // stay + big + 100m + 600m is 200m too many for either resize; once big goes, one
+    // of them fits (300m to spare) and both do not (200m short).
+    let spec = |cpu: i64, priority: i32| {
+        format!(
+            "  priority: {priority}\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n    resources:\n      requests: {{cpu: {cpu}m}}\n"
+        )
+    };
+    for (name, cpu, priority) in [
+        ("stay", allocatable - 1000, 0),
+        ("big", 500, 0),
+        ("low", 100, 0),
+        ("high", 100, 1000),
+    ] {
+        kubectl
+            .create(&pod_yaml(name, &node.name, &spec(cpu, priority)))
+            .await;
+    }
+    for name in ["stay", "big", "low", "high"] {
+        kubectl.wait_running(name).await;
+    }
+    let patch = r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"600m"}}}]}}"#;
+    for name in ["low", "high"] {
+        kubectl
+            .ok(&["patch", "pod", name, "--subresource=resize", "-p", patch])
+            .await;
+        eventually(&format!("{name} Deferred"), DEADLINE, || async {
+            match condition(&kubectl, name, "PodResizePending", "reason")
+                .await
+                .as_str()
+            {
+                "Deferred" => Ok(()),
+                other => Err(format!("reason {other:?}")),
+            }
+        })
+        .await;
+    }
+    kubectl.ok(&["delete", "pod", "big", "--wait=false"]).await;
+    eventually("the high-priority resize admitted", DEADLINE, || async {
+        let allocated = kubectl
+            .jsonpath("high", &container_field("c", "allocatedResources.cpu"))
+            .await?;
+        match allocated.as_str() {
+            "600m" => Ok(()),
+            _ => Err(format!("allocated {allocated:?}")),
+        }
+    })
+    .await;
+    let low = |field: &'static str| {
+        let kubectl = &kubectl;
+        async move { condition(kubectl, "low", "PodResizePending", field).await }
+    };
+    assert_eq!(low("reason").await, "Deferred");
+    assert_eq!(
+        kubectl
+            .jsonpath("low", &container_field("c", "allocatedResources.cpu"))
+            .await
+            .unwrap(),
+        "100m"
+    );
+}

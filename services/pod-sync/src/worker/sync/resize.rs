@@ -123,50 +123,9 @@ impl PodSync {
         rt: &RuntimePodStatus,
     ) -> (Option<Pod>, bool) {
         let uid = k8s::pod_uid(pod).to_string();
-        let generation = pod.metadata.generation;
         let (decision, admitted) = {
-            let mut guard = self.lock();
-            let st = &mut *guard;
-            let decision = match st.allocations.wanted.get(&uid) {
-                None => Decision::NoResize,
-                Some(wanted) => {
-                    let wanted = allocation::with_resources(pod.clone(), wanted);
-                    let others = st.admitted_requests(&uid);
-                    let node = allocation::Node {
-                        allocatable: &self.node.allocatable,
-                        others: &others,
-                        cpu_manager_static: self.cpu_manager.is_static(),
-                    };
-                    match allocation::admit(pod, &wanted, &node) {
-                        Ok(()) => Decision::Admitted,
-                        Err(pending) => Decision::Pending(pending),
-                    }
-                }
-            };
-            let mut admitted = None;
-            if decision == Decision::Admitted {
-                // Every container made with the old allocation that may still run: the
-                // running ones and those created but not started yet.
-                let made: Vec<(String, String)> = rt
-                    .containers
-                    .iter()
-                    .filter(|c| c.state == RUNNING || c.state == CREATED)
-                    .map(|c| (c.id.clone(), c.name.clone()))
-                    .collect();
-                if let Some(new) = st.allocations.accept(&uid, &made) {
-                    let resized = allocation::with_resources(pod.clone(), &new);
-                    if let Some(d) = st.desired.get_mut(&uid) {
-                        *d = allocation::with_resources(d.clone(), &new);
-                    }
-                    admitted = Some(resized);
-                }
-            }
-            let conditions = st.resize.entry(uid.clone()).or_default();
-            conditions.after(&decision, generation);
-            if *conditions == Default::default() {
-                st.resize.remove(&uid);
-            }
-            (decision, admitted)
+            let mut st = self.lock();
+            self.decide_resize(&mut st, &uid, pod, rt)
         };
         // A pod's first allocation, or a new one, is on disk before anything runs with it:
         // a restart must not take a later spec for what it was allocated.
@@ -183,6 +142,109 @@ impl PodSync {
         let deferred =
             matches!(&decision, Decision::Pending(p) if p.reason == allocation::DEFERRED);
         (admitted, deferred)
+    }
+
+    /// One pod's resize admission against the other pods' allocations, under the state
+    /// lock: the decision, its conditions set, and, when admitted, the pod with its new
+    /// allocation (the desired copy updated too).
+    fn decide_resize(
+        &self,
+        st: &mut crate::state::State,
+        uid: &str,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+    ) -> (Decision, Option<Pod>) {
+        let decision = match st.allocations.wanted.get(uid) {
+            None => Decision::NoResize,
+            Some(wanted) => {
+                let wanted = allocation::with_resources(pod.clone(), wanted);
+                let others = st.admitted_requests(uid);
+                let node = allocation::Node {
+                    allocatable: &self.node.allocatable,
+                    others: &others,
+                    cpu_manager_static: self.cpu_manager.is_static(),
+                };
+                match allocation::admit(pod, &wanted, &node) {
+                    Ok(()) => Decision::Admitted,
+                    Err(pending) => Decision::Pending(pending),
+                }
+            }
+        };
+        let mut admitted = None;
+        if decision == Decision::Admitted {
+            // Every container made with the old allocation that may still run: the
+            // running ones and those created but not started yet.
+            let made: Vec<(String, String)> = rt
+                .containers
+                .iter()
+                .filter(|c| c.state == RUNNING || c.state == CREATED)
+                .map(|c| (c.id.clone(), c.name.clone()))
+                .collect();
+            if let Some(new) = st.allocations.accept(uid, &made) {
+                let resized = allocation::with_resources(pod.clone(), &new);
+                if let Some(d) = st.desired.get_mut(uid) {
+                    *d = allocation::with_resources(d.clone(), &new);
+                }
+                admitted = Some(resized);
+            }
+        }
+        let conditions = st.resize.entry(uid.to_string()).or_default();
+        conditions.after(&decision, pod.metadata.generation);
+        if *conditions == Default::default() {
+            st.resize.remove(uid);
+        }
+        (decision, admitted)
+    }
+
+    /// upstream's `retryPendingResizes`, when a pod leaves: every deferred resize tried
+    /// again in upstream's order (`sortPendingResizes`: those asking for no more first,
+    /// then by priority, QoS class and how long they waited), each against the
+    /// allocations as the ones before it left them, so that what the pod freed goes to the
+    /// first in that order. The pods whose resize was admitted (their workers carry it
+    /// out; the allocation is saved by their next sync, before anything acts on it).
+    pub(crate) fn retry_pending_resizes(&self, st: &mut crate::state::State) -> Vec<String> {
+        let mut order: Vec<allocation::PendingOrder> = st
+            .resize
+            .iter()
+            .filter(|(_, c)| {
+                c.pending
+                    .as_ref()
+                    .is_some_and(|p| p.reason == allocation::DEFERRED)
+            })
+            .filter_map(|(uid, _)| {
+                let allocated = st.desired.get(uid)?;
+                let wanted =
+                    allocation::with_resources(allocated.clone(), st.allocations.wanted.get(uid)?);
+                let since = st
+                    .statuses
+                    .get(uid)
+                    .and_then(|p| p.status.as_ref())
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|cs| {
+                        cs.iter()
+                            .find(|c| c.type_ == allocation::POD_RESIZE_PENDING)
+                    })
+                    .and_then(|c| c.last_transition_time.as_ref())
+                    .and_then(|t| serde_json::to_value(t).ok())
+                    .and_then(|v| v.as_str().map(str::to_string));
+                Some(allocation::PendingOrder::of(uid, allocated, &wanted, since))
+            })
+            .collect();
+        allocation::sort_pending(&mut order);
+        let mut admitted = Vec::new();
+        for o in order {
+            let (Some(pod), Some(rt)) = (
+                st.desired.get(&o.uid).cloned(),
+                st.runtime.get(&o.uid).cloned(),
+            ) else {
+                continue;
+            };
+            if self.decide_resize(st, &o.uid, &pod, &rt).0 == Decision::Admitted {
+                tracing::info!(pod = %k8s::pod_full_name(&pod), "deferred resize admitted");
+                admitted.push(o.uid);
+            }
+        }
+        admitted
     }
 
     /// Carries the pod's allocation out in its running containers of `sandbox_id` but those
