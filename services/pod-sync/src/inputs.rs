@@ -130,7 +130,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                 })
                 .map(|(uid, _)| uid.clone())
                 .collect();
-            sync.retry_pending_resizes(&mut st);
+            sync.retry_pending_resizes(&mut st, None);
             touched.extend(deferred);
         }
         // Each pod's next sync joins the trace of the change that touched it.

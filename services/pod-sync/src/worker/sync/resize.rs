@@ -118,15 +118,39 @@ impl PodSync {
     /// pod with its new allocation is returned, saved before anything acts on it) or left
     /// pending with its reason (true: deferred, to be tried again).
     pub(crate) async fn admit_resize(
-        &self,
+        self: &Arc<Self>,
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> (Option<Pod>, bool) {
         let uid = k8s::pod_uid(pod).to_string();
-        let (decision, admitted) = {
+        let (decision, admitted, others) = {
             let mut st = self.lock();
-            self.decide_resize(&mut st, &uid, pod, rt)
+            if st.allocations.wanted.contains_key(&uid) {
+                // A resize asked for joins the deferred ones, tried in upstream's order
+                // (upstream pushes it to the pending queue and retries the queue): one
+                // before it may take what is free first, and others may be admitted too.
+                let mut own = None;
+                let mut others = Vec::new();
+                for (u, decision, resized) in
+                    self.retry_pending_resizes(&mut st, Some((&uid, pod, rt)))
+                {
+                    if u == uid {
+                        own = Some((decision, resized));
+                    } else if decision == Decision::Admitted {
+                        others.push(u);
+                    }
+                }
+                let (decision, resized) =
+                    own.unwrap_or_else(|| self.decide_resize(&mut st, &uid, pod, rt));
+                (decision, resized, others)
+            } else {
+                let (decision, resized) = self.decide_resize(&mut st, &uid, pod, rt);
+                (decision, resized, Vec::new())
+            }
         };
+        for other in &others {
+            self.trigger(other);
+        }
         // A pod's first allocation, or a new one, is on disk before anything runs with it:
         // a restart must not take a later spec for what it was allocated.
         self.save_allocations().await;
@@ -196,13 +220,19 @@ impl PodSync {
         (decision, admitted)
     }
 
-    /// upstream's `retryPendingResizes`, when a pod leaves: every deferred resize tried
-    /// again in upstream's order (`sortPendingResizes`: those asking for no more first,
-    /// then by priority, QoS class and how long they waited), each against the
-    /// allocations as the ones before it left them, so that what the pod freed goes to the
-    /// first in that order. The pods whose resize was admitted (their workers carry it
-    /// out; the allocation is saved by their next sync, before anything acts on it).
-    pub(crate) fn retry_pending_resizes(&self, st: &mut crate::state::State) -> Vec<String> {
+    /// upstream's `retryPendingResizes`: every deferred resize (and `asking`'s, the pod
+    /// whose sync asks for one, with its runtime state) tried in upstream's order
+    /// (`sortPendingResizes`: those asking for no more first, then by priority, QoS class
+    /// and how long they waited), each against the allocations as the ones before it left
+    /// them, so that what is free goes to the first in that order. Each pod's decision,
+    /// and its pod with the new allocation where admitted (the other workers carry theirs
+    /// out at their next sync; the allocation is saved before anything acts on it).
+    pub(crate) fn retry_pending_resizes(
+        &self,
+        st: &mut crate::state::State,
+        asking: Option<(&str, &Pod, &RuntimePodStatus)>,
+    ) -> Vec<(String, Decision, Option<Pod>)> {
+        let asking_uid = asking.map(|(u, _, _)| u);
         let mut order: Vec<allocation::PendingOrder> = st
             .resize
             .iter()
@@ -211,7 +241,11 @@ impl PodSync {
                     .as_ref()
                     .is_some_and(|p| p.reason == allocation::DEFERRED)
             })
-            .filter_map(|(uid, _)| {
+            .map(|(uid, _)| uid.as_str())
+            .chain(asking_uid)
+            .collect::<std::collections::BTreeSet<&str>>()
+            .into_iter()
+            .filter_map(|uid| {
                 let allocated = st.desired.get(uid)?;
                 let wanted =
                     allocation::with_resources(allocated.clone(), st.allocations.wanted.get(uid)?);
@@ -231,20 +265,22 @@ impl PodSync {
             })
             .collect();
         allocation::sort_pending(&mut order);
-        let mut admitted = Vec::new();
+        let mut out = Vec::new();
         for o in order {
-            let (Some(pod), Some(rt)) = (
-                st.desired.get(&o.uid).cloned(),
-                st.runtime.get(&o.uid).cloned(),
-            ) else {
-                continue;
+            let (pod, rt) = match asking {
+                Some((u, pod, rt)) if u == o.uid => (pod.clone(), rt.clone()),
+                _ => match (st.desired.get(&o.uid), st.runtime.get(&o.uid)) {
+                    (Some(p), Some(r)) => (p.clone(), r.clone()),
+                    _ => continue,
+                },
             };
-            if self.decide_resize(st, &o.uid, &pod, &rt).0 == Decision::Admitted {
+            let (decision, resized) = self.decide_resize(st, &o.uid, &pod, &rt);
+            if decision == Decision::Admitted && Some(o.uid.as_str()) != asking_uid {
                 tracing::info!(pod = %k8s::pod_full_name(&pod), "deferred resize admitted");
-                admitted.push(o.uid);
             }
+            out.push((o.uid, decision, resized));
         }
-        admitted
+        out
     }
 
     /// Carries the pod's allocation out in its running containers of `sandbox_id` but those
