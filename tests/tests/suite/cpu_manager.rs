@@ -140,7 +140,10 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     );
     node.write_manifest(
         "shared.yaml",
-        &manifest("shared", json!({"requests": {"cpu": "100m"}})),
+        // No cpu request: with one CPU reserved, allocatable cpu is the one the exclusive
+        // pod takes, and a static pod asking for more is refused (upstream's admission,
+        // with nothing it may preempt).
+        &manifest("shared", json!({"requests": {"memory": "16Mi"}})),
     );
     let exclusive = node.running_container("exclusive", "c", DEADLINE).await;
     let shared = node.running_container("shared", "c", DEADLINE).await;

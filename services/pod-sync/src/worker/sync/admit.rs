@@ -127,20 +127,23 @@ impl PodSync {
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> Option<SyncOutcome> {
+        // Upstream's order of admit handlers (kubelet.go): eviction, sysctls, the resource
+        // managers (CPUs, devices), then the predicate handler (resources, and preemption
+        // for a critical pod).
         let mut refused = crate::runtime_spec::security::admit(pod, &self.host_security)
             .err()
-            .or_else(|| self.refuse_under_pressure(pod, rt));
+            .or_else(|| self.refuse_under_pressure(pod, rt))
+            .or_else(|| self.refuse_without_cpus(pod, rt));
+        if refused.is_none() {
+            refused = self.refuse_without_devices(pod, rt).await;
+        }
         if refused.is_none() {
             match self.admit_resources(pod, rt) {
                 Ok(preemption) => self.preempt(pod, preemption).await,
                 Err(refusal) => refused = Some(refusal),
             }
         }
-        let refused = refused.or_else(|| self.refuse_without_cpus(pod, rt));
-        let refusal = match refused {
-            Some(refusal) => refusal,
-            None => self.refuse_without_devices(pod, rt).await?,
-        };
+        let refusal = refused?;
         // upstream's rejectPod: a Warning event with the reason and message, and the pod
         // Failed with "Pod was rejected: " before the message.
         let first = {
