@@ -277,24 +277,20 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
     node.stop().await;
 }
 
-/// A resize that does not fit beside another pod waits (`PodResizePending`, `Deferred`,
-/// the scheduler predicate's words as upstream's allocation manager gives them) and is
-/// admitted once that pod goes (pod-sync tries a deferred resize again when a pod leaves,
-/// at every resync and every 30 s; this test does not tell which of them admitted it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_resize_deferred_until_another_pod_goes() {
-    if !require_runtime("kubectl resize deferred")
-        || require_kubectl("kubectl resize deferred").is_none()
-    {
-        return;
+/// A node and its API server for a test of deferred resizes, with kubectl and the node's
+/// allocatable cpu (millicores) as kubectl shows it; None where the test cannot run here
+/// (it says why).
+async fn deferrable_cluster(what: &str, name: &str) -> Option<(ApiServer, Node, Kubectl, i64)> {
+    if !require_runtime(what) || require_kubectl(what).is_none() {
+        return None;
     }
     if !kubectl_at_least(
         RESIZE_SUBRESOURCE,
         "kubectl patch takes --subresource=resize",
     ) {
-        return;
+        return None;
     }
-    let (_server, node, kubectl) = cluster("kubectl-resize-deferred").await;
+    let (server, node, kubectl) = cluster(name).await;
     let allocatable = kubectl
         .ok(&[
             "get",
@@ -307,6 +303,20 @@ async fn kubectl_resize_deferred_until_another_pod_goes() {
     let allocatable: i64 = match allocatable.trim().strip_suffix('m') {
         Some(m) => m.parse().unwrap(),
         None => allocatable.trim().parse::<i64>().unwrap() * 1000,
+    };
+    Some((server, node, kubectl, allocatable))
+}
+
+/// A resize that does not fit beside another pod waits (`PodResizePending`, `Deferred`,
+/// the scheduler predicate's words as upstream's allocation manager gives them) and is
+/// admitted once that pod goes (pod-sync tries a deferred resize again when a pod leaves,
+/// at every resync and every 30 s; this test does not tell which of them admitted it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_resize_deferred_until_another_pod_goes() {
+    let Some((_server, node, kubectl, allocatable)) =
+        deferrable_cluster("kubectl resize deferred", "kubectl-resize-deferred").await
+    else {
+        return;
     };
     let big = allocatable - 600;
     let spec = |cpu: i64| {
@@ -375,30 +385,10 @@ async fn kubectl_resize_deferred_until_another_pod_goes() {
 /// The lower-priority pod asked first, so that waiting longer does not decide it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_deferred_resizes_go_by_priority_when_room_frees() {
-    if !require_runtime("kubectl resize priority")
-        || require_kubectl("kubectl resize priority").is_none()
-    {
+    let Some((_server, node, kubectl, allocatable)) =
+        deferrable_cluster("kubectl resize priority", "kubectl-resize-priority").await
+    else {
         return;
-    }
-    if !kubectl_at_least(
-        RESIZE_SUBRESOURCE,
-        "kubectl patch takes --subresource=resize",
-    ) {
-        return;
-    }
-    let (_server, node, kubectl) = cluster("kubectl-resize-priority").await;
-    let allocatable = kubectl
-        .ok(&[
-            "get",
-            "node",
-            &node.name,
-            "-o",
-            "jsonpath={.status.allocatable.cpu}",
-        ])
-        .await;
-    let allocatable: i64 = match allocatable.trim().strip_suffix('m') {
-        Some(m) => m.parse().unwrap(),
-        None => allocatable.trim().parse::<i64>().unwrap() * 1000,
     };
     // stay + big + 100m + 600m is 200m too many for either resize; once big goes, one
     // of them fits (300m to spare) and both do not (200m short).
