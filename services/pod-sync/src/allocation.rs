@@ -264,6 +264,36 @@ pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending
     })
 }
 
+/// The details upstream's resize events carry (allocation_manager.go's
+/// `podResourceSummary` as JSON): the name and resources of each init container, then of
+/// each container, as the pod is allocated, and the pod's generation; `ResizeStarted`
+/// says "Pod resize started: " before it, `ResizeCompleted` "Pod resize completed: ".
+pub fn resize_details(pod: &Pod) -> String {
+    let list = |cs: &[Container]| -> String {
+        let items: Vec<serde_json::Value> = cs
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name,
+                    "resources": c.resources.clone().unwrap_or_default(),
+                })
+            })
+            .collect();
+        serde_json::to_string(&items).unwrap_or_default()
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut out = String::from("{");
+    let init = spec.init_containers.unwrap_or_default();
+    if !init.is_empty() {
+        out += &format!("\"initContainers\":{},", list(&init));
+    }
+    if !spec.containers.is_empty() {
+        out += &format!("\"containers\":{},", list(&spec.containers));
+    }
+    out += &format!("\"generation\":{}}}", pod.metadata.generation.unwrap_or(0));
+    out
+}
+
 /// What orders pending resizes (upstream's `sortPendingResizes`), for one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingOrder {

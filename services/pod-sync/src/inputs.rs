@@ -44,6 +44,8 @@ pub async fn follow_config_source(sync: Arc<PodSync>, channel: Channel) {
 fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
     let op = update.op();
     let mut touched = Vec::new();
+    // Resizes admitted because a pod left: their `ResizeStarted` events, once unlocked.
+    let mut started = Vec::new();
     {
         let mut st = sync.lock();
         st.sources_ready = update.all_sources_ready;
@@ -130,7 +132,9 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                 })
                 .map(|(uid, _)| uid.clone())
                 .collect();
-            sync.retry_pending_resizes(&mut st, None);
+            for (_, _, resized) in sync.retry_pending_resizes(&mut st, None) {
+                started.extend(resized);
+            }
             touched.extend(deferred);
         }
         // Each pod's next sync joins the trace of the change that touched it.
@@ -139,6 +143,9 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                 st.pending_trace.insert(sp.uid.clone(), trace.clone());
             }
         }
+    }
+    for resized in &started {
+        sync.resize_started(resized);
     }
     sync.lock().desired_changed.notify_waiters();
     if op == Op::Snapshot {

@@ -391,3 +391,45 @@ fn pending_resizes_sort_as_upstreams_table() {
         assert_eq!(got, expected, "pushed in reverse: {reverse}");
     }
 }
+
+/// Upstream's resize event details, checked against what a 1.36 kubelet printed for
+/// `kubectl describe` ("Pod resize started: {...}", "Pod resize completed: {...}", both
+/// with these details) and the row of `TestRecordPodDeferredAcceptedResizes` (requests
+/// only, generation 0).
+#[test]
+fn resize_event_details_as_upstream_prints_them() {
+    let mut p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "resize-demo", "generation": 2},
+        "spec": {"containers": [{"name": "app", "image": "i", "resources": {
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+            "requests": {"cpu": "300m", "memory": "128Mi"}}}]}
+    }))
+    .unwrap();
+    assert_eq!(
+        resize_details(&p),
+        r#"{"containers":[{"name":"app","resources":{"limits":{"cpu":"500m","memory":"256Mi"},"requests":{"cpu":"300m","memory":"128Mi"}}}],"generation":2}"#
+    );
+    p = serde_json::from_value(json!({
+        "metadata": {"name": "pod1"},
+        "spec": {"containers": [{"name": "c1", "image": "i1", "resources": {
+            "requests": {"cpu": "500m", "memory": "500Mi"}}}]}
+    }))
+    .unwrap();
+    assert_eq!(
+        resize_details(&p),
+        r#"{"containers":[{"name":"c1","resources":{"requests":{"cpu":"500m","memory":"500Mi"}}}],"generation":0}"#
+    );
+    // Init containers first (a sidecar and a plain one), a container without resources
+    // as `{}`.
+    p = serde_json::from_value(json!({
+        "metadata": {"name": "p", "generation": 3},
+        "spec": {"initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always",
+                  "resources": {"requests": {"cpu": "10m"}}}],
+                 "containers": [{"name": "c", "image": "i"}]}
+    }))
+    .unwrap();
+    assert_eq!(
+        resize_details(&p),
+        r#"{"initContainers":[{"name":"side","resources":{"requests":{"cpu":"10m"}}}],"containers":[{"name":"c","resources":{}}],"generation":3}"#
+    );
+}

@@ -162,6 +162,32 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
         memory_inside(&kubectl, pod, "db").await,
         (80 * MI).to_string()
     );
+    // The events a 1.36 kubelet shows in `kubectl describe` for a resize: ResizeStarted
+    // and ResizeCompleted, each with the pod as allocated and its generation.
+    let details = r#"{"containers":[{"name":"app","resources":{"limits":{"cpu":"300m","memory":"96Mi"},"requests":{"cpu":"150m","memory":"48Mi"}}},{"name":"db","resources":{"limits":{"cpu":"200m","memory":"80Mi"},"requests":{"cpu":"100m","memory":"32Mi"}}}],"generation":2}"#;
+    eventually("the resize events", DEADLINE, || async {
+        let events = kubectl
+            .ok(&[
+                "get",
+                "events",
+                "--field-selector",
+                &format!("involvedObject.name={pod}"),
+                "-o",
+                "jsonpath={range .items[*]}{.type} {.reason} {.message}{\"\\n\"}{end}",
+            ])
+            .await;
+        let has = |line: String| events.lines().any(|l| l == line);
+        if has(format!(
+            "Normal ResizeStarted Pod resize started: {details}"
+        )) && has(format!(
+            "Normal ResizeCompleted Pod resize completed: {details}"
+        )) {
+            Ok(())
+        } else {
+            Err(events)
+        }
+    })
+    .await;
     // The pod cgroup holds both: 96 + 80 MiB.
     let pod_cgroup = format!("kubepods/burstable/pod{uid}");
     assert_eq!(

@@ -136,8 +136,8 @@ impl PodSync {
                 {
                     if u == uid {
                         own = Some((decision, resized));
-                    } else if decision == Decision::Admitted {
-                        others.push(u);
+                    } else if let (Decision::Admitted, Some(resized)) = (decision, resized) {
+                        others.push((u, resized));
                     }
                 }
                 let (decision, resized) =
@@ -148,8 +148,12 @@ impl PodSync {
                 (decision, resized, Vec::new())
             }
         };
-        for other in &others {
+        for (other, resized) in &others {
+            self.resize_started(resized);
             self.trigger(other);
+        }
+        if let Some(resized) = &admitted {
+            self.resize_started(resized);
         }
         // A pod's first allocation, or a new one, is on disk before anything runs with it:
         // a restart must not take a later spec for what it was allocated.
@@ -369,6 +373,20 @@ impl PodSync {
         Ok(retry)
     }
 
+    /// upstream's `ResizeStarted` event, once a resize is admitted: the pod as newly
+    /// allocated.
+    pub(crate) fn resize_started(&self, resized: &Pod) {
+        self.events.pod(
+            resized,
+            EventType::Normal,
+            "ResizeStarted",
+            &format!(
+                "Pod resize started: {}",
+                allocation::resize_details(resized)
+            ),
+        );
+    }
+
     /// Nothing left to carry out: the in-progress condition goes.
     fn resize_done(&self, pod: &Pod) {
         let uid = k8s::pod_uid(pod);
@@ -383,7 +401,7 @@ impl PodSync {
                 pod,
                 EventType::Normal,
                 "ResizeCompleted",
-                "Pod resize completed",
+                &format!("Pod resize completed: {}", allocation::resize_details(pod)),
             );
             st = self.lock();
         }
