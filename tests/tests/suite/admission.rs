@@ -11,6 +11,8 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
+use nix::sys::signal::Signal;
+use nodeagent_config::Service;
 use nodeagent_tests::{
     Node, NodeOptions, api_pod, api_pod_in_phase, eventually, eventually_event, require_runtime,
 };
@@ -40,6 +42,19 @@ async fn create_with(
         .await
         .unwrap();
     name
+}
+
+/// How many of pod `full_name`'s containers run now.
+async fn running_in(node: &Node, full_name: &str) -> usize {
+    let running = nodeagent_proto::cri::ContainerState::ContainerRunning as i32;
+    node.containers()
+        .await
+        .into_iter()
+        .filter(|c| {
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(full_name)
+                && c.state == running
+        })
+        .count()
 }
 
 fn reason_and_message(p: &Pod) -> (String, String) {
@@ -75,7 +90,7 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
             )
         )
     );
-    assert_eq!(node.container_id(&hog, "c").await, None);
+    assert_eq!(node.container_id("hog", "c").await, None);
 
     // More ephemeral-storage than the node's filesystem holds (a limit, which is also the
     // request by defaulting): OutOfephemeral-storage, against the allocatable the Node
@@ -109,7 +124,7 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
         capacity > 0 && (capacity - shown_bytes).abs() < 1024,
         "admitted against {capacity}, the Node shows {shown}"
     );
-    assert_eq!(node.container_id(&filler, "c").await, None);
+    assert_eq!(node.container_id("filler", "c").await, None);
 
     // Two fit (the refused one does not count), the third is one too many.
     let a = create(&pods, &node, "a", Some("100m")).await;
@@ -126,7 +141,7 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
                 .to_string()
         )
     );
-    assert_eq!(node.container_id(&c, "c").await, None);
+    assert_eq!(node.container_id("c", "c").await, None);
     // The admitted ones run on.
     for name in [&a, &b] {
         api_pod_in_phase(&pods, name, "Running", DEADLINE).await;
@@ -140,13 +155,14 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
 /// BestEffort one (preemption_test.go "choose between bestEffort and burstable"), which
 /// ends Failed with upstream's reason, message, DisruptionTarget condition and `Preempting`
 /// event, while the Burstable one runs on untouched. A second static pod that no set of
-/// pods can make room for is refused with upstream's `UnexpectedAdmissionError` text.
+/// pods can make room for is refused with upstream's `UnexpectedAdmissionError` text. A
+/// SIGKILL of pod-sync in between changes none of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
     if !require_runtime("preemption") {
         return;
     }
-    let (server, node) = Node::start_with_api_server(
+    let (server, mut node) = Node::start_with_api_server(
         "preemption",
         NodeOptions {
             extra_config: "maxPods: 2\n".into(),
@@ -159,7 +175,9 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
     api_pod_in_phase(&pods, &burstable, "Running", DEADLINE).await;
     let best_effort = create(&pods, &node, "best-effort", None).await;
     api_pod_in_phase(&pods, &best_effort, "Running", DEADLINE).await;
-    let burstable_id = node.container_id(&burstable, "c").await;
+    // (`container_id` takes the name before the node suffix.)
+    let burstable_id = node.container_id("burstable", "c").await;
+    assert!(burstable_id.is_some());
 
     let static_pod = |name: &str, resources: serde_json::Value| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -231,8 +249,41 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
     .await;
     // The Burstable pod was not chosen: the same container, running.
     api_pod_in_phase(&pods, &burstable, "Running", DEADLINE).await;
-    assert_eq!(node.container_id(&burstable, "c").await, burstable_id);
-    assert_eq!(node.container_id(&best_effort, "c").await, None);
+    assert_eq!(node.container_id("burstable", "c").await, burstable_id);
+    assert_eq!(
+        running_in(&node, &best_effort).await,
+        0,
+        "nothing of the preempted pod runs"
+    );
+    let critical_id = node.container_id("critical", "c").await;
+    assert!(critical_id.is_some());
+
+    // A pod-sync killed and started again changes none of it: the preempted pod stays
+    // Failed for the same reason and never runs again, the other two keep their containers.
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    for (pod, want) in [("burstable", &burstable_id), ("critical", &critical_id)] {
+        nodeagent_tests::consistently(
+            &format!("{pod} keeps its container across the restart"),
+            Duration::from_secs(10),
+            Duration::from_millis(500),
+            || async {
+                let got = node.container_id(pod, "c").await;
+                (got == *want)
+                    .then_some(())
+                    .ok_or_else(|| format!("{got:?}, was {want:?}"))
+            },
+        )
+        .await;
+    }
+    let preempted = api_pod_in_phase(&pods, &best_effort, "Failed", DEADLINE).await;
+    assert_eq!(reason_and_message(&preempted).0, "Preempting");
+    assert_eq!(
+        running_in(&node, &best_effort).await,
+        0,
+        "the preempted pod never runs again"
+    );
 
     // No set of pods frees a thousand CPUs: refused, as upstream words it. (The pod it is
     // also short of would be freed by the Burstable pod: only cpu is left unmet.)
@@ -262,7 +313,7 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
         "{message}"
     );
     api_pod_in_phase(&pods, &burstable, "Running", DEADLINE).await;
-    assert_eq!(node.container_id(&burstable, "c").await, burstable_id);
+    assert_eq!(node.container_id("burstable", "c").await, burstable_id);
     node.stop().await;
     drop(server);
 }
