@@ -716,14 +716,15 @@ async fn an_in_place_resize_reaches_the_container_and_pod_cgroups() {
 /// them (`ResourceConfigForPod`), a container without limits of its own gets the pod's
 /// (`getCPULimit`/`getMemoryLimit`, the same cgroup files the e2e `pod_level_resources`
 /// tests read), and the memory the pod requests beyond its containers is spread over their
-/// OOM scores (`remainingPodMemReqPerContainer`). A pod asking for less than its containers
-/// is refused with the API server's own validation text.
+/// OOM scores (`remainingPodMemReqPerContainer`); a SIGKILL of pod-sync changes none of it.
+/// A pod asking for less than its containers is refused with the API server's own
+/// validation text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_level_resources_size_the_pod_cgroup_containers_and_oom_scores() {
     if !require_runtime("pod-level resources") {
         return;
     }
-    let node = Node::start("pod-level", NodeOptions::default()).await;
+    let mut node = Node::start("pod-level", NodeOptions::default()).await;
     let out = node.path("out");
     std::fs::create_dir_all(&out).unwrap();
     let with_pod_level = |name: &str, resources: Value, containers: Vec<Value>| {
@@ -816,22 +817,53 @@ async fn pod_level_resources_size_the_pod_cgroup_containers_and_oom_scores() {
         cgroup::cpu_weight_matches_shares(&partial, shares(100)),
         Ok(true)
     );
-    // Each container, with no limits of its own, is limited as its pod is.
-    for (pod, cgroup_path, quota, memory) in [
-        ("shared", &shared, Some(50_000), 96 * MI),
-        ("partial", &partial, None, 128 * MI),
-    ] {
-        for name in ["a", "b"] {
-            let id = node.running_container(pod, name, DEADLINE).await;
-            let container = format!("{cgroup_path}/{id}");
-            assert_eq!(
-                cgroup::memory_limit(&container),
-                Ok(Some(memory)),
-                "{container}"
-            );
-            assert_eq!(cgroup::cpu_quota(&container), Ok(quota), "{container}");
+    // Each container, with no limits of its own, is limited as its pod is; a SIGKILL of
+    // pod-sync changes none of it (no container replaced, no limit rewritten).
+    let mut ids = Vec::new();
+    for attempt in ["before", "after a pod-sync SIGKILL"] {
+        for (pod, cgroup_path, quota, memory) in [
+            ("shared", &shared, Some(50_000), 96 * MI),
+            ("partial", &partial, None, 128 * MI),
+        ] {
+            for name in ["a", "b"] {
+                let id = node.running_container(pod, name, DEADLINE).await;
+                let container = format!("{cgroup_path}/{id}");
+                assert_eq!(
+                    cgroup::memory_limit(&container),
+                    Ok(Some(memory)),
+                    "{container} {attempt}"
+                );
+                assert_eq!(
+                    cgroup::cpu_quota(&container),
+                    Ok(quota),
+                    "{container} {attempt}"
+                );
+                ids.push(id);
+            }
+        }
+        if attempt == "before" {
+            node.signal(Service::PodSync, nix::sys::signal::Signal::SIGKILL)
+                .await;
+            node.spawn(Service::PodSync);
+            node.wait_serving(Service::PodSync).await;
+            for (pod, qos) in [("shared", "Guaranteed"), ("partial", "Burstable")] {
+                eventually(&format!("{pod} listed again"), DEADLINE, || async {
+                    let p = node.pod(pod).await?;
+                    (p["status"]["qosClass"] == qos && p["status"]["phase"] == "Running")
+                        .then_some(())
+                        .ok_or_else(|| p["status"].to_string())
+                })
+                .await;
+            }
         }
     }
+    assert_eq!(ids[..4], ids[4..], "the same containers after the restart");
+    assert_eq!(cgroup::memory_limit(&shared), Ok(Some(96 * MI)), "{shared}");
+    assert_eq!(
+        cgroup::memory_limit(&partial),
+        Ok(Some(128 * MI)),
+        "{partial}"
+    );
 
     // The refused manifest: upstream's kubelet skips an invalid static pod with its
     // validation error in the log; nothing of it runs.
