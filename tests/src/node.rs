@@ -388,6 +388,20 @@ impl Node {
         std::fs::read_to_string(self.log_path(service)).unwrap_or_default()
     }
 
+    /// config-source's log line refusing the static pod manifest `file` (upstream's
+    /// kubelet skips an invalid manifest with its validation error in the log), once it
+    /// is there.
+    pub async fn refused_manifest(&self, file: &str, deadline: std::time::Duration) -> String {
+        crate::eventually(&format!("{file} refused in the log"), deadline, || async {
+            self.log(Service::ConfigSource)
+                .lines()
+                .find(|l| l.contains("invalid static pod manifest") && l.contains(file))
+                .map(str::to_string)
+                .ok_or_else(|| "not yet".to_string())
+        })
+        .await
+    }
+
     /// The flags every service of this node gets.
     pub fn args(&self) -> Vec<String> {
         let mut args = vec![

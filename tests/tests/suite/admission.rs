@@ -225,14 +225,7 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
         },
     )
     .await;
-    eventually("the critical pod running", DEADLINE, || async {
-        let p = node.pod("critical").await?;
-        match p["status"]["phase"].as_str() {
-            Some("Running") => Ok(()),
-            _ => Err(p["status"].to_string()),
-        }
-    })
-    .await;
+    node.pod_in_phase("critical", "Running", DEADLINE).await;
     // Counted as upstream's `Preemptions`, under the resource short of.
     eventually("kubelet_preemptions in /metrics", DEADLINE, || async {
         let body = node.api.get("/metrics").await?.text();
@@ -291,14 +284,7 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
         "huge.yaml",
         &static_pod("huge", json!({"requests": {"cpu": "1000"}})),
     );
-    let refused = eventually("the huge critical pod refused", DEADLINE, || async {
-        let p = node.pod("huge").await?;
-        match p["status"]["phase"].as_str() {
-            Some("Failed") => Ok(p),
-            _ => Err(p["status"].to_string()),
-        }
-    })
-    .await;
+    let refused = node.pod_in_phase("huge", "Failed", DEADLINE).await;
     assert_eq!(
         refused["status"]["reason"], "UnexpectedAdmissionError",
         "{refused}"

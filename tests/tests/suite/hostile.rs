@@ -5,7 +5,6 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use nodeagent_config::Service;
 use nodeagent_tests::{
     Node, NodeOptions, eventually, eventually_event, mount_points_under as mounts_under,
     require_runtime,
@@ -47,14 +46,7 @@ async fn a_volume_name_that_climbs_out_is_refused_and_creates_nothing() {
     assert!(!Path::new(&target).exists(), "{target} was created");
     assert!(node.pod("evil").await.is_err(), "the evil pod is listed");
     assert_eq!(node.container_id("evil", "c").await, None);
-    let line = eventually("the manifest refused in the log", DEADLINE, || async {
-        node.log(Service::ConfigSource)
-            .lines()
-            .find(|l| l.contains("invalid static pod manifest") && l.contains("evil.yaml"))
-            .map(str::to_string)
-            .ok_or_else(|| "not yet".to_string())
-    })
-    .await;
+    let line = node.refused_manifest("evil.yaml", DEADLINE).await;
     assert!(
         line.contains("spec.volumes[0].name: Invalid value")
             && line.contains("a lowercase RFC 1123 label"),

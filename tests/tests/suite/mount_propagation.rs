@@ -10,7 +10,6 @@
 //!   documents.
 
 use nix::mount::{MsFlags, mount};
-use nodeagent_config::Service;
 use nodeagent_tests::{Node, NodeOptions, eventually, mount_points_under, require_runtime};
 use std::path::Path;
 use std::time::Duration;
@@ -124,14 +123,7 @@ async fn host_to_container_never_reaches_the_host_and_bidirectional_needs_privil
         "bidi.yaml",
         &mounter("bidi", &shared, "Bidirectional", false, "from-bidi"),
     );
-    let line = eventually("the manifest refused in the log", DEADLINE, || async {
-        node.log(Service::ConfigSource)
-            .lines()
-            .find(|l| l.contains("invalid static pod manifest") && l.contains("bidi.yaml"))
-            .map(str::to_string)
-            .ok_or_else(|| "not yet".to_string())
-    })
-    .await;
+    let line = node.refused_manifest("bidi.yaml", DEADLINE).await;
     assert!(
         line.contains(
             "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers"

@@ -772,14 +772,7 @@ async fn pod_level_resources_size_the_pod_cgroup_containers_and_oom_scores() {
     );
 
     for (pod, qos) in [("shared", "Guaranteed"), ("partial", "Burstable")] {
-        let p = eventually(&format!("{pod} running"), DEADLINE, || async {
-            let p = node.pod(pod).await?;
-            match p["status"]["phase"].as_str() {
-                Some("Running") => Ok(p),
-                _ => Err(p["status"].to_string()),
-            }
-        })
-        .await;
+        let p = node.pod_in_phase(pod, "Running", DEADLINE).await;
         assert_eq!(p["status"]["qosClass"], qos, "{pod}");
     }
 
@@ -867,14 +860,7 @@ async fn pod_level_resources_size_the_pod_cgroup_containers_and_oom_scores() {
 
     // The refused manifest: upstream's kubelet skips an invalid static pod with its
     // validation error in the log; nothing of it runs.
-    let line = eventually("the manifest refused in the log", DEADLINE, || async {
-        node.log(Service::ConfigSource)
-            .lines()
-            .find(|l| l.contains("invalid static pod manifest") && l.contains("short.yaml"))
-            .map(str::to_string)
-            .ok_or_else(|| "not yet".to_string())
-    })
-    .await;
+    let line = node.refused_manifest("short.yaml", DEADLINE).await;
     assert!(
         line.contains("spec.resources.requests[memory]: Invalid value: ")
             && line
