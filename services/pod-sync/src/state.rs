@@ -13,23 +13,61 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct Backoff {
     pub failures: u32,
+    /// When the last failure was recorded.
+    pub at: Instant,
     pub until: Instant,
     pub last_error: String,
 }
 
+/// upstream's image pull back-off (`flowcontrol.NewBackOff(backOffPeriod,
+/// MaxContainerBackOff)`): 10 s doubling to 300 s.
+pub const IMAGE_BACKOFF: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(300));
+
 impl Backoff {
-    /// Records one more failure with the upstream image back-off (10 s doubling to 300 s).
+    /// Records one more failure with the upstream image back-off.
     pub fn next(previous: Option<&Backoff>, now: Instant, error: String) -> Backoff {
-        let failures = previous.map_or(1, |b| b.failures + 1);
-        let delay = Duration::from_secs(10)
-            .saturating_mul(1u32 << (failures - 1).min(8))
-            .min(Duration::from_secs(300));
+        Self::next_within(previous, now, error, IMAGE_BACKOFF)
+    }
+
+    /// upstream `flowcontrol.Backoff.Next` with `(initial, max)`: the first failure waits
+    /// `initial`, each further one twice the last, up to `max`; one that comes more than
+    /// twice `max` after the last starts again from `initial` (`hasExpired`: "consider
+    /// stable if it's ok for twice the maxDuration").
+    pub fn next_within(
+        previous: Option<&Backoff>,
+        now: Instant,
+        error: String,
+        (initial, max): (Duration, Duration),
+    ) -> Backoff {
+        let failures = match previous {
+            Some(b) if now.saturating_duration_since(b.at) <= max * 2 => b.failures + 1,
+            _ => 1,
+        };
+        let delay = initial
+            .saturating_mul(1u32 << (failures - 1).min(16))
+            .min(max);
         Backoff {
             failures,
+            at: now,
             until: now + delay,
             last_error: error,
         }
     }
+
+    /// upstream `IsInBackOffSinceUpdate`: still waiting at `now`.
+    pub fn waiting(&self, now: Instant) -> bool {
+        now < self.until
+    }
+}
+
+/// A kill of a pod the node decided (eviction, preemption), handed to the pod's worker so
+/// that every kill goes through one path (upstream's `KillPodOptions`).
+#[derive(Default)]
+pub struct KillRequest {
+    /// The grace period to stop the containers with, if not the pod's own.
+    pub grace_override: Option<i64>,
+    /// Told once the worker has stopped everything of the pod.
+    pub done: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 #[derive(Default)]
@@ -76,6 +114,9 @@ pub struct State {
     pub finished: crate::status::finished::Finished,
     /// uid -> why the whole pod failed (e.g. activeDeadlineSeconds): nothing runs again.
     pub pod_failed: HashMap<String, Waiting>,
+    /// uid -> a kill the node asked of the pod's worker (eviction, preemption), which
+    /// waits for it: upstream's `killPodNow` through the pod workers.
+    pub kill_requests: HashMap<String, KillRequest>,
     /// Pods admitted against the node's resources (`admission`), until they are gone.
     pub admitted: HashSet<String>,
     /// The node's pressure conditions whose thresholds the eviction manager found met at
@@ -235,6 +276,136 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// upstream client-go flowcontrol `backoff_test.go`, the tables of the back-off
+    /// upstream's image puller uses (no jitter), with their steps and limits.
+    mod flowcontrol {
+        use super::*;
+
+        fn get(b: Option<&Backoff>) -> Duration {
+            b.map_or(Duration::ZERO, |b| b.until - b.at)
+        }
+
+        #[test]
+        fn test_slow_backoff() {
+            let step = Duration::from_secs(1);
+            let limits = (step, 50 * step);
+            let start = Instant::now();
+            let mut b: Option<Backoff> = None;
+            for (ix, c) in [0u32, 1, 2, 4, 8, 16, 32, 50, 50, 50]
+                .into_iter()
+                .enumerate()
+            {
+                let now = start + step * (ix as u32 + 1);
+                assert_eq!(get(b.as_ref()), c * step, "input {ix}");
+                b = Some(Backoff::next_within(b.as_ref(), now, String::new(), limits));
+            }
+        }
+
+        #[test]
+        fn test_backoff_reset() {
+            let step = Duration::from_secs(1);
+            let max = 5 * step;
+            let start = Instant::now();
+            let mut b: Option<Backoff> = None;
+            let mut now = start;
+            for _ in 0..=5 {
+                now += step;
+                b = Some(Backoff::next_within(
+                    b.as_ref(),
+                    now,
+                    String::new(),
+                    (step, max),
+                ));
+            }
+            let b = b.unwrap();
+            assert!(b.waiting(now), "capped at max and in back-off");
+            now += 2 * max + step;
+            assert!(!b.waiting(now));
+            // The next failure starts from the beginning again.
+            let again = Backoff::next_within(Some(&b), now, String::new(), (step, max));
+            assert_eq!(get(Some(&again)), step);
+        }
+
+        #[test]
+        fn test_backoff_high_water_mark() {
+            let step = Duration::from_secs(1);
+            let max = 5 * step;
+            let mut now = Instant::now();
+            let mut b: Option<Backoff> = None;
+            for _ in 0..=5 {
+                now += step;
+                b = Some(Backoff::next_within(
+                    b.as_ref(),
+                    now,
+                    String::new(),
+                    (step, max),
+                ));
+            }
+            // The high watermark expires only after 2 * max.
+            now += max + step;
+            let b = Backoff::next_within(b.as_ref(), now, String::new(), (step, max));
+            assert_eq!(get(Some(&b)), max);
+        }
+
+        #[test]
+        fn test_is_in_back_off_since_update() {
+            let step = Duration::from_secs(1);
+            let limits = (step, 10 * step);
+            let start = Instant::now();
+            let rows: [(u32, bool, u32); 38] = [
+                (0, false, 0),
+                (1, false, 1),
+                (2, true, 2),
+                (3, false, 2),
+                (4, true, 4),
+                (5, true, 4),
+                (6, true, 4),
+                (7, false, 4),
+                (8, true, 8),
+                (9, true, 8),
+                (10, true, 8),
+                (11, true, 8),
+                (12, true, 8),
+                (13, true, 8),
+                (14, true, 8),
+                (15, false, 8),
+                (16, true, 10),
+                (17, true, 10),
+                (18, true, 10),
+                (19, true, 10),
+                (20, true, 10),
+                (21, true, 10),
+                (22, true, 10),
+                (23, true, 10),
+                (24, true, 10),
+                (25, false, 10),
+                (26, true, 10),
+                (27, true, 10),
+                (28, true, 10),
+                (29, true, 10),
+                (30, true, 10),
+                (31, true, 10),
+                (32, true, 10),
+                (33, true, 10),
+                (34, true, 10),
+                (35, false, 10),
+                (56, false, 0),
+                (57, false, 1),
+            ];
+            let mut b: Option<Backoff> = None;
+            for (tick, in_back_off, value) in rows {
+                let now = start + tick * step;
+                let waiting = b.as_ref().is_some_and(|b| b.waiting(now));
+                assert_eq!(waiting, in_back_off, "tick {tick}");
+                if in_back_off {
+                    assert_eq!(get(b.as_ref()), value * step, "tick {tick}");
+                } else {
+                    b = Some(Backoff::next_within(b.as_ref(), now, String::new(), limits));
+                }
+            }
+        }
+    }
 
     #[test]
     fn statuses_are_served_only_once_every_desired_pod_has_one() {

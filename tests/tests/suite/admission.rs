@@ -225,6 +225,24 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
         },
     )
     .await;
+    // The victim's own worker stopped it, once (upstream's killPodNow hands the kill to
+    // the pod worker and waits): one Killing event in upstream's words, posted once.
+    let killed = |e: &k8s_openapi::api::core::v1::Event| {
+        e.reason.as_deref() == Some("Killing")
+            && e.involved_object.name.as_deref() == Some(best_effort.as_str())
+    };
+    let killing = eventually_event(
+        &server.client(),
+        "default",
+        "the preempted pod's Killing event",
+        DEADLINE,
+        killed,
+    )
+    .await;
+    assert_eq!(
+        (killing.message.as_deref(), killing.count.unwrap_or(1)),
+        (Some("Stopping container c"), 1)
+    );
     node.pod_in_phase("critical", "Running", DEADLINE).await;
     // Counted as upstream's `Preemptions`, under the resource short of.
     eventually("kubelet_preemptions in /metrics", DEADLINE, || async {
@@ -272,6 +290,18 @@ async fn a_critical_static_pod_preempts_the_cheapest_pod_as_upstream() {
     }
     let preempted = api_pod_in_phase(&pods, &best_effort, "Failed", DEADLINE).await;
     assert_eq!(reason_and_message(&preempted).0, "Preempting");
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(server.client(), "default");
+    let kills: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(killed)
+        .map(|e| e.count.unwrap_or(1))
+        .collect();
+    assert_eq!(kills, [1], "killed once, not again after the restart");
     assert_eq!(
         running_in(&node, &best_effort).await,
         0,

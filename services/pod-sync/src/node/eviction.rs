@@ -397,16 +397,14 @@ impl PodSync {
             message,
             annotations,
         );
-        let rt = self.lock().runtime.get(&uid).cloned();
-        if let Some(rt) = rt {
-            self.stop_everything(pod, &rt, EVICTED, Some(grace)).await;
-        }
+        // upstream's killPodFunc: the pod's worker stops it, and the eviction waits.
+        self.kill_pod_now(pod, Some(grace)).await;
         // What the pod wrote to its emptyDirs (on disk or in memory) is what the node is
         // short of: it goes with the pod, as upstream tears down a terminated pod's volumes.
         if let Err(e) = self.release_volumes(&uid).await {
             tracing::warn!(error = %e, "releasing the evicted pod's volumes failed; its sync retries");
+            self.trigger(&uid);
         }
-        self.trigger(&uid);
     }
 
     /// The pods that run now, with what they use of `signal`'s resource.

@@ -178,17 +178,8 @@ impl PodSync {
                     // The pod says Failed (Terminated) from the start of its stop, as
                     // upstream's kill sets the status before it kills.
                     this.publish_status(&uid).await;
-                    let rt = this.lock().runtime.get(&uid).cloned();
-                    if let Some(rt) = rt {
-                        this.stop_everything(
-                            pod,
-                            &rt,
-                            SHUTDOWN_REASON,
-                            Some(pod_grace(pod, length)),
-                        )
-                        .await;
-                    }
-                    this.publish_status(&uid).await;
+                    // upstream's killPodFunc: the pod's worker stops it; this waits.
+                    this.kill_pod_now(pod, Some(pod_grace(pod, length))).await;
                 }
             });
             let all = futures::future::join_all(stops);

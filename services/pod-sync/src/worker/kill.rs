@@ -146,6 +146,8 @@ impl PodSync {
             st.runtime.remove(uid);
             st.waiting.remove(uid);
             st.pod_failed.remove(uid);
+            // Whoever still waits for a kill of it learns that it is gone.
+            st.kill_requests.remove(uid);
             let was_finished = st.finished.remove(uid).is_some();
             st.admitted.remove(uid);
             st.sandbox_ips.remove(uid);

@@ -82,10 +82,16 @@ impl PodSync {
         let uid = k8s::pod_uid(pod).to_string();
         let policy = plan::restart_policy(pod);
         self.restore_pod_failure(pod);
-        // Evicted, or stopped or refused for a node shutdown: for good. An evicted pod's
-        // leftovers get no grace; a shutdown's stop keeps the grace it was given.
+        // Evicted, preempted, or stopped or refused for a node shutdown: for good. The kill
+        // the node asked for has its grace period; an evicted pod's leftovers get none.
         if let Some(reason) = self.ended_by_node(&uid) {
-            let grace = (reason == crate::status::reasons::EVICTED).then_some(0);
+            let requested = self
+                .lock()
+                .kill_requests
+                .get(&uid)
+                .map(|k| k.grace_override);
+            let grace = requested
+                .unwrap_or_else(|| (reason == crate::status::reasons::EVICTED).then_some(0));
             self.stop_everything(pod, rt, &reason, grace).await;
             return Ok(SyncOutcome::Terminated);
         }

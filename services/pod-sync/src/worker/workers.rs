@@ -73,6 +73,18 @@ impl DelayedTriggers {
     }
 }
 
+/// upstream's `events.ExceededGracePeriod` and the text `killPodNow` gives it.
+pub const EXCEEDED_GRACE_PERIOD: &str = "ExceededGracePeriod";
+pub const EXCEEDED_GRACE_PERIOD_MESSAGE: &str =
+    "Container runtime did not kill the pod within specified grace period.";
+
+/// How long [`PodSync::kill_pod_now`] waits: upstream `killPodNow`'s grace period and a
+/// half, at least 10 s ("to wait for kubelet->runtime traffic to complete in sigkill").
+pub fn kill_timeout(grace_seconds: i64) -> Duration {
+    let timeout = grace_seconds.saturating_add(grace_seconds / 2).max(10);
+    Duration::from_secs(timeout as u64)
+}
+
 /// What one sync concluded.
 #[derive(Debug, PartialEq)]
 pub enum SyncOutcome {
@@ -104,6 +116,52 @@ impl PodSync {
         let uids = self.lock().all_uids();
         for uid in uids {
             self.trigger(&uid);
+        }
+    }
+
+    /// Has the pod's worker stop everything of `pod`, which the node has ended (its
+    /// `pod_failed` reason set), with `grace_override` or the pod's own grace period, and
+    /// waits for it: upstream's `killPodNow`. Every kill thus goes through the worker, with
+    /// its ordering, preStop hooks and Killing events, and never twice at once. Past
+    /// upstream's timeout, an `ExceededGracePeriod` Warning event says so; false then.
+    pub(crate) async fn kill_pod_now(
+        self: &Arc<Self>,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        grace_override: Option<i64>,
+    ) -> bool {
+        let uid = k8s::pod_uid(pod).to_string();
+        let grace = grace_override.unwrap_or_else(|| crate::worker::kill_order::grace_seconds(pod));
+        let (done, finished) = tokio::sync::oneshot::channel();
+        {
+            let mut st = self.lock();
+            let request = st.kill_requests.entry(uid.clone()).or_default();
+            request.grace_override = grace_override;
+            request.done.push(done);
+        }
+        self.trigger(&uid);
+        // A dropped request (the pod was forgotten meanwhile) is as good as done.
+        if tokio::time::timeout(kill_timeout(grace), finished)
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        tracing::warn!(pod = %k8s::pod_full_name(pod), grace, "timeout waiting to kill pod");
+        self.events.pod(
+            pod,
+            nodeagent_config::events::EventType::Warning,
+            EXCEEDED_GRACE_PERIOD,
+            EXCEEDED_GRACE_PERIOD_MESSAGE,
+        );
+        false
+    }
+
+    /// The worker has stopped everything of `uid`: whoever waits in [`Self::kill_pod_now`]
+    /// is told.
+    fn kill_completed(&self, uid: &str) {
+        let request = self.lock().kill_requests.remove(uid);
+        for done in request.into_iter().flat_map(|r| r.done) {
+            let _ = done.send(());
         }
     }
 
@@ -236,6 +294,9 @@ impl PodSync {
             .observe(started.elapsed().as_secs_f64());
         if outcome.is_ok() {
             self.set_worker_state(uid, state);
+            if state == PodWorkerState::Terminated {
+                self.kill_completed(uid);
+            }
         }
         outcome
     }
@@ -292,6 +353,16 @@ pub use nodeagent_cri::now_nanos;
 
 #[cfg(test)]
 mod tests {
+    /// upstream `killPodNow`: `timeout := gracePeriod + (gracePeriod / 2)`, at least
+    /// `minTimeout := 10` seconds.
+    #[test]
+    fn a_kill_is_waited_for_as_upstream_waits() {
+        let s = Duration::from_secs;
+        for (grace, want) in [(0, s(10)), (6, s(10)), (7, s(10)), (8, s(12)), (30, s(45))] {
+            assert_eq!(super::kill_timeout(grace), want, "grace {grace}");
+        }
+    }
+
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

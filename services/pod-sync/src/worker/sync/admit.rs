@@ -236,12 +236,11 @@ impl PodSync {
 
     /// Stops each preempted pod, one after another, with its own grace period, as
     /// upstream's `evictPodsToFreeRequests` (a `Preempting` Warning event first; one
-    /// `kubelet_preemptions` per pod, under the first resource short). Its worker, woken
-    /// afterwards, finds it ended for good.
+    /// `kubelet_preemptions` per pod, under the first resource short): its worker, which
+    /// finds it ended for good, stops it, and this waits for that.
     async fn preempt(self: &Arc<Self>, for_pod: &Pod, preemption: Preemption) {
         use crate::status::reasons::{PREEMPTED_MESSAGE, PREEMPTED_REASON};
         for v in preemption.victims {
-            let uid = k8s::pod_uid(&v).to_string();
             tracing::warn!(
                 pod = %k8s::pod_full_name(&v),
                 requesting_pod = %k8s::pod_full_name(for_pod),
@@ -253,12 +252,8 @@ impl PodSync {
                 PREEMPTED_REASON,
                 PREEMPTED_MESSAGE,
             );
-            let rt = self.lock().runtime.get(&uid).cloned();
-            if let Some(rt) = rt {
-                self.stop_everything(&v, &rt, PREEMPTED_REASON, None).await;
-            }
+            self.kill_pod_now(&v, None).await;
             nodeagent_telemetry::metrics::kubelet::record_preemption(preemption.signal);
-            self.trigger(&uid);
         }
     }
 

@@ -62,7 +62,12 @@ impl PodSync {
         }
         let key = (uid.to_string(), image.clone());
         let now = Instant::now();
-        if let Some(b) = self.lock().pull_backoff.get(&key).filter(|b| b.until > now) {
+        if let Some(b) = self
+            .lock()
+            .pull_backoff
+            .get(&key)
+            .filter(|b| b.waiting(now))
+        {
             // With the error of the failed pull, as upstream (so the registry's words stay
             // in the status during the back-off).
             let message = format!(
