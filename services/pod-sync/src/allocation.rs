@@ -42,6 +42,10 @@ pub struct Allocations {
     /// admitted yet). Not saved: the pod sources give it again.
     #[serde(skip)]
     pub wanted: BTreeMap<String, Resources>,
+    /// Pods whose spec this process has seen: a change to one after that is a requested
+    /// resize (one seen first after a restart may only be asked again).
+    #[serde(skip)]
+    pub seen: BTreeSet<String>,
     /// Changed since last saved.
     #[serde(skip)]
     pub dirty: bool,
@@ -126,6 +130,16 @@ impl Allocations {
     pub fn intake(&mut self, pod: Pod) -> Pod {
         let uid = k8s::pod_uid(&pod).to_string();
         let spec = resources_of(&pod);
+        let asked_before = self.wanted.get(&uid).or_else(|| self.pods.get(&uid));
+        if let (Some(before), false) = (asked_before, self.seen.insert(uid.clone())) {
+            for (operation, requirement, resource) in requested_resizes(before, &spec) {
+                nodeagent_telemetry::metrics::kubelet::record_requested_resize(
+                    operation,
+                    requirement,
+                    &resource,
+                );
+            }
+        }
         match self.pods.get(&uid) {
             None => {
                 self.pods.insert(uid.clone(), spec);
@@ -192,6 +206,7 @@ impl Allocations {
         let before = (self.pods.len(), self.actuated.len());
         self.pods.retain(|u, _| uids.contains(u));
         self.wanted.retain(|u, _| uids.contains(u));
+        self.seen.retain(|u| uids.contains(u));
         self.actuated.retain(|id, _| ids.contains(id));
         self.dirty |= before != (self.pods.len(), self.actuated.len());
     }
@@ -206,6 +221,9 @@ pub const INFEASIBLE: &str = "Infeasible";
 pub struct Pending {
     pub reason: &'static str,
     pub message: String,
+    /// Why an infeasible one is (`kubelet_pod_infeasible_resizes_total`'s `reason_detail`,
+    /// upstream's words); empty for a deferred one.
+    pub detail: &'static str,
 }
 
 /// What the resize admission knows beyond the pods.
@@ -223,14 +241,18 @@ pub struct Node<'a> {
 /// (Infeasible); requests that do not fit beside the other pods' allocations wait
 /// (Deferred, the scheduler predicate's words).
 pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending> {
-    let infeasible = |message: String| {
+    let infeasible = |detail: &'static str, message: String| {
         Err(Pending {
             reason: INFEASIBLE,
             message,
+            detail,
         })
     };
     if crate::status::api_status::is_static(current) {
-        return infeasible("In-place resize of static-pods is not supported".into());
+        return infeasible(
+            "static_pod",
+            "In-place resize of static-pods is not supported".into(),
+        );
     }
     use crate::container_manager::cgroups::{QosClass, qos_class};
     if node.cpu_manager_static && qos_class(wanted) == QosClass::Guaranteed {
@@ -241,6 +263,7 @@ pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending
         };
         if cpu(current) != cpu(wanted) {
             return infeasible(
+                "guaranteed_pod_cpu_manager_static_policy",
                 "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
                     .into(),
             );
@@ -253,14 +276,18 @@ pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending
     ];
     for (name, requested, capacity) in capacity {
         if requested > capacity {
-            return infeasible(format!(
-                "Node didn't have enough capacity: {name}, requested: {requested}, capacity: {capacity}"
-            ));
+            return infeasible(
+                "insufficient_node_allocatable",
+                format!(
+                    "Node didn't have enough capacity: {name}, requested: {requested}, capacity: {capacity}"
+                ),
+            );
         }
     }
     admission::fit(requests, node.others, node.allocatable).map_err(|refusal| Pending {
         reason: DEFERRED,
         message: refusal.message,
+        detail: "",
     })
 }
 
@@ -269,6 +296,35 @@ pub fn admit(current: &Pod, wanted: &Pod, node: &Node<'_>) -> Result<(), Pending
 /// each container, as the pod is allocated, and the pod's generation; `ResizeStarted`
 /// says "Pod resize started: " before it, `ResizeCompleted` "Pod resize completed: ".
 pub fn resize_details(pod: &Pod) -> String {
+    details(pod, None)
+}
+
+/// upstream's `ResizeDeferred` or `ResizeInfeasible` event (events/resize.go
+/// `PodResizePendingMsg`): "Pod resize <reason>: " and the details of the pod as its spec
+/// asks, with the condition's message as their `error`.
+pub fn resize_pending_event(wanted: &Pod, pending: &Pending) -> (&'static str, String) {
+    let reason = if pending.reason == INFEASIBLE {
+        "ResizeInfeasible"
+    } else {
+        "ResizeDeferred"
+    };
+    let message = format!(
+        "Pod resize {}: {}",
+        pending.reason,
+        details(wanted, Some(&pending.message))
+    );
+    (reason, message)
+}
+
+/// upstream's `ResizeError` event message (events/resize.go `PodResizeErrorMsg`), as a
+/// 1.35 kubelet posts it: "Pod resize error: " and the allocated pod's details with the
+/// error.
+pub fn resize_error_message(allocated: &Pod, error: &str) -> String {
+    format!("Pod resize error: {}", details(allocated, Some(error)))
+}
+
+/// `podResourceSummary` with its `error` (omitted when empty).
+fn details(pod: &Pod, error: Option<&str>) -> String {
     let list = |cs: &[Container]| -> String {
         let items: Vec<serde_json::Value> = cs
             .iter()
@@ -290,7 +346,54 @@ pub fn resize_details(pod: &Pod) -> String {
     if !spec.containers.is_empty() {
         out += &format!("\"containers\":{},", list(&spec.containers));
     }
-    out += &format!("\"generation\":{}}}", pod.metadata.generation.unwrap_or(0));
+    out += &format!("\"generation\":{}", pod.metadata.generation.unwrap_or(0));
+    if let Some(error) = error.filter(|e| !e.is_empty()) {
+        out += &format!(",\"error\":{}", serde_json::Value::from(error));
+    }
+    out + "}"
+}
+
+/// What a pod update asks of each container's resources (upstream's
+/// `kubelet_container_requested_resizes_total` labels): for every container in both, each
+/// requirement (`requests`, `limits`) and resource whose amount changed, `add` (from
+/// none), `remove` (to none), `increase` or `decrease`.
+pub fn requested_resizes(
+    old: &Resources,
+    new: &Resources,
+) -> Vec<(&'static str, &'static str, String)> {
+    let mut out = Vec::new();
+    for (name, after) in new {
+        let Some(before) = old.get(name) else {
+            continue;
+        };
+        for (requirement, a, b) in [
+            ("requests", &before.requests, &after.requests),
+            ("limits", &before.limits, &after.limits),
+        ] {
+            let empty = BTreeMap::new();
+            let (a, b) = (a.as_ref().unwrap_or(&empty), b.as_ref().unwrap_or(&empty));
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for resource in keys {
+                let value = |l: &BTreeMap<
+                    String,
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+                >| {
+                    l.get(resource)
+                        .and_then(|q| amount(resource, &q.0))
+                        .unwrap_or(0)
+                };
+                let (x, y) = (value(a), value(b));
+                let operation = match (x, y) {
+                    (x, 0) if x != 0 => "remove",
+                    (0, y) if y != 0 => "add",
+                    (x, y) if y < x => "decrease",
+                    (x, y) if y > x => "increase",
+                    _ => continue,
+                };
+                out.push((operation, requirement, resource.clone()));
+            }
+        }
+    }
     out
 }
 
@@ -373,7 +476,10 @@ impl ResizeConditions {
     /// Upstream's condition changes for an admission decision: nothing to resize clears
     /// the pending condition; an admitted resize clears it and starts (or restarts) the
     /// in-progress one; a pending one is set, leaving an earlier resize's progress as it is.
-    pub fn after(&mut self, decision: &Decision, generation: Option<i64>) {
+    /// True when the pending condition is new or changed (upstream then posts a
+    /// `ResizeDeferred` or `ResizeInfeasible` event).
+    pub fn after(&mut self, decision: &Decision, generation: Option<i64>) -> bool {
+        let before = self.pending.clone();
         match decision {
             Decision::NoResize => self.pending = None,
             Decision::Admitted => {
@@ -391,6 +497,14 @@ impl ResizeConditions {
                 })
             }
         }
+        self.pending.is_some() && self.pending != before
+    }
+
+    /// The resize had been deferred, and this decision admits it (upstream counts it in
+    /// `kubelet_pod_deferred_accepted_resizes_total`).
+    pub fn deferred_then_admitted(&self, decision: &Decision) -> bool {
+        *decision == Decision::Admitted
+            && self.pending.as_ref().is_some_and(|p| p.reason == DEFERRED)
     }
 
     /// An actuation failed: the in-progress condition says so (keeping the generation of

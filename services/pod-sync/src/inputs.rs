@@ -132,7 +132,7 @@ fn apply_config(sync: &Arc<PodSync>, update: PodConfigUpdate) {
                 })
                 .map(|(uid, _)| uid.clone())
                 .collect();
-            for (_, _, resized) in sync.retry_pending_resizes(&mut st, None) {
+            for (_, _, resized) in sync.retry_pending_resizes(&mut st, None, "pods_removed") {
                 started.extend(resized);
             }
             touched.extend(deferred);
@@ -411,6 +411,7 @@ async fn housekeep(sync: &Arc<PodSync>) {
             .collect();
         st.allocations.retain(&uids, &ids);
         st.resize.retain(|u, _| uids.contains(u));
+        crate::worker::sync::record_resize_counts(st);
     }
     sync.save_allocations().await;
     // The QoS tiers follow the pods that came and went (upstream: every minute and at

@@ -277,7 +277,8 @@ fn static_pods_and_static_cpus_are_infeasible() {
             reason: INFEASIBLE,
             message:
                 "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
-                    .into()
+                    .into(),
+            detail: "guaranteed_pod_cpu_manager_static_policy",
         }
     );
     // Memory alone may change: the CPUs stay.
@@ -316,7 +317,16 @@ fn conditions_follow_upstreams_rows() {
     let deferred = Pending {
         reason: DEFERRED,
         message: "Node didn't have enough resource: memory".into(),
+        detail: "",
     };
+    assert!(
+        c.after(&Decision::Pending(deferred.clone()), Some(3)),
+        "new"
+    );
+    // The same decision again changes nothing: upstream posts no second event.
+    assert!(!c.after(&Decision::Pending(deferred.clone()), Some(3)));
+    // A newer generation's resize deferred again is a change.
+    assert!(c.after(&Decision::Pending(deferred.clone()), Some(4)));
     c.after(&Decision::Pending(deferred), Some(3));
     assert_eq!(c.pending.as_ref().unwrap().reason, DEFERRED);
     assert_eq!(c.in_progress, Some(original.clone()));
@@ -432,4 +442,107 @@ fn resize_event_details_as_upstream_prints_them() {
         resize_details(&p),
         r#"{"initContainers":[{"name":"side","resources":{"requests":{"cpu":"10m"}}}],"containers":[{"name":"c","resources":{}}],"generation":3}"#
     );
+}
+
+/// upstream events/resize.go `PodResizePendingMsg` (the message `handlePodResourcesResize`
+/// posts with `ResizeDeferred` or `ResizeInfeasible`): the prefix with the condition's
+/// reason, then the desired pod's `podResourceSummary` with the message as `error`. The
+/// 1.37 blog on resize preemption prints one: `Pod resize ...: {"containers":[{"name":"app",
+/// "resources":{"limits":{"cpu":"6","memory":"1Gi"},"requests":{"cpu":"6","memory":"1Gi"}}}],
+/// "generation":2,"error":"Node didn't have enough resource: cpu, requested: 6000, used:
+/// 3950, capacity: 8000"}`.
+#[test]
+fn pending_resize_events_read_as_upstreams() {
+    let mut wanted = pod(
+        &[("cpu", "6"), ("memory", "1Gi")],
+        &[("cpu", "6"), ("memory", "1Gi")],
+    );
+    wanted.spec.as_mut().unwrap().containers[0].name = "app".into();
+    wanted.metadata.generation = Some(2);
+    let deferred = Pending {
+        reason: DEFERRED,
+        message:
+            "Node didn't have enough resource: cpu, requested: 6000, used: 3950, capacity: 8000"
+                .into(),
+        detail: "",
+    };
+    assert_eq!(
+        resize_pending_event(&wanted, &deferred),
+        (
+            "ResizeDeferred",
+            "Pod resize Deferred: {\"containers\":[{\"name\":\"app\",\"resources\":{\"limits\":{\"cpu\":\"6\",\"memory\":\"1Gi\"},\"requests\":{\"cpu\":\"6\",\"memory\":\"1Gi\"}}}],\"generation\":2,\"error\":\"Node didn't have enough resource: cpu, requested: 6000, used: 3950, capacity: 8000\"}".to_string()
+        )
+    );
+    let infeasible = Pending {
+        reason: INFEASIBLE,
+        message: "In-place resize of static-pods is not supported".into(),
+        detail: "static_pod",
+    };
+    let (reason, message) = resize_pending_event(&wanted, &infeasible);
+    assert_eq!(reason, "ResizeInfeasible");
+    assert!(
+        message.starts_with("Pod resize Infeasible: {\"containers\""),
+        "{message}"
+    );
+    assert!(message.ends_with(",\"error\":\"In-place resize of static-pods is not supported\"}"));
+}
+
+/// upstream's `kubelet_container_requested_resizes_total` operations (the help text: one
+/// of `add`, `remove`, `increase` or `decrease`, each resource and requirement counted
+/// apart; a container new in the spec is no resize of it).
+#[test]
+fn requested_resizes_are_counted_per_resource_and_requirement() {
+    let before = resources_of(&pod(
+        &[("cpu", "100m"), ("memory", "64Mi")],
+        &[("memory", "128Mi")],
+    ));
+    let after = resources_of(&pod(
+        &[("cpu", "200m")],
+        &[("cpu", "1"), ("memory", "96Mi")],
+    ));
+    let mut got = requested_resizes(&before, &after);
+    got.sort();
+    let mut want = vec![
+        ("increase", "requests", "cpu".to_string()),
+        ("remove", "requests", "memory".to_string()),
+        ("add", "limits", "cpu".to_string()),
+        ("decrease", "limits", "memory".to_string()),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    // The same amounts written differently ask for nothing.
+    let same = resources_of(&pod(
+        &[("cpu", "0.1"), ("memory", "67108864")],
+        &[("memory", "128Mi")],
+    ));
+    assert_eq!(requested_resizes(&before, &same), vec![]);
+    let mut other = pod(&[("cpu", "1")], &[]);
+    other.spec.as_mut().unwrap().containers[0].name = "new".into();
+    assert_eq!(requested_resizes(&before, &resources_of(&other)), vec![]);
+}
+
+/// upstream `TestRecordPodDeferredAcceptedResizes`: an admitted resize counts only if it
+/// had been deferred ("no pending condition": nothing), under what retried it.
+#[test]
+fn deferred_accepted_resizes_count_only_after_a_deferral() {
+    let none = ResizeConditions::default();
+    assert!(!none.deferred_then_admitted(&Decision::Admitted));
+    let deferred = ResizeConditions {
+        pending: Some(Condition {
+            reason: DEFERRED.into(),
+            generation: Some(1),
+            ..Default::default()
+        }),
+        in_progress: None,
+    };
+    assert!(deferred.deferred_then_admitted(&Decision::Admitted));
+    assert!(!deferred.deferred_then_admitted(&Decision::NoResize));
+    let infeasible = ResizeConditions {
+        pending: Some(Condition {
+            reason: INFEASIBLE.into(),
+            ..Default::default()
+        }),
+        in_progress: None,
+    };
+    assert!(!infeasible.deferred_then_admitted(&Decision::Admitted));
 }

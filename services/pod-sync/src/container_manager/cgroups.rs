@@ -460,6 +460,22 @@ pub fn ensure_pod_cgroup(
     Ok(())
 }
 
+/// What the cgroup at `rel` (a driver's path, e.g. [`CgroupName::path`]) uses of memory
+/// now: v1 `memory.usage_in_bytes`, v2 `memory.current` (upstream's
+/// `GetPodCgroupMemoryUsage`); None where it cannot be read.
+pub fn memory_usage(cgroup_fs: &Path, rel: &str) -> Option<u64> {
+    let rel = rel.trim_start_matches('/');
+    let file = if cgroup_fs.join("cgroup.controllers").exists() {
+        cgroup_fs.join(rel).join("memory.current")
+    } else {
+        cgroup_fs
+            .join("memory")
+            .join(rel)
+            .join("memory.usage_in_bytes")
+    };
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
 /// Removes a pod cgroup in every hierarchy it exists in (v1: each controller; v2: the
 /// unified tree). Children (the containers' cgroups) go first. Missing is fine.
 pub fn remove_pod_cgroup(cgroup_fs: &Path, parent: &str) -> Result<(), String> {

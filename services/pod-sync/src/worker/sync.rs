@@ -38,6 +38,7 @@ mod runtime_calls;
 
 pub use backoff::{crash_backoff, go_duration, next_backoff_base};
 use plan::{KillReason, ProbeResults, SandboxPlan, Start};
+pub(crate) use resize::record_resize_counts;
 
 const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
 const EXITED: i32 = cri::ContainerState::ContainerExited as i32;

@@ -179,6 +179,119 @@ pub fn record_preemption(resource: &str) {
         .inc();
 }
 
+/// In-place resize (pkg/kubelet/metrics/metrics.go, kubernetes#132903, its names, help
+/// texts, labels and buckets as the 1.34 metrics list has them).
+///
+/// `kubelet_container_requested_resizes_total{operation,requirement,resource}`: one per
+/// resource, requirement and container whose amount a pod update changes.
+pub static CONTAINER_REQUESTED_RESIZES: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_container_requested_resizes",
+        "[ALPHA] Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.",
+        CounterFamily::default(),
+    )
+});
+
+pub fn record_requested_resize(operation: &str, requirement: &str, resource: &str) {
+    CONTAINER_REQUESTED_RESIZES
+        .get_or_create(&vec![
+            ("operation", operation.to_string()),
+            ("requirement", requirement.to_string()),
+            ("resource", resource.to_string()),
+        ])
+        .inc();
+}
+
+fn resize_duration_buckets() -> Histogram {
+    Histogram::new([
+        10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 30000.0, 60000.0,
+        120000.0, 300000.0, 600000.0,
+    ])
+}
+
+/// `kubelet_pod_resize_duration_milliseconds{success}`: one resize carried out in the
+/// running containers.
+pub static POD_RESIZE_DURATION: LazyLock<HistogramFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_pod_resize_duration_milliseconds",
+        "[ALPHA] Duration in milliseconds to actuate a pod resize",
+        histogram_family(resize_duration_buckets),
+    )
+});
+
+pub fn record_resize_duration(milliseconds: f64, success: bool) {
+    POD_RESIZE_DURATION
+        .get_or_create(&vec![("success", success.to_string())])
+        .observe(milliseconds);
+}
+
+/// `kubelet_pod_pending_resizes{reason}`: pods with a `PodResizePending` condition, by
+/// its reason in lower case (`deferred`, `infeasible`).
+pub static POD_PENDING_RESIZES: LazyLock<GaugeFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_pod_pending_resizes",
+        "[ALPHA] Number of pending resizes for pods.",
+        GaugeFamily::default(),
+    )
+});
+
+/// `kubelet_pod_in_progress_resizes`: pods with a `PodResizeInProgress` condition.
+pub static POD_IN_PROGRESS_RESIZES: LazyLock<Gauge> = LazyLock::new(|| {
+    register(
+        "kubelet_pod_in_progress_resizes",
+        "[ALPHA] Number of in-progress resizes for pods.",
+        Gauge::default(),
+    )
+});
+
+/// Sets both gauges from the pods' resize conditions: `pending` each pending condition's
+/// reason; a reason no pod has any more is no longer served (upstream resets the vector).
+pub fn set_resize_counts<'a>(pending: impl Iterator<Item = &'a str>, in_progress: i64) {
+    let mut by_reason = std::collections::BTreeMap::<String, i64>::new();
+    for reason in pending {
+        *by_reason.entry(reason.to_lowercase()).or_default() += 1;
+    }
+    POD_PENDING_RESIZES.clear();
+    for (reason, n) in by_reason {
+        POD_PENDING_RESIZES
+            .get_or_create(&vec![("reason", reason)])
+            .set(n);
+    }
+    POD_IN_PROGRESS_RESIZES.set(in_progress);
+}
+
+/// `kubelet_pod_infeasible_resizes_total{reason_detail}`: `static_pod`,
+/// `guaranteed_pod_cpu_manager_static_policy`, `insufficient_node_allocatable`.
+pub static POD_INFEASIBLE_RESIZES: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_pod_infeasible_resizes",
+        "[ALPHA] Number of infeasible resizes for pods.",
+        CounterFamily::default(),
+    )
+});
+
+pub fn record_infeasible_resize(reason_detail: &str) {
+    POD_INFEASIBLE_RESIZES
+        .get_or_create(&vec![("reason_detail", reason_detail.to_string())])
+        .inc();
+}
+
+/// `kubelet_pod_deferred_accepted_resizes_total{retry_trigger}`: a deferred resize
+/// admitted, by what retried it (`pod_resized`, `pods_removed`, `periodic_retry`).
+pub static POD_DEFERRED_ACCEPTED_RESIZES: LazyLock<CounterFamily> = LazyLock::new(|| {
+    register(
+        "kubelet_pod_deferred_accepted_resizes",
+        "[ALPHA] Cumulative number of resizes that were accepted after being deferred.",
+        CounterFamily::default(),
+    )
+});
+
+pub fn record_deferred_accepted_resize(retry_trigger: &str) {
+    POD_DEFERRED_ACCEPTED_RESIZES
+        .get_or_create(&vec![("retry_trigger", retry_trigger.to_string())])
+        .inc();
+}
+
 /// `kubelet_device_plugin_registration_total{resource_name}`: every registration request
 /// of a device plugin, refused ones too (pkg/kubelet/metrics/metrics.go
 /// `DevicePluginRegistrationCount`, counted at the top of upstream's `Register`).

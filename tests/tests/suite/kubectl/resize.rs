@@ -166,16 +166,7 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
     // and ResizeCompleted, each with the pod as allocated and its generation.
     let details = r#"{"containers":[{"name":"app","resources":{"limits":{"cpu":"300m","memory":"96Mi"},"requests":{"cpu":"150m","memory":"48Mi"}}},{"name":"db","resources":{"limits":{"cpu":"200m","memory":"80Mi"},"requests":{"cpu":"100m","memory":"32Mi"}}}],"generation":2}"#;
     eventually("the resize events", DEADLINE, || async {
-        let events = kubectl
-            .ok(&[
-                "get",
-                "events",
-                "--field-selector",
-                &format!("involvedObject.name={pod}"),
-                "-o",
-                "jsonpath={range .items[*]}{.type} {.reason} {.message}{\"\\n\"}{end}",
-            ])
-            .await;
+        let events = pod_events(&kubectl, pod).await;
         let has = |line: String| events.lines().any(|l| l == line);
         if has(format!(
             "Normal ResizeStarted Pod resize started: {details}"
@@ -384,6 +375,30 @@ async fn kubectl_resize_deferred_until_another_pod_goes() {
             .unwrap(),
         "100m"
     );
+    // upstream's ResizeDeferred event (allocation_manager.go handlePodResourcesResize,
+    // events/resize.go PodResizePendingMsg): the resources asked for, the generation and
+    // the condition's message as `error`; posted once, however often the pod syncs.
+    let deferred_event = format!(
+        r#"Warning ResizeDeferred Pod resize Deferred: {{"containers":[{{"name":"c","resources":{{"requests":{{"cpu":"800m"}}}}}}],"generation":2,"error":"{message}"}}"#
+    );
+    eventually("the ResizeDeferred event", DEADLINE, || async {
+        let events = pod_events(&kubectl, "small").await;
+        events
+            .lines()
+            .any(|l| l == deferred_event)
+            .then_some(())
+            .ok_or(events)
+    })
+    .await;
+    // upstream's resize metrics (pkg/kubelet/metrics, kubernetes#132903), as a dashboard
+    // reads them from /metrics.
+    for line in [
+        r#"kubelet_pod_pending_resizes{reason="deferred"} 1"#,
+        "kubelet_pod_in_progress_resizes 0",
+        r#"kubelet_container_requested_resizes_total{operation="increase",requirement="requests",resource="cpu"} 1"#,
+    ] {
+        metric_line(&node, line).await;
+    }
     kubectl.ok(&["delete", "pod", "big", "--wait=false"]).await;
     eventually("the deferred resize admitted", DEADLINE, || async {
         let allocated = kubectl
@@ -403,6 +418,80 @@ async fn kubectl_resize_deferred_until_another_pod_goes() {
             .unwrap(),
         "0"
     );
+    // Admitted after its deferral (by the pod leaving, or by the timer: this test does not
+    // tell which), carried out in place once, and no longer pending.
+    let accepted = eventually(
+        "kubelet_pod_deferred_accepted_resizes_total",
+        DEADLINE,
+        || async {
+            let body = node.api.get("/metrics").await?.text();
+            let counted: Vec<&str> = body
+                .lines()
+                .filter(|l| l.starts_with("kubelet_pod_deferred_accepted_resizes_total{"))
+                .collect();
+            match counted.as_slice() {
+                [one] if one.ends_with(" 1") => Ok(one.to_string()),
+                _ => Err(format!("{counted:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        accepted.contains(r#"retry_trigger="pods_removed""#)
+            || accepted.contains(r#"retry_trigger="periodic_retry""#),
+        "{accepted}"
+    );
+    metric_line(
+        &node,
+        r#"kubelet_pod_resize_duration_milliseconds_count{success="true"} 1"#,
+    )
+    .await;
+    let body = node.api.get("/metrics").await.unwrap().text();
+    assert!(
+        !body.contains("kubelet_pod_pending_resizes{"),
+        "no resize is pending any more: {body}"
+    );
+    let events = pod_events(&kubectl, "small").await;
+    assert_eq!(
+        events
+            .lines()
+            .filter(|l| l.contains(" ResizeDeferred "))
+            .count(),
+        1,
+        "{events}"
+    );
+}
+
+/// The pod's events as `type reason message` lines.
+async fn pod_events(kubectl: &Kubectl, pod: &str) -> String {
+    kubectl
+        .ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={pod}"),
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.reason} {.message}{\"\\n\"}{end}",
+        ])
+        .await
+}
+
+/// Waits until `/metrics` serves `line` as it is.
+async fn metric_line(node: &Node, line: &str) {
+    let family = line.split(['{', ' ']).next().unwrap_or_default();
+    eventually(&format!("{line} in /metrics"), DEADLINE, || async {
+        let body = node.api.get("/metrics").await?.text();
+        body.lines()
+            .any(|l| l == line)
+            .then_some(())
+            .ok_or_else(|| {
+                body.lines()
+                    .filter(|l| l.starts_with(family))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+    })
+    .await;
 }
 
 /// Two deferred resizes and room for one when a pod leaves: the one of higher priority is
@@ -474,5 +563,114 @@ async fn kubectl_deferred_resizes_go_by_priority_when_room_frees() {
             .await
             .unwrap(),
         "100m"
+    );
+}
+
+/// A memory limit below what the pod and its container use now is refused, as upstream's
+/// `doPodResizeAction` refuses it, in a 1.35 kubelet's words (its
+/// `PodResizeInProgress` condition, quoted from a real cluster: "cannot decrease memory
+/// limits: [attempting to set pod memory limit (134217728) below current usage
+/// (319180800), attempting to set container \"probe\" memory limit (134217728) below
+/// current usage (319180800)]", and its `ResizeError` event, "Pod resize error: " with the
+/// allocated pod and that error). The container runs on with its old limit; once it uses
+/// less, the retried resize goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_resize_below_memory_use_is_refused_as_upstream() {
+    if !require_runtime("kubectl resize below use")
+        || require_kubectl("kubectl resize below use").is_none()
+    {
+        return;
+    }
+    if !kubectl_at_least(
+        RESIZE_SUBRESOURCE,
+        "kubectl patch takes --subresource=resize",
+    ) {
+        return;
+    }
+    let (_server, node, kubectl) = cluster("kubectl-resize-below-use").await;
+    let pod = "filled";
+    // 40 MiB in /dev/shm (tmpfs: charged to the container's memory cgroup).
+    let spec = "  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 && touch /tmp/filled && sleep 3600\"]\n    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 64Mi}\n";
+    kubectl.create(&pod_yaml(pod, &node.name, spec)).await;
+    kubectl.wait_running(pod).await;
+    eventually("40 MiB written", DEADLINE, || async {
+        kubectl
+            .try_ok(&["exec", pod, "-c", "c", "--", "test", "-e", "/tmp/filled"])
+            .await
+    })
+    .await;
+    let id = kubectl
+        .jsonpath(pod, &container_field("c", "containerID"))
+        .await
+        .unwrap();
+    let patch = r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"memory":"16Mi"},"limits":{"memory":"32Mi"}}}]}}"#;
+    kubectl
+        .ok(&["patch", "pod", pod, "--subresource=resize", "-p", patch])
+        .await;
+    let limit = 32 * MI;
+    let message = eventually("PodResizeInProgress Error", DEADLINE, || async {
+        let reason = condition(&kubectl, pod, "PodResizeInProgress", "reason").await;
+        let message = condition(&kubectl, pod, "PodResizeInProgress", "message").await;
+        match reason.as_str() {
+            "Error" => Ok(message),
+            _ => Err(format!("reason {reason:?}, message {message:?}")),
+        }
+    })
+    .await;
+    let pod_part = format!(
+        "cannot decrease memory limits: [attempting to set pod memory limit ({limit}) below current usage ("
+    );
+    let container_part =
+        format!(", attempting to set container \"c\" memory limit ({limit}) below current usage (");
+    assert!(
+        message.starts_with(&pod_part)
+            && message.contains(&container_part)
+            && message.ends_with(")]"),
+        "{message}"
+    );
+    let error_event = format!(
+        r#"Warning ResizeError Pod resize error: {{"containers":[{{"name":"c","resources":{{"limits":{{"memory":"32Mi"}},"requests":{{"memory":"16Mi"}}}}}}],"generation":2,"error":"{}"#,
+        pod_part.replace('"', "\\\"")
+    );
+    eventually("the ResizeError event", DEADLINE, || async {
+        let events = pod_events(&kubectl, pod).await;
+        events
+            .lines()
+            .any(|l| l.starts_with(&error_event))
+            .then_some(())
+            .ok_or(events)
+    })
+    .await;
+    // Refused, not half done: the same container, its old limit.
+    assert_eq!(
+        memory_inside(&kubectl, pod, "c").await,
+        (64 * MI).to_string()
+    );
+    assert_eq!(
+        kubectl
+            .jsonpath(pod, &container_field("c", "containerID"))
+            .await
+            .unwrap(),
+        id
+    );
+    // Once the container uses less, the resize is tried again and carried out in place.
+    kubectl
+        .ok(&["exec", pod, "-c", "c", "--", "rm", "/dev/shm/fill"])
+        .await;
+    eventually("the resize carried out", DEADLINE, || async {
+        let inside = memory_inside(&kubectl, pod, "c").await;
+        let progress = condition(&kubectl, pod, "PodResizeInProgress", "reason").await;
+        match (inside == limit.to_string(), progress.as_str()) {
+            (true, "") => Ok(()),
+            _ => Err(format!("limit {inside}, in progress {progress:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        kubectl
+            .jsonpath(pod, &container_field("c", "containerID"))
+            .await
+            .unwrap(),
+        id
     );
 }

@@ -95,6 +95,34 @@ fn wider(
     }
 }
 
+/// What retries a pod's resize, as `kubelet_pod_deferred_accepted_resizes_total` labels
+/// it: its own sync after a new resize (the pending condition is of an older generation)
+/// is `pod_resized`; any other sync of it, on the deferred resizes' timer, `periodic_retry`.
+pub(crate) fn retry_trigger(
+    conditions: Option<&allocation::ResizeConditions>,
+    generation: Option<i64>,
+) -> &'static str {
+    match conditions.and_then(|c| c.pending.as_ref()) {
+        Some(p) if p.generation == generation => "periodic_retry",
+        _ => "pod_resized",
+    }
+}
+
+/// `kubelet_pod_pending_resizes` and `kubelet_pod_in_progress_resizes` from the pods'
+/// resize conditions.
+pub(crate) fn record_resize_counts(st: &crate::state::State) {
+    let pending = st
+        .resize
+        .values()
+        .filter_map(|c| c.pending.as_ref().map(|p| p.reason.as_str()));
+    let in_progress = st
+        .resize
+        .values()
+        .filter(|c| c.in_progress.is_some())
+        .count();
+    nodeagent_telemetry::metrics::kubelet::set_resize_counts(pending, in_progress as i64);
+}
+
 impl PodSync {
     /// Writes the allocations when they changed; a failed write is tried again at the
     /// next change.
@@ -123,33 +151,45 @@ impl PodSync {
         rt: &RuntimePodStatus,
     ) -> (Option<Pod>, bool) {
         let uid = k8s::pod_uid(pod).to_string();
-        let (decision, admitted, others) = {
+        let (decision, admitted, others, changed) = {
             let mut st = self.lock();
+            let trigger = retry_trigger(st.resize.get(&uid), pod.metadata.generation);
             if st.allocations.wanted.contains_key(&uid) {
                 // A resize asked for joins the deferred ones, tried in upstream's order
                 // (upstream pushes it to the pending queue and retries the queue): one
                 // before it may take what is free first, and others may be admitted too.
+                let before = st.resize.clone();
                 let mut own = None;
                 let mut others = Vec::new();
+                let mut changed = Vec::new();
                 for (u, decision, resized) in
-                    self.retry_pending_resizes(&mut st, Some((&uid, pod, rt)))
+                    self.retry_pending_resizes(&mut st, Some((&uid, pod, rt)), trigger)
                 {
                     if u == uid {
                         own = Some((decision, resized));
                     } else if let (Decision::Admitted, Some(resized)) = (decision, resized) {
                         others.push((u, resized));
+                    } else if st.resize.get(&u) != before.get(&u) {
+                        // Still pending, with a new message: its status says so now, as
+                        // upstream's retry syncs every pod whose conditions changed (not
+                        // one whose did not: two deferred pods do not wake each other
+                        // forever).
+                        changed.push(u);
                     }
                 }
                 let (decision, resized) =
-                    own.unwrap_or_else(|| self.decide_resize(&mut st, &uid, pod, rt));
-                (decision, resized, others)
+                    own.unwrap_or_else(|| self.decide_resize(&mut st, (&uid, trigger), pod, rt));
+                (decision, resized, others, changed)
             } else {
-                let (decision, resized) = self.decide_resize(&mut st, &uid, pod, rt);
-                (decision, resized, Vec::new())
+                let (decision, resized) = self.decide_resize(&mut st, (&uid, trigger), pod, rt);
+                (decision, resized, Vec::new(), Vec::new())
             }
         };
         for (other, resized) in &others {
             self.resize_started(resized);
+            self.trigger(other);
+        }
+        for other in &changed {
             self.trigger(other);
         }
         if let Some(resized) = &admitted {
@@ -178,7 +218,7 @@ impl PodSync {
     fn decide_resize(
         &self,
         st: &mut crate::state::State,
-        uid: &str,
+        (uid, trigger): (&str, &'static str),
         pod: &Pod,
         rt: &RuntimePodStatus,
     ) -> (Decision, Option<Pod>) {
@@ -216,11 +256,30 @@ impl PodSync {
                 admitted = Some(resized);
             }
         }
+        let wanted = st
+            .allocations
+            .wanted
+            .get(uid)
+            .map(|w| allocation::with_resources(pod.clone(), w));
         let conditions = st.resize.entry(uid.to_string()).or_default();
-        conditions.after(&decision, pod.metadata.generation);
+        if conditions.deferred_then_admitted(&decision) {
+            nodeagent_telemetry::metrics::kubelet::record_deferred_accepted_resize(trigger);
+        }
+        let pending_changed = conditions.after(&decision, pod.metadata.generation);
         if *conditions == Default::default() {
             st.resize.remove(uid);
         }
+        if let (Decision::Pending(p), true) = (&decision, pending_changed) {
+            if p.reason == allocation::INFEASIBLE {
+                nodeagent_telemetry::metrics::kubelet::record_infeasible_resize(p.detail);
+            }
+            // upstream's ResizeDeferred / ResizeInfeasible: once per new or changed
+            // pending condition, with the resources the spec asks for.
+            let (reason, message) =
+                allocation::resize_pending_event(wanted.as_ref().unwrap_or(pod), p);
+            self.events.pod(pod, EventType::Warning, reason, &message);
+        }
+        record_resize_counts(st);
         (decision, admitted)
     }
 
@@ -235,6 +294,7 @@ impl PodSync {
         &self,
         st: &mut crate::state::State,
         asking: Option<(&str, &Pod, &RuntimePodStatus)>,
+        trigger: &'static str,
     ) -> Vec<(String, Decision, Option<Pod>)> {
         let asking_uid = asking.map(|(u, _, _)| u);
         let mut order: Vec<allocation::PendingOrder> = st
@@ -278,7 +338,7 @@ impl PodSync {
                     _ => continue,
                 },
             };
-            let (decision, resized) = self.decide_resize(st, &o.uid, &pod, &rt);
+            let (decision, resized) = self.decide_resize(st, (&o.uid, trigger), &pod, &rt);
             if decision == Decision::Admitted && Some(o.uid.as_str()) != asking_uid {
                 tracing::info!(pod = %k8s::pod_full_name(&pod), "deferred resize admitted");
             }
@@ -353,17 +413,34 @@ impl PodSync {
                 retry = Some(wait);
             }
         }
-        if !updates.is_empty()
-            && let Err(message) = self.update_in_place(pod, &uid, &updates).await
-        {
+        // upstream's doPodResizeAction, timed (`kubelet_pod_resize_duration_milliseconds`).
+        let started = std::time::Instant::now();
+        let in_place = match updates.is_empty() {
+            true => Ok(()),
+            false => self.update_in_place(pod, &uid, &updates).await,
+        };
+        if !updates.is_empty() {
+            nodeagent_telemetry::metrics::kubelet::record_resize_duration(
+                started.elapsed().as_millis() as f64,
+                in_place.is_ok(),
+            );
+        }
+        if let Err(message) = in_place {
             tracing::warn!(pod = %k8s::pod_full_name(pod), %message, "resize failed");
-            self.events
-                .pod(pod, EventType::Warning, "ResizeError", &message);
+            // upstream's ResizeError (events/resize.go `PodResizeErrorMsg`): the pod as
+            // allocated, with the error.
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                "ResizeError",
+                &allocation::resize_error_message(pod, &message),
+            );
             let mut st = self.lock();
             st.resize
                 .entry(uid.clone())
                 .or_default()
                 .failed(message, pod.metadata.generation);
+            record_resize_counts(&st);
             retry = Some(Duration::from_secs(10));
         }
         if retry.is_none() && restarts.is_empty() {
@@ -408,6 +485,7 @@ impl PodSync {
         if st.resize.get(uid).is_some_and(|c| *c == Default::default()) {
             st.resize.remove(uid);
         }
+        record_resize_counts(&st);
     }
 
     /// `UpdateContainerResources` for each of `updates` (container, its runtime instance,
@@ -421,7 +499,29 @@ impl PodSync {
         updates: &[(&Container, &RuntimeContainer, ResourceRequirements)],
     ) -> Result<(), String> {
         use crate::container_manager::cgroups;
+        let cgroup =
+            cgroups::pod_cgroup_name(pod, self.node.cgroups_per_qos, &self.node.cgroup_root);
+        let new_pod = cgroups::pod_resources(pod);
+        let before: Resources = updates
+            .iter()
+            .map(|(c, _, have)| (c.name.clone(), have.clone()))
+            .collect();
+        let old_pod = cgroups::pod_resources(&allocation::with_resources(pod.clone(), &before));
+        // upstream's doPodResizeAction: neither the pod's nor a container's memory limit
+        // goes below what it uses now, the pod named first (a 1.35 kubelet's words:
+        // "cannot decrease memory limits: [attempting to set pod memory limit (134217728)
+        // below current usage (319180800), attempting to set container \"probe\" ...]").
         let mut below_usage = Vec::new();
+        if let (Some(name), Some(limit)) = (&cgroup, new_pod.memory_limit_bytes)
+            && old_pod.memory_limit_bytes.is_none_or(|old| limit < old)
+            && let Some(usage) =
+                cgroups::memory_usage(&self.cgroups.fs, &name.path(self.node.cgroup_driver))
+            && usage > limit as u64
+        {
+            below_usage.push(format!(
+                "attempting to set pod memory limit ({limit}) below current usage ({usage})"
+            ));
+        }
         for (c, r, have) in updates {
             let new = quantity::ContainerResources::of(c).memory_limit;
             let old = numbers(have).memory_limit;
@@ -447,15 +547,7 @@ impl PodSync {
                 ));
             }
         }
-        let cgroup =
-            cgroups::pod_cgroup_name(pod, self.node.cgroups_per_qos, &self.node.cgroup_root);
-        let new_pod = cgroups::pod_resources(pod);
         if let Some(name) = &cgroup {
-            let before: Resources = updates
-                .iter()
-                .map(|(c, _, have)| (c.name.clone(), have.clone()))
-                .collect();
-            let old_pod = cgroups::pod_resources(&allocation::with_resources(pod.clone(), &before));
             self.cgroups
                 .ensure(name, &wider(&old_pod, &new_pod), self.node.pod_pids_limit)
                 .await
