@@ -5,6 +5,7 @@
 pub(crate) mod api_status;
 pub(crate) mod finished;
 pub(crate) mod ips;
+pub(crate) mod normalize;
 pub(crate) mod probe_state;
 pub(crate) mod reasons;
 mod terminate;
@@ -625,6 +626,7 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         Some(f) => ("Failed", Some(f.reason.clone()), Some(f.message.clone())),
         None => (phase, None, None),
     };
+    normalize::truncate_messages([&mut init, &mut app, &mut ephemeral]);
     PodStatus {
         phase: Some(phase.into()),
         reason,

@@ -197,6 +197,37 @@ async fn image_and_runtime_errors_are_reported_with_upstream_reasons() {
     assert_eq!(terminated("file")["message"], "disk full");
     assert_eq!(terminated("logs")["exitCode"], 3);
     assert_eq!(terminated("logs")["message"], "starting\nfatal: no config");
+    // Four containers with 4 KiB messages each: the pod's 12 KiB are shared evenly, 3 KiB
+    // each (upstream's status manager `normalizeStatus`, its
+    // `TestStatusNormalizationEnforcesMaxBytes`), not everything to the first three.
+    let four: String = (0..4)
+        .map(|i| format!("  - name: c{i}\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"printf '%5000s' '' | tr ' ' x > /dev/termination-log; exit 1\"]\n"))
+        .collect();
+    node.write_manifest(
+        "long-messages.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: long-messages\nspec:\n  restartPolicy: Never\n  containers:\n{four}"),
+    );
+    let long = eventually("the four containers terminated", DEADLINE, || async {
+        let pod = node.pod("long-messages").await?;
+        let done = (0..4).all(|i| {
+            container_status(&pod, &format!("c{i}"))
+                .is_some_and(|c| c["state"]["terminated"].is_object())
+        });
+        if done && pod["status"]["phase"] == "Failed" {
+            Ok(pod)
+        } else {
+            Err(pod["status"].to_string())
+        }
+    })
+    .await;
+    for i in 0..4 {
+        let message =
+            container_status(&long, &format!("c{i}")).unwrap()["state"]["terminated"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        assert_eq!(message, "x".repeat(3072), "c{i}");
+    }
     // A finished pod's sandbox is stopped (its network released); the pod keeps its IP
     // in the status, as upstream.
     let messages_pod = node.pod_name("messages");
@@ -237,7 +268,11 @@ async fn image_and_runtime_errors_are_reported_with_upstream_reasons() {
     );
     // Nothing was created for the images that are not there.
     let containers = node.containers().await;
-    let created = [node.pod_name("nocmd"), node.pod_name("messages")];
+    let created = [
+        node.pod_name("nocmd"),
+        node.pod_name("messages"),
+        node.pod_name("long-messages"),
+    ];
     assert!(
         containers
             .iter()

@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 
 /// Upstream `MaxContainerTerminationMessageLength`: the tail of the file that is kept.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
-/// Upstream `MaxPodTerminationMessageLogLength`: all of one pod's messages together.
-pub const MAX_POD_MESSAGES_BYTES: usize = 12 * 1024;
 /// Upstream `MaxContainerTerminationMessageLogLines` and `...LogLength` for the fallback.
 pub const LOG_TAIL_LINES: usize = 80;
 pub const LOG_TAIL_BYTES: usize = 2048;
@@ -30,20 +28,21 @@ struct Pending {
 
 impl PodSync {
     /// Reads, once per container, the termination message of every exited container of
-    /// the pod, within the per-container and per-pod limits.
+    /// the pod, within the per-container limit; the pod's status shares the per-pod one
+    /// out evenly (`status::normalize`, as upstream's status manager).
     pub(crate) async fn read_termination_messages(&self, uid: &str) {
-        let (pending, mut budget) = self.pending_messages(uid);
+        let pending = self.pending_messages(uid);
         if pending.is_empty() {
             return;
         }
         let read = tokio::task::spawn_blocking(move || {
-            let mut found = Vec::new();
-            for p in pending {
-                let message = p.read(MAX_MESSAGE_BYTES.min(budget));
-                budget = budget.saturating_sub(message.len());
-                found.push((p.id, message));
-            }
-            found
+            pending
+                .into_iter()
+                .map(|p| {
+                    let message = p.read(MAX_MESSAGE_BYTES);
+                    (p.id, message)
+                })
+                .collect::<Vec<_>>()
         });
         match read.await {
             Ok(found) => self.lock().termination_messages.extend(found),
@@ -51,21 +50,15 @@ impl PodSync {
         }
     }
 
-    /// The exited containers without a message yet, and what is left of the pod's budget.
-    fn pending_messages(&self, uid: &str) -> (Vec<Pending>, usize) {
+    /// The exited containers without a message yet.
+    fn pending_messages(&self, uid: &str) -> Vec<Pending> {
         let st = self.lock();
         let (Some(pod), Some(runtime)) = (st.desired.get(uid), st.runtime.get(uid)) else {
-            return (Vec::new(), 0);
+            return Vec::new();
         };
-        let used: usize = runtime
-            .containers
-            .iter()
-            .filter_map(|c| st.termination_messages.get(&c.id))
-            .map(String::len)
-            .sum();
         let spec = pod.spec.clone().unwrap_or_default();
         let exited = nodeagent_proto::cri::ContainerState::ContainerExited as i32;
-        let pending = runtime
+        runtime
             .containers
             .iter()
             .filter(|c| c.state == exited && !st.termination_messages.contains_key(&c.id))
@@ -80,8 +73,7 @@ impl PodSync {
                     && c.exit_code != 0;
                 Some(self.pending(uid, pod, c, fallback))
             })
-            .collect();
-        (pending, MAX_POD_MESSAGES_BYTES.saturating_sub(used))
+            .collect()
     }
 
     fn pending(
