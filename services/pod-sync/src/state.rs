@@ -302,14 +302,12 @@ mod tests {
             }
         }
 
-        #[test]
-        fn test_backoff_reset() {
-            let step = Duration::from_secs(1);
-            let max = 5 * step;
-            let start = Instant::now();
+        /// upstream's "get to backoff = maxDuration": a failure every `step`, max/step + 1
+        /// times; the entry and the time of the last one.
+        fn at_max(step: Duration, max: Duration) -> (Backoff, Instant) {
+            let mut now = Instant::now();
             let mut b: Option<Backoff> = None;
-            let mut now = start;
-            for _ in 0..=5 {
+            for _ in 0..=(max.as_secs() / step.as_secs()) {
                 now += step;
                 b = Some(Backoff::next_within(
                     b.as_ref(),
@@ -318,7 +316,13 @@ mod tests {
                     (step, max),
                 ));
             }
-            let b = b.unwrap();
+            (b.unwrap(), now)
+        }
+
+        #[test]
+        fn test_backoff_reset() {
+            let (step, max) = (Duration::from_secs(1), Duration::from_secs(5));
+            let (b, mut now) = at_max(step, max);
             assert!(b.waiting(now), "capped at max and in back-off");
             now += 2 * max + step;
             assert!(!b.waiting(now));
@@ -329,22 +333,11 @@ mod tests {
 
         #[test]
         fn test_backoff_high_water_mark() {
-            let step = Duration::from_secs(1);
-            let max = 5 * step;
-            let mut now = Instant::now();
-            let mut b: Option<Backoff> = None;
-            for _ in 0..=5 {
-                now += step;
-                b = Some(Backoff::next_within(
-                    b.as_ref(),
-                    now,
-                    String::new(),
-                    (step, max),
-                ));
-            }
+            let (step, max) = (Duration::from_secs(1), Duration::from_secs(5));
+            let (b, mut now) = at_max(step, max);
             // The high watermark expires only after 2 * max.
             now += max + step;
-            let b = Backoff::next_within(b.as_ref(), now, String::new(), (step, max));
+            let b = Backoff::next_within(Some(&b), now, String::new(), (step, max));
             assert_eq!(get(Some(&b)), max);
         }
 

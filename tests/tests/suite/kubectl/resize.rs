@@ -54,6 +54,19 @@ async fn quota_inside(kubectl: &Kubectl, pod: &str, container: &str) -> String {
         .to_string()
 }
 
+/// Waits until the pod's `kind` condition has `reason`; its message.
+async fn condition_with_reason(kubectl: &Kubectl, pod: &str, kind: &str, reason: &str) -> String {
+    eventually(&format!("{kind} {reason}"), DEADLINE, || async {
+        let got = condition(kubectl, pod, kind, "reason").await;
+        let message = condition(kubectl, pod, kind, "message").await;
+        match got == reason {
+            true => Ok(message),
+            false => Err(format!("reason {got:?}, message {message:?}")),
+        }
+    })
+    .await
+}
+
 async fn condition(kubectl: &Kubectl, pod: &str, kind: &str, field: &str) -> String {
     let path = format!("{{.status.conditions[?(@.type==\"{kind}\")].{field}}}");
     kubectl.jsonpath(pod, &path).await.unwrap_or_default()
@@ -65,16 +78,11 @@ fn container_field(name: &str, field: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_policy_says() {
-    if !require_runtime("kubectl resize") || require_kubectl("kubectl resize").is_none() {
+    let Some((_server, mut node, kubectl)) =
+        resize_cluster("kubectl resize", "kubectl-resize").await
+    else {
         return;
-    }
-    if !kubectl_at_least(
-        RESIZE_SUBRESOURCE,
-        "kubectl patch takes --subresource=resize",
-    ) {
-        return;
-    }
-    let (_server, mut node, kubectl) = cluster("kubectl-resize").await;
+    };
     let pod = "resized";
     let resources = "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 200m, memory: 64Mi}\n";
     kubectl
@@ -198,15 +206,7 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
     kubectl
         .ok(&["patch", "pod", pod, "--subresource=resize", "-p", too_much])
         .await;
-    let pending = eventually("PodResizePending Infeasible", DEADLINE, || async {
-        let reason = condition(&kubectl, pod, "PodResizePending", "reason").await;
-        let message = condition(&kubectl, pod, "PodResizePending", "message").await;
-        match reason.as_str() {
-            "Infeasible" => Ok(message),
-            _ => Err(format!("reason {reason:?}, message {message:?}")),
-        }
-    })
-    .await;
+    let pending = condition_with_reason(&kubectl, pod, "PodResizePending", "Infeasible").await;
     assert!(
         pending
             .starts_with("Node didn't have enough capacity: cpu, requested: 1000100, capacity: "),
@@ -297,7 +297,9 @@ async fn kubectl_resize_changes_limits_in_place_and_restarts_only_where_the_poli
 /// A node and its API server for a test of deferred resizes, with kubectl and the node's
 /// allocatable cpu (millicores) as kubectl shows it; None where the test cannot run here
 /// (it says why).
-async fn deferrable_cluster(what: &str, name: &str) -> Option<(ApiServer, Node, Kubectl, i64)> {
+/// The test API server, a node and kubectl, where this machine can run a resize test
+/// (the runtime, kubectl, and a kubectl that takes `--subresource=resize`).
+async fn resize_cluster(what: &str, name: &str) -> Option<(ApiServer, Node, Kubectl)> {
     if !require_runtime(what) || require_kubectl(what).is_none() {
         return None;
     }
@@ -307,7 +309,11 @@ async fn deferrable_cluster(what: &str, name: &str) -> Option<(ApiServer, Node, 
     ) {
         return None;
     }
-    let (server, node, kubectl) = cluster(name).await;
+    Some(cluster(name).await)
+}
+
+async fn deferrable_cluster(what: &str, name: &str) -> Option<(ApiServer, Node, Kubectl, i64)> {
+    let (server, node, kubectl) = resize_cluster(what, name).await?;
     let allocatable = kubectl
         .ok(&[
             "get",
@@ -353,15 +359,7 @@ async fn kubectl_resize_deferred_until_another_pod_goes() {
     kubectl
         .ok(&["patch", "pod", "small", "--subresource=resize", "-p", patch])
         .await;
-    let message = eventually("PodResizePending Deferred", DEADLINE, || async {
-        let reason = condition(&kubectl, "small", "PodResizePending", "reason").await;
-        let message = condition(&kubectl, "small", "PodResizePending", "message").await;
-        match reason.as_str() {
-            "Deferred" => Ok(message),
-            _ => Err(format!("reason {reason:?}, message {message:?}")),
-        }
-    })
-    .await;
+    let message = condition_with_reason(&kubectl, "small", "PodResizePending", "Deferred").await;
     assert_eq!(
         message,
         format!(
@@ -530,16 +528,7 @@ async fn kubectl_deferred_resizes_go_by_priority_when_room_frees() {
         kubectl
             .ok(&["patch", "pod", name, "--subresource=resize", "-p", patch])
             .await;
-        eventually(&format!("{name} Deferred"), DEADLINE, || async {
-            match condition(&kubectl, name, "PodResizePending", "reason")
-                .await
-                .as_str()
-            {
-                "Deferred" => Ok(()),
-                other => Err(format!("reason {other:?}")),
-            }
-        })
-        .await;
+        condition_with_reason(&kubectl, name, "PodResizePending", "Deferred").await;
     }
     kubectl.ok(&["delete", "pod", "big", "--wait=false"]).await;
     eventually("the high-priority resize admitted", DEADLINE, || async {
@@ -576,18 +565,11 @@ async fn kubectl_deferred_resizes_go_by_priority_when_room_frees() {
 /// less, the retried resize goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_resize_below_memory_use_is_refused_as_upstream() {
-    if !require_runtime("kubectl resize below use")
-        || require_kubectl("kubectl resize below use").is_none()
-    {
+    let Some((_server, node, kubectl)) =
+        resize_cluster("kubectl resize below use", "kubectl-resize-below-use").await
+    else {
         return;
-    }
-    if !kubectl_at_least(
-        RESIZE_SUBRESOURCE,
-        "kubectl patch takes --subresource=resize",
-    ) {
-        return;
-    }
-    let (_server, node, kubectl) = cluster("kubectl-resize-below-use").await;
+    };
     let pod = "filled";
     // 40 MiB in /dev/shm (tmpfs: charged to the container's memory cgroup).
     let spec = "  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 && touch /tmp/filled && sleep 3600\"]\n    resources:\n      requests: {memory: 32Mi}\n      limits: {memory: 64Mi}\n";
@@ -608,15 +590,7 @@ async fn kubectl_resize_below_memory_use_is_refused_as_upstream() {
         .ok(&["patch", "pod", pod, "--subresource=resize", "-p", patch])
         .await;
     let limit = 32 * MI;
-    let message = eventually("PodResizeInProgress Error", DEADLINE, || async {
-        let reason = condition(&kubectl, pod, "PodResizeInProgress", "reason").await;
-        let message = condition(&kubectl, pod, "PodResizeInProgress", "message").await;
-        match reason.as_str() {
-            "Error" => Ok(message),
-            _ => Err(format!("reason {reason:?}, message {message:?}")),
-        }
-    })
-    .await;
+    let message = condition_with_reason(&kubectl, pod, "PodResizeInProgress", "Error").await;
     let pod_part = format!(
         "cannot decrease memory limits: [attempting to set pod memory limit ({limit}) below current usage ("
     );
