@@ -547,7 +547,7 @@ impl KubeletConfiguration {
         }
         for (name, value) in &self.cpu_manager_policy_options {
             // upstream's NewStaticPolicyOptions, in its words.
-            if name == FULL_PCPUS_ONLY {
+            if CPU_MANAGER_OPTIONS.contains(&name.as_str()) {
                 if go_parse_bool(value).is_none() {
                     errs.push(format!(
                         "invalid configuration: cpuManagerPolicyOptions: bad value for option {name:?}: strconv.ParseBool: parsing {value:?}: invalid syntax"
@@ -556,7 +556,8 @@ impl KubeletConfiguration {
                 continue;
             }
             errs.push(format!(
-                "invalid configuration: cpuManagerPolicyOptions: unsupported cpumanager option: {name:?} ({value}): this node agent implements only {FULL_PCPUS_ONLY:?} of the static policy's options"
+                "invalid configuration: cpuManagerPolicyOptions: unsupported cpumanager option: {name:?} ({value}): this node agent implements only {} of the static policy's options",
+                CPU_MANAGER_OPTIONS.join(" and ")
             ));
         }
         if self.cpu_manager_reconcile_period.is_zero() {
@@ -595,8 +596,18 @@ impl KubeletConfiguration {
     /// The static policy's `full-pcpus-only` option (upstream's `FullPhysicalCPUsOnly`):
     /// whole physical cores only.
     pub fn cpu_manager_full_pcpus_only(&self) -> bool {
+        self.cpu_manager_option(FULL_PCPUS_ONLY)
+    }
+
+    /// The static policy's `strict-cpu-reservation` option (upstream's
+    /// `StrictCPUReservation`, beta): the reserved CPUs are out of the shared pool too.
+    pub fn cpu_manager_strict_cpu_reservation(&self) -> bool {
+        self.cpu_manager_option(STRICT_CPU_RESERVATION)
+    }
+
+    fn cpu_manager_option(&self, name: &str) -> bool {
         self.cpu_manager_policy_options
-            .get(FULL_PCPUS_ONLY)
+            .get(name)
             .and_then(|v| go_parse_bool(v))
             .unwrap_or(false)
     }
@@ -779,6 +790,10 @@ impl KubeletConfiguration {
 
 /// upstream's `FullPCPUsOnlyOption`.
 pub const FULL_PCPUS_ONLY: &str = "full-pcpus-only";
+/// upstream's `StrictCPUReservationOption`.
+pub const STRICT_CPU_RESERVATION: &str = "strict-cpu-reservation";
+/// The static policy's options this node implements (each a Go bool).
+pub const CPU_MANAGER_OPTIONS: &[&str] = &[FULL_PCPUS_ONLY, STRICT_CPU_RESERVATION];
 
 /// Go's `strconv.ParseBool`.
 pub fn go_parse_bool(s: &str) -> Option<bool> {

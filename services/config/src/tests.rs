@@ -653,7 +653,15 @@ fn cpu_manager_fields_and_flags_as_upstreams() {
         )])
         .unwrap();
         assert!(c.kubelet.cpu_manager_full_pcpus_only(), "{value}");
+        assert!(!c.kubelet.cpu_manager_strict_cpu_reservation(), "{value}");
     }
+    let c = load(&[(
+        "cpu-manager-policy-options",
+        "cpuManagerPolicyOptions",
+        "strict-cpu-reservation=true",
+    )])
+    .unwrap();
+    assert!(c.kubelet.cpu_manager_strict_cpu_reservation());
     for (fields, want) in [
         (
             vec![("reserved-cpus", "reservedSystemCPUs", "0-")],
@@ -678,6 +686,14 @@ fn cpu_manager_fields_and_flags_as_upstreams() {
                 "full-pcpus-only=maybe",
             )],
             "bad value for option \"full-pcpus-only\": strconv.ParseBool: parsing \"maybe\": invalid syntax",
+        ),
+        (
+            vec![(
+                "cpu-manager-policy-options",
+                "cpuManagerPolicyOptions",
+                "strict-cpu-reservation=yes",
+            )],
+            "bad value for option \"strict-cpu-reservation\": strconv.ParseBool: parsing \"yes\": invalid syntax",
         ),
     ] {
         let err = load(&fields).unwrap_err();

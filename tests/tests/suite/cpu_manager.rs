@@ -369,3 +369,61 @@ async fn full_pcpus_only_refuses_a_pod_with_upstreams_smt_alignment_error() {
     }
     node.stop().await;
 }
+
+/// `strict-cpu-reservation` (upstream's StrictCPUReservationOption, beta since 1.32, in
+/// "Control CPU Management Policies on the Node": "the reserved CPUs ... will not be
+/// available to any ... pods, including BestEffort and Burstable"): a BestEffort pod's
+/// container runs on every CPU but the reserved ones, the state file's shared set leaves
+/// them out (policy_static.go `validateState`), and a SIGKILL of pod-sync changes neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_cpu_reservation_keeps_shared_containers_off_the_reserved_cpus() {
+    if !require_runtime("cpu_manager") {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let all = CpuSet::parse(online.trim()).unwrap();
+    if all.size() < 2 {
+        eprintln!("SKIPPED: strict-cpu-reservation needs a CPU besides the reserved one");
+        return;
+    }
+    let reserved: CpuSet = all.iter().take(1).collect();
+    let shared = all.difference(&reserved);
+    let mut node = Node::start(
+        "cpu-manager-strict",
+        NodeOptions {
+            extra_config: format!(
+                "cpuManagerPolicy: static\nreservedSystemCPUs: \"{reserved}\"\ncpuManagerPolicyOptions:\n  strict-cpu-reservation: \"true\"\n"
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+    node.write_manifest("besteffort.yaml", &manifest("besteffort", json!({})));
+    let id = node.running_container("besteffort", "c", DEADLINE).await;
+    eventually_allowed(
+        &node,
+        &id,
+        &shared,
+        "the BestEffort container off the reserved CPUs",
+    )
+    .await;
+    assert_eq!(state_file(&node)["defaultCpuSet"], shared.to_string());
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    nodeagent_tests::consistently(
+        "the container and its CPUs across the restart",
+        Duration::from_secs(6),
+        Duration::from_millis(500),
+        || async {
+            let now = node.container_id("besteffort", "c").await;
+            let cpus = allowed(&node, &id).await?;
+            (now.as_deref() == Some(id.as_str()) && cpus == shared)
+                .then_some(())
+                .ok_or_else(|| format!("{now:?} on {cpus}"))
+        },
+    )
+    .await;
+    assert_eq!(state_file(&node)["defaultCpuSet"], shared.to_string());
+    node.stop().await;
+}

@@ -135,7 +135,7 @@ pub struct Assignments {
 }
 
 impl Assignments {
-    fn assigned(&self) -> CpuSet {
+    pub(super) fn assigned(&self) -> CpuSet {
         self.entries
             .values()
             .flat_map(|containers| containers.values())
@@ -149,12 +149,16 @@ impl Assignments {
 pub struct Options {
     /// `full-pcpus-only`: a container gets whole physical cores or is refused.
     pub full_pcpus_only: bool,
+    /// `strict-cpu-reservation`: the reserved CPUs are not in the shared pool either, so
+    /// that no BestEffort or Burstable container runs on them.
+    pub strict_cpu_reservation: bool,
 }
 
 impl Options {
     pub fn of(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
         Self {
             full_pcpus_only: kubelet.cpu_manager_full_pcpus_only(),
+            strict_cpu_reservation: kubelet.cpu_manager_strict_cpu_reservation(),
         }
     }
 }
@@ -262,14 +266,23 @@ impl StaticPolicy {
     /// one must keep the reserved CPUs shared, no exclusive CPU shared, and cover exactly
     /// this machine's CPUs.
     pub fn start(&self, s: &mut Assignments) -> Result<(), String> {
+        let all = self.pooled();
         if s.default.is_empty() {
             if !s.entries.is_empty() {
                 return Err("default cpuset cannot be empty".into());
             }
-            s.default = self.topology.all();
+            s.default = all;
             return Ok(());
         }
-        if self.reserved.intersection(&s.default) != self.reserved {
+        let reserved_shared = self.reserved.intersection(&s.default);
+        if self.options.strict_cpu_reservation {
+            if !reserved_shared.is_empty() {
+                return Err(format!(
+                    "some of strictly reserved cpus: \"{reserved_shared}\" are present in defaultCpuSet: \"{}\"",
+                    s.default
+                ));
+            }
+        } else if reserved_shared != self.reserved {
             return Err(format!(
                 "not all reserved cpus: \"{}\" are present in defaultCpuSet: \"{}\"",
                 self.reserved, s.default
@@ -286,13 +299,22 @@ impl StaticPolicy {
             }
         }
         let known = s.default.union(&s.assigned());
-        if known != self.topology.all() {
+        if known != all {
             return Err(format!(
-                "current set of available CPUs \"{}\" doesn't match with CPUs in state \"{known}\"",
-                self.topology.all()
+                "current set of available CPUs \"{all}\" doesn't match with CPUs in state \"{known}\""
             ));
         }
         Ok(())
+    }
+
+    /// The CPUs the shared pool and the exclusive assignments divide between them: every
+    /// CPU, or under `strict-cpu-reservation` every CPU but the reserved ones (upstream's
+    /// `validateState` `allCPUs`).
+    fn pooled(&self) -> CpuSet {
+        match self.options.strict_cpu_reservation {
+            true => self.topology.all().difference(&self.reserved),
+            false => self.topology.all(),
+        }
     }
 
     /// upstream's `GetAvailableCPUs`: the shared CPUs that may still be given away.

@@ -319,6 +319,77 @@ fn static_policy_add_and_start_as_upstreams() {
         policy.start(&mut s).unwrap_err(),
         r#"not all reserved cpus: "0,6" are present in defaultCpuSet: "0-1""#
     );
+
+    // The StrictCPUReservationOption rows: "some of reserved cores are present in
+    // available cpuset" and "assigned core 2 is still present in available cpuset"; and a
+    // new state's shared pool leaves the reserved CPUs out (validateState's allCPUs).
+    let strict = StaticPolicy {
+        options: Options {
+            strict_cpu_reservation: true,
+            ..Default::default()
+        },
+        ..policy.clone()
+    };
+    let mut s = Assignments {
+        default: set("0-1"),
+        ..Default::default()
+    };
+    assert_eq!(
+        strict.start(&mut s).unwrap_err(),
+        r#"some of strictly reserved cpus: "0" are present in defaultCpuSet: "0-1""#
+    );
+    // (upstream's rows reserve nothing here)
+    let unreserved = |strict_cpu_reservation| StaticPolicy {
+        reserved: CpuSet::new(),
+        options: Options {
+            strict_cpu_reservation,
+            ..Default::default()
+        },
+        ..policy.clone()
+    };
+    for p in [unreserved(false), unreserved(true)] {
+        let mut s = Assignments {
+            default: set("2-11"),
+            ..Default::default()
+        };
+        s.entries
+            .entry("fakePod".into())
+            .or_default()
+            .insert("0".into(), set("0-2"));
+        assert_eq!(
+            p.start(&mut s).unwrap_err(),
+            r#"pod: fakePod, container: 0 cpuset: "0-2" overlaps with default cpuset "2-11""#
+        );
+    }
+    let mut s = Assignments::default();
+    strict.start(&mut s).unwrap();
+    assert_eq!(s.default, set("1-5,7-11"));
+    // Restored: the shared pool and the assignments cover every CPU but the reserved.
+    strict.start(&mut s).unwrap();
+    let mut whole = Assignments {
+        default: set("0-11"),
+        ..Default::default()
+    };
+    assert_eq!(
+        strict.start(&mut whole).unwrap_err(),
+        r#"some of strictly reserved cpus: "0,6" are present in defaultCpuSet: "0-11""#
+    );
+    let mut short = Assignments {
+        default: set("1-5,7-10"),
+        ..Default::default()
+    };
+    assert_eq!(
+        strict.start(&mut short).unwrap_err(),
+        r#"current set of available CPUs "1-5,7-11" doesn't match with CPUs in state "1-5,7-10""#
+    );
+    // A Guaranteed pod's CPUs come from the pool as before, and the reserved stay out.
+    let mut s = Assignments::default();
+    strict.start(&mut s).unwrap();
+    strict
+        .allocate_pod(&mut s, &pod("g", &[], &[("c", "2")]))
+        .unwrap();
+    assert!(s.default.intersection(&set("0,6")).is_empty());
+    assert_eq!(s.default.union(&s.assigned()), set("1-5,7-11"));
 }
 
 /// Ours, on upstream's topologies and its packing rule (whole sockets, then whole cores,
@@ -524,6 +595,7 @@ fn assignments_survive_a_restart_and_are_released_when_the_pod_goes() {
 fn full_pcpus_only_as_upstreams_smtalign_rows() {
     let full = Options {
         full_pcpus_only: true,
+        ..Default::default()
     };
     // "GuPodSingleCore, SingleSocketHT, ExpectAllocOneCPU" (one CPU reserved: {0}).
     let policy = StaticPolicy::new(single_socket_ht(), &CpuSet::new(), 1000)
