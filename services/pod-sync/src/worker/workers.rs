@@ -123,12 +123,12 @@ impl PodSync {
     /// `pod_failed` reason set), with `grace_override` or the pod's own grace period, and
     /// waits for it: upstream's `killPodNow`. Every kill thus goes through the worker, with
     /// its ordering, preStop hooks and Killing events, and never twice at once. Past
-    /// upstream's timeout, an `ExceededGracePeriod` Warning event says so; false then.
+    /// upstream's timeout, an `ExceededGracePeriod` Warning event says so.
     pub(crate) async fn kill_pod_now(
         self: &Arc<Self>,
         pod: &k8s_openapi::api::core::v1::Pod,
         grace_override: Option<i64>,
-    ) -> bool {
+    ) {
         let uid = k8s::pod_uid(pod).to_string();
         let grace = grace_override.unwrap_or_else(|| crate::worker::kill_order::grace_seconds(pod));
         let (done, finished) = tokio::sync::oneshot::channel();
@@ -144,7 +144,7 @@ impl PodSync {
             .await
             .is_ok()
         {
-            return true;
+            return;
         }
         tracing::warn!(pod = %k8s::pod_full_name(pod), grace, "timeout waiting to kill pod");
         self.events.pod(
@@ -153,7 +153,6 @@ impl PodSync {
             EXCEEDED_GRACE_PERIOD,
             EXCEEDED_GRACE_PERIOD_MESSAGE,
         );
-        false
     }
 
     /// The worker has stopped everything of `uid`: whoever waits in [`Self::kill_pod_now`]
