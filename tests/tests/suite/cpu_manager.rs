@@ -109,13 +109,18 @@ async fn pod_resources(node: &Node) -> Result<Listed, String> {
     Ok((pods, allocatable))
 }
 
+/// The host's online CPUs (`/sys/devices/system/cpu/online`).
+fn online_cpus() -> CpuSet {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    CpuSet::parse(online.trim()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_restarts() {
     if !require_runtime("cpu_manager") {
         return;
     }
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let all = CpuSet::parse(online.trim()).unwrap();
+    let all = online_cpus();
     assert!(
         all.size() >= 2,
         "the static policy needs two CPUs to show anything (one reserved, one exclusive); this machine has {all}"
@@ -319,8 +324,7 @@ async fn full_pcpus_only_refuses_a_pod_with_upstreams_smt_alignment_error() {
     if !require_runtime("cpu_manager") {
         return;
     }
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let all = CpuSet::parse(online.trim()).unwrap();
+    let all = online_cpus();
     let reserved: CpuSet = all.iter().take(1).collect();
     let node = Node::start(
         "cpu-manager-full-pcpus",
@@ -380,8 +384,7 @@ async fn strict_cpu_reservation_keeps_shared_containers_off_the_reserved_cpus() 
     if !require_runtime("cpu_manager") {
         return;
     }
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let all = CpuSet::parse(online.trim()).unwrap();
+    let all = online_cpus();
     if all.size() < 2 {
         let why = "strict-cpu-reservation needs a CPU besides the reserved one";
         assert!(std::env::var_os("CI").is_none(), "{why}");

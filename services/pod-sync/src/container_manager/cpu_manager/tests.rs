@@ -12,6 +12,21 @@ fn set(text: &str) -> CpuSet {
     CpuSet::parse(text).unwrap()
 }
 
+/// A state: the shared pool `default`, and one pod's containers with their CPUs.
+fn state(default: &str, pod: &str, containers: &[(&str, &str)]) -> Assignments {
+    let mut s = Assignments {
+        default: set(default),
+        ..Default::default()
+    };
+    for (c, cpus) in containers {
+        s.entries
+            .entry(pod.into())
+            .or_default()
+            .insert(c.to_string(), set(cpus));
+    }
+    s
+}
+
 /// `TestCheckpointStateRestore`: each row's file as upstream's test writes it, the
 /// configured policy, and the error (a substring) or the state restored.
 #[test]
@@ -19,16 +34,7 @@ fn checkpoint_restore_as_upstreams_table() {
     let restore = |json: &str, policy: &str| -> Result<Assignments, String> {
         Checkpoint::decode(json.as_bytes())?.into_assignments(policy)
     };
-    let pod = |entries: &[(&str, &str)]| -> Assignments {
-        let mut a = Assignments::default();
-        for (c, s) in entries {
-            a.entries
-                .entry("pod".into())
-                .or_default()
-                .insert(c.to_string(), set(s));
-        }
-        a
-    };
+    let pod = |entries: &[(&str, &str)]| -> Assignments { state("", "pod", entries) };
     // "Restore default cpu set"
     let got = restore(
         r#"{"policyName": "none", "defaultCPUSet": "4-6", "entries": {}, "checksum": 354655845}"#,
@@ -238,16 +244,7 @@ fn removal_as_upstreams_static_policy_remove() {
             "1,3,5-7",
         ),
     ] {
-        let mut s = Assignments {
-            default: set(default),
-            ..Default::default()
-        };
-        for (c, cpus) in &assigned {
-            s.entries
-                .entry("fakePod".into())
-                .or_default()
-                .insert(c.to_string(), set(cpus));
-        }
+        let mut s = state(default, "fakePod", &assigned);
         policy.remove_container(&mut s, "fakePod", "fakeContainer1");
         assert_eq!(s.default, set(want), "{assigned:?}");
         assert!(
@@ -266,14 +263,7 @@ fn static_policy_add_and_start_as_upstreams() {
     let policy = StaticPolicy::new(single_socket_ht(), &CpuSet::new(), 1000).unwrap();
     assert_eq!(policy.reserved, set("0"));
     // "GuPodMultipleCores, SingleSocketHT, NoAllocExpectError"
-    let mut s = Assignments {
-        default: set("0,7"),
-        ..Default::default()
-    };
-    s.entries
-        .entry("fakePod".into())
-        .or_default()
-        .insert("fakeContainer100".into(), set("1-6"));
+    let mut s = state("0,7", "fakePod", &[("fakeContainer100", "1-6")]);
     assert_eq!(
         policy
             .allocate_pod(&mut s, &pod("p", &[], &[("fakeContainer3", "2")]))
@@ -348,14 +338,7 @@ fn static_policy_add_and_start_as_upstreams() {
         ..policy.clone()
     };
     for p in [unreserved(false), unreserved(true)] {
-        let mut s = Assignments {
-            default: set("2-11"),
-            ..Default::default()
-        };
-        s.entries
-            .entry("fakePod".into())
-            .or_default()
-            .insert("0".into(), set("0-2"));
+        let mut s = state("2-11", "fakePod", &[("0", "0-2")]);
         assert_eq!(
             p.start(&mut s).unwrap_err(),
             r#"pod: fakePod, container: 0 cpuset: "0-2" overlaps with default cpuset "2-11""#
