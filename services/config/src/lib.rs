@@ -197,6 +197,12 @@ pub struct KubeletFlags {
     /// (node-agent specific; upstream hard-codes `evictionMonitoringPeriod`, 10s).
     #[arg(long, default_value = "10s", value_parser = duration::parse_go_duration)]
     pub eviction_monitoring_period: Duration,
+    /// How many of the runtime's expensive calls (sandbox and container creation, start
+    /// and removal) pod-sync makes at once (node-agent specific; upstream does not bound
+    /// them). 0, the default: a bound that follows the runtime's throughput, rising while
+    /// more calls at once get more done and coming down when they do not.
+    #[arg(long, default_value_t = 0)]
+    pub max_parallel_runtime_calls: usize,
     /// How long a kubelet API connection with no request under way stays open (node-agent
     /// specific; upstream hard-codes its server's IdleTimeout, 90s; 0: never closed).
     #[arg(long, default_value = "90s", value_parser = duration::parse_go_duration)]
@@ -268,6 +274,8 @@ pub struct Config {
     pub container_gc_period: Duration,
     /// See [`KubeletFlags::eviction_monitoring_period`].
     pub eviction_monitoring_period: Duration,
+    /// See [`KubeletFlags::max_parallel_runtime_calls`] (0: adaptive).
+    pub max_parallel_runtime_calls: usize,
     /// Config-file fields this node agent accepts but does not act on.
     pub ignored_fields: Vec<String>,
     /// Upstream kubelet flags this node agent accepts but does not act on.
@@ -423,6 +431,7 @@ impl Config {
             http_idle_timeout: flags.http_idle_timeout,
             container_gc_period: flags.container_gc_period,
             eviction_monitoring_period: flags.eviction_monitoring_period,
+            max_parallel_runtime_calls: flags.max_parallel_runtime_calls,
             ignored_fields,
             ignored_flags,
             node_ips: node_ips(flags.node_ip.as_deref())?,

@@ -36,11 +36,26 @@ impl Cri {
         Self::on(nodeagent_transport::connect(endpoint), timeout)
     }
 
-    /// [`Cri::connect`], with at most `concurrent` of the runtime's expensive calls
-    /// ([`is_expensive`]) under way at once; the rest (stops that wait out a grace period,
-    /// exec, pulls, lists and statuses) are not held back.
+    /// [`Cri::connect`], with a bound on the runtime's expensive calls ([`is_expensive`])
+    /// under way at once: `concurrent` of them, or with 0 a bound that follows the
+    /// runtime's throughput (`nodeagent_transport::CallLimit::adaptive`), starting at two
+    /// per CPU and moving between one and [`MAX_EXPENSIVE_CALLS`]. The rest (stops that
+    /// wait out a grace period, exec, pulls, lists and statuses) are not held back.
     pub fn connect_limited(endpoint: &Address, timeout: Duration, concurrent: usize) -> Self {
-        let limit = nodeagent_transport::CallLimit::new(concurrent, is_expensive);
+        let limit = match concurrent {
+            0 => {
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                nodeagent_transport::CallLimit::adaptive(
+                    nodeagent_transport::Adaptive {
+                        initial: 2 * cpus,
+                        min: 1,
+                        max: MAX_EXPENSIVE_CALLS,
+                    },
+                    is_expensive,
+                )
+            }
+            n => nodeagent_transport::CallLimit::new(n, is_expensive),
+        };
         Self::on(
             nodeagent_transport::connect(endpoint).with_call_limit(limit),
             timeout,
@@ -157,7 +172,6 @@ fn uid_selector(uid: &str) -> HashMap<String, String> {
     )])
 }
 
-/// True when a CRI error means the object is already gone (so a removal succeeded).
 /// The runtime calls that cost the node real work (namespaces, the network set-up, the OCI
 /// runtime's fork and exec, mounts) and finish in bounded time: the ones worth bounding
 /// when many pods change at once. StopContainer is not one: it waits out a grace period.
@@ -175,6 +189,12 @@ pub fn is_expensive(path: &str) -> bool {
     )
 }
 
+/// The most expensive calls the adaptive bound lets through at once: a guard against a
+/// runaway climb, far above where this machine's runtime stops gaining (issue 29's
+/// benchmark), not an operating point.
+pub const MAX_EXPENSIVE_CALLS: usize = 64;
+
+/// True when a CRI error means the object is already gone (so a removal succeeded).
 pub fn is_not_found(status: &Status) -> bool {
     status.code() == Code::NotFound || status.message().contains("not found")
 }

@@ -37,10 +37,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
-/// How many of the runtime's expensive calls (sandbox and container creation, start and
-/// removal; `nodeagent_cri::is_expensive`) pod-sync makes at once. Pod workers themselves
-/// are not bounded: each waits (grace periods, hooks, pulls, back-offs) on its own.
-const EXPENSIVE_CRI_CALLS: usize = 4;
 /// Upstream housekeeping period.
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
 /// Probe result updates queued from all instances' followers to the one applier.
@@ -155,7 +151,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let cri = Cri::connect_limited(
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,
-        EXPENSIVE_CRI_CALLS,
+        // Bounds the runtime's expensive calls (`--max-parallel-runtime-calls`, adaptive
+        // by default); pod workers themselves are not bounded: each waits (grace periods,
+        // hooks, pulls, back-offs) on its own.
+        config.max_parallel_runtime_calls,
     );
     let cgroup_driver = config.kubelet.cgroup_driver();
     let cgroups =

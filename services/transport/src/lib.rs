@@ -6,6 +6,7 @@
 mod bind;
 mod chunk;
 mod client;
+mod limit;
 mod loop_health;
 mod metrics;
 mod server;
@@ -21,6 +22,7 @@ pub use chunk::{
     Assembler, Chunked, MAX_MESSAGE_BYTES, MAX_POD_JSON_BYTES, SNAPSHOT_CHUNK_BYTES, WithLimits,
 };
 pub use client::{Channel, check_health, connect, connect_with_secret};
+pub use limit::{Adaptive, CallLimit};
 pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
 pub use metrics::MetricsService;
 pub use server::{ServeError, Server};
@@ -29,7 +31,7 @@ pub use service_main::{
 };
 pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_signal};
 pub use stream::{WatchStream, snapshot_then_deltas};
-pub use trace::{CallLimit, ClientTrace, ServerTrace, ServerTraceLayer};
+pub use trace::{ClientTrace, ServerTrace, ServerTraceLayer};
 pub use vsock_auth::{VsockScope, VsockScopeLayer, install_vsock_auth};
 pub use watch::{WatchEvent, watch_with_retry};
 

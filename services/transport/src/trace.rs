@@ -1,6 +1,7 @@
 //! Tower layers that give every gRPC call a span named and attributed after the OTel RPC
 //! semantic conventions, and carry W3C trace context in the call's metadata.
 
+use crate::limit::CallLimit;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 use tracing::Instrument;
@@ -71,36 +72,6 @@ pub struct ClientTrace<S> {
     limit: Option<CallLimit>,
 }
 
-/// A bound on how many calls of some methods are under way at once over one channel,
-/// shared by its clones. A limited call waits for a permit before it is sent, holds it
-/// until its response arrives, and only then starts its span's clock; other methods pass
-/// untouched. pod-sync uses it to bound the runtime's expensive calls (sandbox and
-/// container creation and removal) instead of bounding whole pod syncs, which wait out
-/// grace periods, hooks and image pulls.
-#[derive(Clone)]
-pub struct CallLimit {
-    permits: std::sync::Arc<tokio::sync::Semaphore>,
-    /// Whether a call's path ("/runtime.v1.RuntimeService/RunPodSandbox") is limited.
-    covers: fn(&str) -> bool,
-}
-
-impl CallLimit {
-    pub fn new(concurrent: usize, covers: fn(&str) -> bool) -> Self {
-        Self {
-            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent.max(1))),
-            covers,
-        }
-    }
-}
-
-impl std::fmt::Debug for CallLimit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallLimit")
-            .field("available", &self.permits.available_permits())
-            .finish()
-    }
-}
-
 impl<S> ClientTrace<S> {
     pub fn new(inner: S) -> Self {
         Self { inner, limit: None }
@@ -140,19 +111,20 @@ where
             .limit
             .as_ref()
             .filter(|l| (l.covers)(req.uri().path()))
-            .map(|l| l.permits.clone());
+            .map(|l| (l.clone(), req.uri().path().to_string()));
         let future: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match limit {
             None => Box::pin(timed(span.in_scope(|| self.inner.call(req)))),
-            Some(permits) => {
+            Some((limit, path)) => {
                 // The service that was made ready goes with the call (tower's rule: call
                 // what poll_ready readied); this handle keeps a fresh clone.
                 let fresh = self.inner.clone();
                 let mut ready = std::mem::replace(&mut self.inner, fresh);
                 let call_span = span.clone();
                 Box::pin(async move {
-                    // The semaphore is never closed; were it, the call would go unbounded.
-                    let _permit = permits.acquire_owned().await.ok();
-                    timed(call_span.in_scope(|| ready.call(req))).await
+                    let mut permit = limit.acquire(&path).await;
+                    let answer = timed(call_span.in_scope(|| ready.call(req))).await;
+                    permit.done();
+                    answer
                 })
             }
         };

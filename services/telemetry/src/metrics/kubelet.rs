@@ -72,6 +72,17 @@ pub static RUNNING_PODS: LazyLock<Gauge> = LazyLock::new(|| {
     )
 });
 
+/// `nodeagent_runtime_call_limit` (node-agent specific): how many of the runtime's
+/// expensive calls pod-sync lets through at once now (`--max-parallel-runtime-calls`, or
+/// the adaptive bound where it moved to).
+pub static RUNTIME_CALL_LIMIT: LazyLock<Gauge> = LazyLock::new(|| {
+    register(
+        "nodeagent_runtime_call_limit",
+        "Expensive runtime calls (sandbox and container creation, start and removal) let through at once",
+        Gauge::default(),
+    )
+});
+
 /// `kubelet_running_containers{container_state}`.
 pub static RUNNING_CONTAINERS: LazyLock<GaugeFamily> = LazyLock::new(|| {
     register(
