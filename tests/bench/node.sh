@@ -17,4 +17,8 @@ if [ -n "$bench_dir" ]; then
   ls -l "$bench_dir/nodeagent" | awk '{printf "nodeagent %.1f MB\n", $5/1e6}'
   size -A "$bench_dir/nodeagent" | awk '$1 ~ /^\.(text|rodata|eh_frame)$/ {printf "  %-10s %.1f MB\n", $1, $2/1e6}'
 fi
-cargo nextest run -p nodeagent-tests --test suite --run-ignored only -E "test(/^node_bench::/)" --no-capture --test-threads 1
+# `node.sh density`: the density benchmark instead (issue 29; BENCH_PODS, default 500;
+# BENCH_RAW_CONCURRENCY, default 4,8,16; BENCH_POD_SYNC_ARGS, extra pod-sync flags).
+module=node_bench
+[ "${1:-}" = density ] && module=density_bench
+cargo nextest run -p nodeagent-tests --test suite --profile bench --run-ignored only -E "test(/^$module::/)" --no-capture

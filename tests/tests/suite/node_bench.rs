@@ -50,7 +50,7 @@ pub(crate) fn percentile(values: &[f64], p: f64) -> f64 {
 /// liveness probes when `probes`. The probes begin 30 s after the container starts, so
 /// that a burst of starts compares the same work through the agent and over raw CRI
 /// (which probes nothing); the steady state after it has 200 probes running.
-fn manifest(name: &str, script: &str, probes: bool) -> String {
+pub(crate) fn manifest(name: &str, script: &str, probes: bool) -> String {
     let probe = |kind: &str| {
         format!(
             ",\"{kind}\": {{\"exec\": {{\"command\": [\"true\"]}}, \"periodSeconds\": 10, \"initialDelaySeconds\": 30}}"
@@ -70,7 +70,7 @@ fn manifest(name: &str, script: &str, probes: bool) -> String {
 
 /// Writes a manifest beside the static pod directory, then renames it in: the agent sees
 /// one complete file. Returns the rename's time.
-fn rename_in(node: &Node, name: &str, text: &str) -> i64 {
+pub(crate) fn rename_in(node: &Node, name: &str, text: &str) -> i64 {
     let staged = node.path(&format!("{name}.json"));
     std::fs::write(&staged, text).unwrap();
     let t = now_nanos();
@@ -91,7 +91,7 @@ pub(crate) async fn started(cri: &Cri, sandbox: &str, container: &str) -> (i64, 
 }
 
 /// The running containers of this node's pods: (pod full name, sandbox id, container id).
-async fn running_containers(node: &Node) -> Vec<(String, String, String)> {
+pub(crate) async fn running_containers(node: &Node) -> Vec<(String, String, String)> {
     let running = cri::ContainerState::ContainerRunning as i32;
     node.containers()
         .await
@@ -109,7 +109,7 @@ async fn running_containers(node: &Node) -> Vec<(String, String, String)> {
 
 /// Polls (100 ms) until the runtime lists no sandbox of this node; the time it took from
 /// `since`.
-async fn until_no_sandboxes(node: &Node, since: Instant) -> Duration {
+pub(crate) async fn until_no_sandboxes(node: &Node, since: Instant) -> Duration {
     eventually_every(
         "no sandbox of the node left",
         Duration::from_secs(900),
@@ -125,7 +125,7 @@ async fn until_no_sandboxes(node: &Node, since: Instant) -> Duration {
 }
 
 /// Waits until `n` of this node's containers run; the latest `started_at` among them.
-async fn until_running(node: &Node, n: usize) -> i64 {
+pub(crate) async fn until_running(node: &Node, n: usize) -> i64 {
     let found = eventually(
         &format!("{n} containers running"),
         Duration::from_secs(900),
@@ -145,7 +145,7 @@ async fn until_running(node: &Node, n: usize) -> i64 {
 }
 
 /// (user + system CPU ticks) of a process.
-fn cpu_ticks(pid: u32) -> u64 {
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
@@ -164,7 +164,7 @@ fn pss_kib(pid: u32) -> Option<u64> {
 }
 
 /// (RSS, PSS) in MiB of every service.
-fn memory(node: &Node) -> Vec<(Service, f64, f64)> {
+pub(crate) fn memory(node: &Node) -> Vec<(Service, f64, f64)> {
     Service::ALL
         .iter()
         .filter_map(|s| {
@@ -179,7 +179,7 @@ fn memory(node: &Node) -> Vec<(Service, f64, f64)> {
 }
 
 /// pleg's relist duration (ms) over `samples` successive relists: (p50, max).
-async fn relist_ms(node: &Node, samples: usize) -> (f64, f64) {
+pub(crate) async fn relist_ms(node: &Node, samples: usize) -> (f64, f64) {
     let mut seen = Vec::new();
     let mut last = 0;
     for _ in 0..samples {
