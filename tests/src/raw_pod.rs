@@ -112,21 +112,22 @@ pub async fn remove_raw_pod(cri: &Cri, (sandbox, container): &(String, String), 
 
 /// Removes the raw pods of `namespace` an interrupted run left behind.
 pub async fn remove_raw_leftovers(cri: &Cri, namespace: &str) {
+    remove_leftovers(cri, |m| m.namespace == namespace).await
+}
+
+/// Removes every pod whose metadata `left` picks (an interrupted run's), 8 at a time.
+pub async fn remove_leftovers(cri: &Cri, left: impl Fn(&cri::PodSandboxMetadata) -> bool) {
     let left: Vec<String> = cri
         .list_sandboxes(None)
         .await
         .expect("ListPodSandbox")
         .into_iter()
-        .filter(|s| {
-            s.metadata
-                .as_ref()
-                .is_some_and(|m| m.namespace == namespace)
-        })
+        .filter(|s| s.metadata.as_ref().is_some_and(&left))
         .map(|s| s.id)
         .collect();
     if !left.is_empty() {
         eprintln!(
-            "[bench] removing {} raw pods left by an earlier run",
+            "[bench] removing {} pods left by an earlier run",
             left.len()
         );
     }

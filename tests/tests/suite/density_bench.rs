@@ -18,7 +18,7 @@ use super::node_bench::{
 };
 use nodeagent_config::Service;
 use nodeagent_cri::Cri;
-use nodeagent_tests::raw_pod::{raw_pod, remove_raw_leftovers, remove_raw_pod};
+use nodeagent_tests::raw_pod::{raw_pod, remove_leftovers, remove_raw_leftovers, remove_raw_pod};
 use nodeagent_tests::{Node, NodeOptions, eventually, http_get, require_runtime};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,32 +114,6 @@ async fn one_start(node: &Node, name: &str) -> f64 {
     ms(started_at - t0)
 }
 
-/// Removes the pods an interrupted run's node agent left (their names end in
-/// `-density-<node suffix>`), so that they do not weigh on this run.
-async fn remove_earlier_agent_pods(cri: &Cri) {
-    let left: Vec<String> = cri
-        .list_sandboxes(None)
-        .await
-        .expect("ListPodSandbox")
-        .into_iter()
-        .filter(|s| {
-            s.metadata
-                .as_ref()
-                .is_some_and(|m| m.name.contains("-density-"))
-        })
-        .map(|s| s.id)
-        .collect();
-    if !left.is_empty() {
-        eprintln!(
-            "[bench] removing {} pods an earlier run's agent left",
-            left.len()
-        );
-    }
-    for id in left {
-        remove_raw_pod(cri, &(id, String::new()), 0).await;
-    }
-}
-
 /// p50 of `samples` raw relists: ListPodSandbox then ListContainers, as pleg makes them.
 async fn raw_relist_ms(cri: &Cri, samples: usize) -> f64 {
     let mut took = Vec::new();
@@ -227,7 +201,8 @@ async fn density_beside_raw_cri() {
     let cri = node.cri.clone();
     let logs = node.path("raw-logs");
     remove_raw_leftovers(&cri, RAW_NS).await;
-    remove_earlier_agent_pods(&cri).await;
+    // The pods an interrupted run's node agent left (named `*-density-<node suffix>`).
+    remove_leftovers(&cri, |m| m.name.contains("-density-")).await;
     // A runtime with hundreds of pods answers slowly: a longer call timeout for the raw side.
     let patient = Cri::connect(
         &node.runtime().endpoint().parse().unwrap(),
