@@ -55,18 +55,32 @@ pub struct CallLimit {
 
 struct Shared {
     permits: Arc<Semaphore>,
-    /// None: a fixed bound.
-    control: Option<Mutex<Control>>,
+    bound: Bound,
+}
+
+enum Bound {
+    Fixed(usize),
+    Adaptive(Mutex<Control>),
+}
+
+impl Shared {
+    fn control(&self) -> Option<&Mutex<Control>> {
+        match &self.bound {
+            Bound::Fixed(_) => None,
+            Bound::Adaptive(control) => Some(control),
+        }
+    }
 }
 
 impl CallLimit {
     /// At most `concurrent` covered calls at once.
     pub fn new(concurrent: usize, covers: fn(&str) -> bool) -> Self {
-        publish(concurrent.max(1));
+        let concurrent = concurrent.max(1);
+        publish(concurrent);
         Self {
             shared: Arc::new(Shared {
-                permits: Arc::new(Semaphore::new(concurrent.max(1))),
-                control: None,
+                permits: Arc::new(Semaphore::new(concurrent)),
+                bound: Bound::Fixed(concurrent),
             }),
             covers,
         }
@@ -81,7 +95,7 @@ impl CallLimit {
         Self {
             shared: Arc::new(Shared {
                 permits: Arc::new(Semaphore::new(initial)),
-                control: Some(Mutex::new(Control::new(initial, min, max))),
+                bound: Bound::Adaptive(Mutex::new(Control::new(initial, min, max))),
             }),
             covers,
         }
@@ -89,16 +103,16 @@ impl CallLimit {
 
     /// The bound now.
     pub fn limit(&self) -> usize {
-        match &self.shared.control {
-            Some(c) => c.lock().unwrap_or_else(|e| e.into_inner()).limit,
-            None => self.shared.permits.available_permits(),
+        match &self.shared.bound {
+            Bound::Fixed(n) => *n,
+            Bound::Adaptive(c) => c.lock().unwrap_or_else(|e| e.into_inner()).limit,
         }
     }
 
     /// Waits for a permit for a call of `path`; the guard, once [`Permit::done`] marks the
     /// call answered and it is dropped, counts the call's latency.
     pub(crate) async fn acquire(&self, path: &str) -> Permit {
-        if let Some(control) = &self.shared.control
+        if let Some(control) = self.shared.control()
             && self.shared.permits.available_permits() == 0
         {
             control
@@ -146,7 +160,7 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let Some(control) = &self.shared.control else {
+        let Some(control) = self.shared.control() else {
             return;
         };
         let mut c = control.lock().unwrap_or_else(|e| e.into_inner());
@@ -458,9 +472,17 @@ mod tests {
         })
         .await
         .expect("every call finished");
-        let c = limit.shared.control.as_ref().unwrap().lock().unwrap();
+        let c = limit.shared.control().unwrap().lock().unwrap();
         assert_eq!(c.debt, 0, "{c:?}");
         assert_eq!(limit.shared.permits.available_permits(), c.limit, "{c:?}");
+    }
+
+    /// A fixed bound reads the same with its permits in use.
+    #[tokio::test]
+    async fn a_fixed_bound_is_its_number() {
+        let limit = CallLimit::new(3, |_| true);
+        let _held = limit.acquire("/s.S/Heavy").await;
+        assert_eq!(limit.limit(), 3);
     }
 
     /// The bound's moves reach the semaphore: a shrink while every permit is in use is
@@ -480,7 +502,7 @@ mod tests {
             held.push(limit.acquire("/s.S/Heavy").await);
         }
         {
-            let mut c = limit.shared.control.as_ref().unwrap().lock().unwrap();
+            let mut c = limit.shared.control().unwrap().lock().unwrap();
             let change = c.set(2);
             assert_eq!(change, -4);
             let forgotten = limit.shared.permits.forget_permits(4);

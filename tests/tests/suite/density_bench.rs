@@ -100,7 +100,7 @@ async fn one_start(node: &Node, name: &str) -> f64 {
     .await;
     let (_, started_at) = started(&node.cri, &sb, &c).await;
     node.remove_manifest(&format!("{name}.json"));
-    let uid_gone = || async {
+    let gone = || async {
         match running_containers(node)
             .await
             .iter()
@@ -110,7 +110,7 @@ async fn one_start(node: &Node, name: &str) -> f64 {
             true => Err("still running".to_string()),
         }
     };
-    eventually(&format!("{full} gone"), Duration::from_secs(120), uid_gone).await;
+    eventually(&format!("{full} gone"), Duration::from_secs(120), gone).await;
     ms(started_at - t0)
 }
 
