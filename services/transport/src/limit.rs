@@ -239,8 +239,28 @@ impl Control {
     }
 
     /// Counts one answered call; returns the change of the bound (permits to add, or to
-    /// take away when negative).
+    /// take away when negative). Every change is published, whichever rule made it.
     fn complete(&mut self, path: &str, took: Duration, now: Instant) -> i64 {
+        let before = self.limit;
+        let window = self.account(path, took, now);
+        let after = self.limit;
+        self.limit = before;
+        let change = self.set(after);
+        if change != 0 {
+            publish(self.limit);
+            tracing::debug!(
+                limit = self.limit,
+                throughput = window.map(|(_, t)| t),
+                calls = window.map(|(c, _)| c),
+                "the bound on concurrent calls moved"
+            );
+        }
+        change
+    }
+
+    /// Counts one answered call and moves `limit` where a full window says so; the
+    /// window's calls and throughput when one was measured.
+    fn account(&mut self, path: &str, took: Duration, now: Instant) -> Option<(usize, f64)> {
         let took = took.as_secs_f64().max(1e-6);
         let floor = match self.floor.get_mut(path) {
             Some(f) => {
@@ -256,7 +276,7 @@ impl Control {
         self.window.calls += 1;
         self.window.work += floor;
         if self.window.calls < (4 * self.limit).max(MIN_WINDOW) {
-            return 0;
+            return None;
         }
         let window = std::mem::take(&mut self.window);
         let elapsed = now.duration_since(since).as_secs_f64();
@@ -265,13 +285,13 @@ impl Control {
             if self.probe.take().is_some()
                 && let Some((held, _)) = self.base
             {
-                return self.set(held);
+                self.limit = held;
+            } else {
+                self.base = None;
             }
-            self.base = None;
-            return 0;
+            return None;
         }
         let throughput = window.work / elapsed;
-        let before = self.limit;
         match (self.base, self.probe) {
             (None, _) => {
                 self.base = Some((self.limit, throughput));
@@ -304,19 +324,7 @@ impl Control {
                 }
             }
         }
-        let after = self.limit;
-        self.limit = before;
-        let change = self.set(after);
-        if change != 0 {
-            publish(self.limit);
-            tracing::debug!(
-                limit = self.limit,
-                throughput,
-                calls = window.calls,
-                "the bound on concurrent calls moved"
-            );
-        }
-        change
+        Some((window.calls, throughput))
     }
 
     /// Probes one step `step`, or holds where a step is not possible.
@@ -441,6 +449,31 @@ mod tests {
         }
         assert_eq!(c.limit, 4);
         assert_eq!(c.base, None);
+    }
+
+    /// A probe undone by a window where no call waited shows in the gauge too (it once
+    /// moved the bound back and left `nodeagent_runtime_call_limit` at the probe's value).
+    /// The gauge is process-wide: nextest runs each test in its own process.
+    #[test]
+    fn an_undone_probe_is_published() {
+        let gauge = &nodeagent_telemetry::metrics::kubelet::RUNTIME_CALL_LIMIT;
+        let mut c = Control::new(4, 1, 64);
+        let mut now = Instant::now();
+        c.window.waited = true;
+        let mut change = 0;
+        for _ in 0..MIN_WINDOW {
+            now += Duration::from_millis(10);
+            change += c.complete("/s.S/Heavy", Duration::from_millis(10), now);
+        }
+        assert_eq!((change, c.probe), (2, Some(Step::Up)), "a first probe up");
+        assert_eq!(gauge.get(), 6);
+        change = 0;
+        for _ in 0..(4 * c.limit).max(MIN_WINDOW) {
+            now += Duration::from_millis(10);
+            change += c.complete("/s.S/Heavy", Duration::from_millis(10), now);
+        }
+        assert_eq!((change, c.limit, c.probe), (-2, 4, None));
+        assert_eq!(gauge.get(), 4, "the gauge follows the bound back");
     }
 
     /// Thousands of calls with varied latencies through an adaptive bound all finish, and
