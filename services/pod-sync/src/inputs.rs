@@ -363,7 +363,7 @@ pub async fn ticks(sync: Arc<PodSync>, resync: Duration, housekeeping: Duration)
     loop {
         tokio::select! {
             _ = sync.shutdown.wait() => return,
-            _ = resync_tick.tick() => sync.trigger_all(),
+            _ = resync_tick.tick() => sync.trigger_resync(),
             _ = housekeeping_tick.tick() => housekeep(&sync).await,
         }
     }

@@ -233,6 +233,22 @@ impl State {
             .collect()
     }
 
+    /// The pods the periodic resync wakes: every pod anyone knows of, but those a source
+    /// still lists that finished here (refused at admission, evicted, or done: their
+    /// worker is Terminated). Upstream's kubelet never syncs those again either: a pod
+    /// `rejectPod` refused gets no worker at all, and `UpdatePod` drops every update to a
+    /// finished pod ("Pod is finished processing, no further updates", pod_workers.go).
+    /// Their runtime events, a kill or a new spec still wake them, by their own triggers.
+    pub fn resync_uids(&self) -> HashSet<String> {
+        use crate::worker::workers::PodWorkerState;
+        let mut uids = self.all_uids();
+        uids.retain(|uid| {
+            !(self.desired.contains_key(uid)
+                && self.worker_states.get(uid) == Some(&PodWorkerState::Terminated))
+        });
+        uids
+    }
+
     /// Whether statuses may be served; latches once every desired pod has a status computed
     /// after the config, runtime and probe snapshots arrived, or after a bounded wait once
     /// every desired pod has some status (a dead probe service cannot hide every status
@@ -276,6 +292,29 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The periodic resync leaves out a listed pod that finished (upstream: no worker for a
+    /// rejected pod, no update for a finished one), and keeps every other: one syncing, one
+    /// not yet synced, one finished that no source lists any more (its removal is due).
+    #[test]
+    fn the_resync_leaves_out_finished_pods_only() {
+        use crate::worker::workers::PodWorkerState::{Syncing, Terminated};
+        let mut st = State::default();
+        for uid in ["refused", "running", "new"] {
+            st.desired.insert(uid.into(), Pod::default());
+        }
+        st.worker_states.insert("refused".into(), Terminated);
+        st.worker_states.insert("running".into(), Syncing);
+        st.worker_states.insert("deleted".into(), Terminated);
+        st.terminating.insert("deleted".into(), Pod::default());
+        let mut uids: Vec<_> = st.resync_uids().into_iter().collect();
+        uids.sort();
+        assert_eq!(uids, ["deleted", "new", "running"]);
+        assert!(
+            st.all_uids().contains("refused"),
+            "a pleg snapshot still wakes it"
+        );
+    }
 
     /// upstream client-go flowcontrol `backoff_test.go`, the tables of the back-off
     /// upstream's image puller uses (no jitter), with their steps and limits.

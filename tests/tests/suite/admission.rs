@@ -71,6 +71,8 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
         "admission",
         NodeOptions {
             extra_config: "maxPods: 2\n".into(),
+            // A short resync, so that the refused pods' quiet is measured over several.
+            sync_frequency: Some("2s".into()),
             ..Default::default()
         },
     )
@@ -146,8 +148,56 @@ async fn pods_beyond_max_pods_or_allocatable_cpu_are_refused_in_upstreams_words(
     for name in [&a, &b] {
         api_pod_in_phase(&pods, name, "Running", DEADLINE).await;
     }
+
+    // A refused pod is never synced again: upstream's rejectPod starts no worker for it,
+    // and its pod workers drop every update to a finished pod. Only the refused pods sync
+    // as "create" (no sandbox), the running ones as "sync": over three resync periods,
+    // in which the running pods' syncs show that resyncs happened, "create" stays.
+    let before = worker_syncs(&node).await;
+    let resynced = eventually("three resyncs of the running pods", DEADLINE, || async {
+        let now = worker_syncs(&node).await;
+        if now.sync >= before.sync + 6.0 {
+            Ok(now)
+        } else {
+            Err(format!("{before:?} -> {now:?}"))
+        }
+    })
+    .await;
+    assert_eq!(
+        resynced.create, before.create,
+        "the refused pods were synced again: {before:?} -> {resynced:?}"
+    );
     node.stop().await;
     drop(server);
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WorkerSyncs {
+    create: f64,
+    sync: f64,
+}
+
+/// `kubelet_pod_worker_duration_seconds_count` by upstream's operation type.
+async fn worker_syncs(node: &Node) -> WorkerSyncs {
+    let r = node.api.get("/metrics").await.expect("/metrics");
+    assert_eq!(r.status, 200, "/metrics: {}", r.text());
+    let families = crate::prom::parse(&r.text()).expect("/metrics parses");
+    let count = |op: &str| {
+        families
+            .get("kubelet_pod_worker_duration_seconds")
+            .into_iter()
+            .flat_map(|f| &f.samples)
+            .filter(|s| {
+                s.name == "kubelet_pod_worker_duration_seconds_count"
+                    && s.labels.get("operation_type").map(String::as_str) == Some(op)
+            })
+            .map(|s| s.value)
+            .sum()
+    };
+    WorkerSyncs {
+        create: count("create"),
+        sync: count("sync"),
+    }
 }
 
 /// Upstream's critical pod preemption, seen as a user sees it: on a node full at `maxPods`

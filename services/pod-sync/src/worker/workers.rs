@@ -119,6 +119,15 @@ impl PodSync {
         }
     }
 
+    /// The periodic resync (`syncFrequency`): every pod but the finished ones
+    /// ([`crate::state::State::resync_uids`]).
+    pub fn trigger_resync(self: &Arc<Self>) {
+        let uids = self.lock().resync_uids();
+        for uid in uids {
+            self.trigger(&uid);
+        }
+    }
+
     /// Has the pod's worker stop everything of `pod`, which the node has ended (its
     /// `pod_failed` reason set), with `grace_override` or the pod's own grace period, and
     /// waits for it: upstream's `killPodNow`. Every kill thus goes through the worker, with
