@@ -34,7 +34,50 @@ pub struct FileSource {
     /// path -> the last error reported for it, so each error is logged once.
     reported: BTreeMap<PathBuf, String>,
     missing_reported: bool,
+    /// path -> the stamp of the file its `last_good` pod was read from, while that file
+    /// is unchanged: a scan re-reads only what changed, as upstream's file source reads
+    /// only the file an event names (a new manifest beside 500 costs one parse, not 501).
+    stamps: BTreeMap<PathBuf, Stamp>,
+    /// Manifests read and parsed so far.
+    reads: u64,
 }
+
+/// What tells a manifest file's versions apart, short of reading it: the inode, its
+/// size, and its modification and change times (the change time cannot be set back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether the file last changed at least [`RACY`] before `scan` (seconds since the
+    /// epoch): a file changed more recently is read again at the next scan, since its
+    /// stamp may not tell two writes apart yet (git's "racy clean" rule). Kernels before
+    /// 6.13 keep file times at the clock tick, so two writes of the same size within one
+    /// tick leave the same stamp.
+    fn settled(&self, scan: f64) -> bool {
+        let changed = |(s, ns): (i64, i64)| s as f64 + ns as f64 * 1e-9;
+        changed(self.mtime).max(changed(self.ctime)) + RACY.as_secs_f64() <= scan
+    }
+}
+
+/// How long a file's times stay ambiguous: far above any kernel's tick.
+const RACY: Duration = Duration::from_secs(1);
 
 impl FileSource {
     pub fn new(
@@ -51,6 +94,8 @@ impl FileSource {
             last_good: BTreeMap::new(),
             reported: BTreeMap::new(),
             missing_reported: false,
+            stamps: BTreeMap::new(),
+            reads: 0,
         }
     }
 
@@ -115,8 +160,13 @@ impl FileSource {
         }
     }
 
-    /// Reads every manifest and hands the complete set to the store.
+    /// Reads every manifest that changed and hands the complete set to the store.
     pub fn scan(&mut self) {
+        self.scan_at(std::time::SystemTime::now());
+    }
+
+    /// [`Self::scan`], as if it ran at `now` (for the stamps' racy rule).
+    fn scan_at(&mut self, now: std::time::SystemTime) {
         let files = match list_manifests(&self.path) {
             Ok(files) => {
                 self.missing_reported = false;
@@ -132,7 +182,24 @@ impl FileSource {
         };
         let mut pods = Vec::new();
         let mut good = BTreeMap::new();
+        let mut stamps = BTreeMap::new();
+        let scan_started = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
         for file in files {
+            // Unchanged since it was read good: the pod read then.
+            let stamp = std::fs::metadata(&file).ok().map(|m| Stamp::of(&m));
+            if let (Some(now), Some(then), Some(pod)) =
+                (stamp, self.stamps.get(&file), self.last_good.get(&file))
+                && now == *then
+            {
+                stamps.insert(file.clone(), now);
+                good.insert(file, pod.clone());
+                pods.push(pod.clone());
+                continue;
+            }
+            self.reads += 1;
             let shown = file.display().to_string();
             let result = read_manifest(&file)
                 .and_then(|data| manifest::decode_pod(&data).map_err(Unread::Invalid))
@@ -143,6 +210,10 @@ impl FileSource {
             match result {
                 Ok(pod) => {
                     self.reported.remove(&file);
+                    // The stamp taken before the read: a write after it changes it.
+                    if let Some(stamp) = stamp.filter(|s| s.settled(scan_started)) {
+                        stamps.insert(file.clone(), stamp);
+                    }
                     good.insert(file, pod.clone());
                     pods.push(pod);
                 }
@@ -171,6 +242,7 @@ impl FileSource {
         }
         self.reported.retain(|p, _| p.exists());
         self.last_good = good;
+        self.stamps = stamps;
         crate::store::publish(&self.store, "file", pods);
     }
 }
@@ -528,6 +600,87 @@ mod tests {
         assert!(err.contains("the limit is"), "{err}");
     }
 
+    fn names(store: &Arc<Mutex<PodStore>>) -> Vec<String> {
+        let (snap, _) = store.lock().unwrap().subscribe();
+        snap.pods
+            .iter()
+            .map(|p| {
+                nodeagent_proto::k8s::decode_pod(&p.pod_json)
+                    .unwrap()
+                    .metadata
+                    .name
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    /// A scan re-reads only the manifests that changed (upstream's file source reads the
+    /// one file an inotify event names): beside many unchanged ones, a new or edited
+    /// manifest is one read, and every edit is still seen, one of the same size too.
+    #[test]
+    fn a_scan_reads_only_the_manifests_that_changed() {
+        // Scans as if the files had been written long before (see the racy rule).
+        let later = || std::time::SystemTime::now() + 2 * RACY;
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..20 {
+            std::fs::write(
+                dir.path().join(format!("p{i:02}.yaml")),
+                GOOD_MANIFEST.replace("web", &format!("p{i:02}")),
+            )
+            .unwrap();
+        }
+        let (mut source, store) = file_source(dir.path());
+        source.scan_at(later());
+        assert_eq!((source.reads, names(&store).len()), (20, 20));
+        source.scan_at(later());
+        assert_eq!(source.reads, 20, "nothing changed, nothing read");
+
+        std::fs::write(
+            dir.path().join("new.yaml"),
+            GOOD_MANIFEST.replace("web", "new"),
+        )
+        .unwrap();
+        source.scan_at(later());
+        assert_eq!((source.reads, names(&store).len()), (21, 21));
+
+        // Edits of the same size: rewritten in place (its times change), and written
+        // beside and renamed over, as editors and kubeadm do (a new inode).
+        let p00 = dir.path().join("p00.yaml");
+        std::fs::write(&p00, GOOD_MANIFEST.replace("web", "q00")).unwrap();
+        let p01 = dir.path().join("p01.yaml");
+        let tmp = dir.path().join(".p01.yaml.tmp");
+        std::fs::write(&tmp, GOOD_MANIFEST.replace("web", "q01")).unwrap();
+        std::fs::rename(&tmp, &p01).unwrap();
+        source.scan_at(later());
+        assert_eq!(source.reads, 23);
+        let shown = names(&store);
+        for (now, was) in [("q00-n1", "p00-n1"), ("q01-n1", "p01-n1")] {
+            assert!(shown.contains(&now.to_string()), "{shown:?}");
+            assert!(!shown.contains(&was.to_string()), "{shown:?}");
+        }
+
+        std::fs::remove_file(dir.path().join("p02.yaml")).unwrap();
+        source.scan_at(later());
+        assert_eq!((source.reads, names(&store).len()), (23, 20));
+    }
+
+    /// The racy rule: a file changed within [`RACY`] before a scan is not trusted by its
+    /// stamp, and is read again at the next scan; once its times are older, it is not.
+    #[test]
+    fn a_file_changed_just_before_a_scan_is_read_again_at_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.yaml"), GOOD_MANIFEST).unwrap();
+        let (mut source, store) = file_source(dir.path());
+        source.scan();
+        assert!(source.stamps.is_empty(), "{:?}", source.stamps);
+        source.scan();
+        assert_eq!(source.reads, 2);
+        source.scan_at(std::time::SystemTime::now() + 2 * RACY);
+        source.scan_at(std::time::SystemTime::now() + 2 * RACY);
+        assert_eq!(source.reads, 3);
+        assert_eq!(names(&store), vec!["web-n1".to_string()]);
+    }
+
     #[test]
     fn scan_reads_good_files_keeps_last_good_and_skips_dotfiles() {
         let dir = tempfile::tempdir().unwrap();
@@ -541,19 +694,6 @@ mod tests {
         std::fs::write(dir.path().join("broken.yaml"), "a: [b").unwrap();
         let (mut source, store) = file_source(dir.path());
         source.scan();
-        let names = |store: &Arc<Mutex<PodStore>>| {
-            let (snap, _) = store.lock().unwrap().subscribe();
-            snap.pods
-                .iter()
-                .map(|p| {
-                    nodeagent_proto::k8s::decode_pod(&p.pod_json)
-                        .unwrap()
-                        .metadata
-                        .name
-                        .unwrap()
-                })
-                .collect::<Vec<_>>()
-        };
         assert_eq!(names(&store), vec!["web-n1".to_string()]);
         assert!(store.lock().unwrap().all_sources_ready());
 
