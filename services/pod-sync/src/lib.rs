@@ -75,6 +75,9 @@ pub struct PodSync {
     started_unix_nanos: i64,
     /// The container GC's keep count and minimum age.
     gc: worker::gc::Policy,
+    /// `syncFrequency`: each pod is synced again this long after its last sync, and up
+    /// to half as long again (upstream's per-worker resync, `workerResyncIntervalJitterFactor`).
+    resync: Duration,
     /// The image GC's policy and records (also used by the eviction manager's reclaim).
     image_gc: tokio::sync::Mutex<images::image_gc::ImageGc>,
     /// Where the finished pods' records are kept (`finished`), and one save at a time.
@@ -279,6 +282,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             max_per_container: config.maximum_dead_containers_per_container,
             min_age: config.minimum_container_ttl_duration,
         },
+        resync: config.kubelet.sync_frequency,
         image_gc: tokio::sync::Mutex::new(images::image_gc::ImageGc::new(
             images::image_gc::Policy::from_config(&config),
             &config.root_dir,

@@ -233,19 +233,16 @@ impl State {
             .collect()
     }
 
-    /// The pods the periodic resync wakes: every pod anyone knows of, but those a source
-    /// still lists that finished here (refused at admission, evicted, or done: their
-    /// worker is Terminated). Upstream's kubelet never syncs those again either: a pod
-    /// `rejectPod` refused gets no worker at all, and `UpdatePod` drops every update to a
+    /// The pods the periodic pass wakes: those no source wants (any more), whose teardown
+    /// it retries. A wanted pod is synced again on its own timer, `syncFrequency` after
+    /// its last sync with jitter, as upstream re-queues each pod worker, and not at all
+    /// once it finished here (refused at admission, evicted, or done): upstream starts no
+    /// worker for a pod `rejectPod` refused, and `UpdatePod` drops every update to a
     /// finished pod ("Pod is finished processing, no further updates", pod_workers.go).
-    /// Their runtime events, a kill or a new spec still wake them, by their own triggers.
+    /// Runtime events, a kill or a new spec still wake any pod, by their own triggers.
     pub fn resync_uids(&self) -> HashSet<String> {
-        use crate::worker::workers::PodWorkerState;
         let mut uids = self.all_uids();
-        uids.retain(|uid| {
-            !(self.desired.contains_key(uid)
-                && self.worker_states.get(uid) == Some(&PodWorkerState::Terminated))
-        });
+        uids.retain(|uid| !self.desired.contains_key(uid));
         uids
     }
 
@@ -293,11 +290,11 @@ impl State {
 mod tests {
     use super::*;
 
-    /// The periodic resync leaves out a listed pod that finished (upstream: no worker for a
-    /// rejected pod, no update for a finished one), and keeps every other: one syncing, one
-    /// not yet synced, one finished that no source lists any more (its removal is due).
+    /// The periodic pass wakes the pods no source lists (their removal is due), not a
+    /// listed one: a finished one is not synced again (upstream: no worker for a rejected
+    /// pod, no update for a finished one), the others have their own timers.
     #[test]
-    fn the_resync_leaves_out_finished_pods_only() {
+    fn the_periodic_pass_wakes_only_pods_no_source_wants() {
         use crate::worker::workers::PodWorkerState::{Syncing, Terminated};
         let mut st = State::default();
         for uid in ["refused", "running", "new"] {
@@ -309,7 +306,7 @@ mod tests {
         st.terminating.insert("deleted".into(), Pod::default());
         let mut uids: Vec<_> = st.resync_uids().into_iter().collect();
         uids.sort();
-        assert_eq!(uids, ["deleted", "new", "running"]);
+        assert_eq!(uids, ["deleted"]);
         assert!(
             st.all_uids().contains("refused"),
             "a pleg snapshot still wakes it"

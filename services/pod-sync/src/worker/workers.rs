@@ -85,6 +85,14 @@ pub fn kill_timeout(grace_seconds: i64) -> Duration {
     Duration::from_secs(timeout as u64)
 }
 
+/// When a pod is synced again after a sync: upstream's `wait.Jitter(resyncInterval, 0.5)`,
+/// `period` and a random part of half of it.
+pub fn resync_after(uid: &str, period: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    let draw = std::collections::hash_map::RandomState::new().hash_one(uid);
+    period + period.mul_f64((draw % 1_000_000) as f64 / 2_000_000.0)
+}
+
 /// What one sync concluded.
 #[derive(Debug, PartialEq)]
 pub enum SyncOutcome {
@@ -119,8 +127,8 @@ impl PodSync {
         }
     }
 
-    /// The periodic resync (`syncFrequency`): every pod but the finished ones
-    /// ([`crate::state::State::resync_uids`]).
+    /// The periodic pass over the pods no source wants ([`crate::state::State::resync_uids`]);
+    /// a wanted pod is synced again on its own timer ([`resync_after`]).
     pub fn trigger_resync(self: &Arc<Self>) {
         let uids = self.lock().resync_uids();
         for uid in uids {
@@ -227,7 +235,19 @@ impl PodSync {
                 }
             }
             match outcome {
-                Ok(SyncOutcome::Idle) => {}
+                Ok(SyncOutcome::Idle) => {
+                    // Synced again after `syncFrequency` and a random part of half of it,
+                    // so that hundreds of pods do not all resync at one tick (upstream
+                    // re-queues each worker so). A pod that finished is not.
+                    let resyncs = {
+                        let st = self.lock();
+                        st.desired.contains_key(&uid)
+                            && st.worker_states.get(&uid) == Some(&PodWorkerState::Syncing)
+                    };
+                    if resyncs {
+                        self.trigger_later(&uid, resync_after(&uid, self.resync));
+                    }
+                }
                 Ok(SyncOutcome::RetryAfter(d)) => self.trigger_later(&uid, d),
                 Ok(SyncOutcome::Terminated) => {
                     let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
@@ -373,6 +393,22 @@ mod tests {
 
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// upstream `wait.Jitter(resyncInterval, workerResyncIntervalJitterFactor = 0.5)`: the
+    /// period and up to half of it again, drawn anew each time, so that 500 pods' resyncs
+    /// spread over half a period instead of coming at one tick.
+    #[test]
+    fn resyncs_come_after_the_period_spread_over_half_of_it() {
+        let period = Duration::from_secs(60);
+        let draws: Vec<Duration> = (0..500).map(|_| resync_after("uid", period)).collect();
+        assert!(
+            draws
+                .iter()
+                .all(|d| *d >= period && *d < period.mul_f64(1.5))
+        );
+        let (min, max) = (draws.iter().min().unwrap(), draws.iter().max().unwrap());
+        assert!(*max - *min > Duration::from_secs(20), "{min:?}..{max:?}");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn delayed_triggers_of_a_pod_coalesce_to_the_earliest() {
