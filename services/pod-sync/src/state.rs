@@ -240,6 +240,29 @@ impl State {
     /// worker for a pod `rejectPod` refused, and `UpdatePod` drops every update to a
     /// finished pod ("Pod is finished processing, no further updates", pod_workers.go).
     /// Runtime events, a kill or a new spec still wake any pod, by their own triggers.
+    /// Whether the wanted pod `uid` is synced again on its timer: while it is synced
+    /// (not finished), and after it finished while anything of it still runs (a kill that
+    /// failed is tried again, as upstream's worker re-queues a failed `syncTerminatingPod`).
+    pub fn resyncs(&self, uid: &str) -> bool {
+        use crate::worker::workers::PodWorkerState;
+        use nodeagent_proto::cri::{ContainerState, PodSandboxState};
+        if !self.desired.contains_key(uid) {
+            return false;
+        }
+        match self.worker_states.get(uid) {
+            Some(PodWorkerState::Terminated) => self.runtime.get(uid).is_some_and(|rt| {
+                rt.containers
+                    .iter()
+                    .any(|c| c.state == ContainerState::ContainerRunning as i32)
+                    || rt
+                        .sandboxes
+                        .iter()
+                        .any(|s| s.state == PodSandboxState::SandboxReady as i32)
+            }),
+            _ => true,
+        }
+    }
+
     pub fn resync_uids(&self) -> HashSet<String> {
         let mut uids = self.all_uids();
         uids.retain(|uid| !self.desired.contains_key(uid));
@@ -311,6 +334,55 @@ mod tests {
             st.all_uids().contains("refused"),
             "a pleg snapshot still wakes it"
         );
+    }
+
+    /// A wanted pod resyncs on its timer while it is synced; once it finished, only while
+    /// something of it still runs (a kill that failed is tried again), as upstream's
+    /// worker re-queues a failed termination.
+    #[test]
+    fn a_finished_pod_resyncs_only_while_something_of_it_runs() {
+        use crate::worker::workers::PodWorkerState::{Syncing, Terminated};
+        use nodeagent_proto::api::{RuntimeContainer, RuntimePodStatus, RuntimeSandbox};
+        use nodeagent_proto::cri::{ContainerState, PodSandboxState};
+        let mut st = State::default();
+        for uid in ["syncing", "done", "kill-failed", "sandbox-left"] {
+            st.desired.insert(uid.into(), Pod::default());
+            let state = if uid == "syncing" {
+                Syncing
+            } else {
+                Terminated
+            };
+            st.worker_states.insert(uid.into(), state);
+        }
+        let container = |state: ContainerState| RuntimeContainer {
+            state: state as i32,
+            ..Default::default()
+        };
+        let sandbox = |state: PodSandboxState| RuntimeSandbox {
+            state: state as i32,
+            ..Default::default()
+        };
+        use ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        use PodSandboxState::{SandboxNotready as NotReady, SandboxReady as Ready};
+        for (uid, c, s) in [
+            ("done", Exited, NotReady),
+            ("kill-failed", Running, NotReady),
+            ("sandbox-left", Exited, Ready),
+        ] {
+            st.runtime.insert(
+                uid.into(),
+                RuntimePodStatus {
+                    containers: vec![container(c)],
+                    sandboxes: vec![sandbox(s)],
+                    ..Default::default()
+                },
+            );
+        }
+        let resyncing: Vec<_> = ["syncing", "done", "kill-failed", "sandbox-left", "gone"]
+            .into_iter()
+            .filter(|uid| st.resyncs(uid))
+            .collect();
+        assert_eq!(resyncing, ["syncing", "kill-failed", "sandbox-left"]);
     }
 
     /// upstream client-go flowcontrol `backoff_test.go`, the tables of the back-off

@@ -130,7 +130,19 @@ impl PodSync {
     /// The periodic pass over the pods no source wants ([`crate::state::State::resync_uids`]);
     /// a wanted pod is synced again on its own timer ([`resync_after`]).
     pub fn trigger_resync(self: &Arc<Self>) {
-        let uids = self.lock().resync_uids();
+        let mut uids = self.lock().resync_uids();
+        // And a wanted pod whose worker is gone (a sync that panicked ends its task and
+        // with it the pod's timer): a new worker picks it up.
+        {
+            let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+            let st = self.lock();
+            uids.extend(
+                st.desired
+                    .keys()
+                    .filter(|uid| workers.get(*uid).is_none_or(|tx| tx.is_closed()))
+                    .cloned(),
+            );
+        }
         for uid in uids {
             self.trigger(&uid);
         }
@@ -235,20 +247,24 @@ impl PodSync {
                 }
             }
             match outcome {
+                // Synced again after `syncFrequency` and a random part of half of it, so
+                // that hundreds of pods do not all resync at one tick (upstream re-queues
+                // each worker so); sooner when the sync asked to be retried sooner. A pod
+                // that finished here and of which nothing runs is not.
                 Ok(SyncOutcome::Idle) => {
-                    // Synced again after `syncFrequency` and a random part of half of it,
-                    // so that hundreds of pods do not all resync at one tick (upstream
-                    // re-queues each worker so). A pod that finished is not.
-                    let resyncs = {
-                        let st = self.lock();
-                        st.desired.contains_key(&uid)
-                            && st.worker_states.get(&uid) == Some(&PodWorkerState::Syncing)
-                    };
-                    if resyncs {
+                    if self.lock().resyncs(&uid) {
                         self.trigger_later(&uid, resync_after(&uid, self.resync));
                     }
                 }
-                Ok(SyncOutcome::RetryAfter(d)) => self.trigger_later(&uid, d),
+                Ok(SyncOutcome::RetryAfter(d)) => {
+                    // A long back-off (up to 5 minutes) does not hold back what every sync
+                    // does (volume contents, the deadline, the status) past a resync.
+                    let d = match self.lock().resyncs(&uid) {
+                        true => d.min(resync_after(&uid, self.resync)),
+                        false => d,
+                    };
+                    self.trigger_later(&uid, d)
+                }
                 Ok(SyncOutcome::Terminated) => {
                     let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
                     // A trigger that arrived meanwhile means there is more to do.
