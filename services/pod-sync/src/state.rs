@@ -233,13 +233,6 @@ impl State {
             .collect()
     }
 
-    /// The pods the periodic pass wakes: those no source wants (any more), whose teardown
-    /// it retries. A wanted pod is synced again on its own timer, `syncFrequency` after
-    /// its last sync with jitter, as upstream re-queues each pod worker, and not at all
-    /// once it finished here (refused at admission, evicted, or done): upstream starts no
-    /// worker for a pod `rejectPod` refused, and `UpdatePod` drops every update to a
-    /// finished pod ("Pod is finished processing, no further updates", pod_workers.go).
-    /// Runtime events, a kill or a new spec still wake any pod, by their own triggers.
     /// Whether the wanted pod `uid` is synced again on its timer: while it is synced
     /// (not finished), and after it finished while anything of it still runs (a kill that
     /// failed is tried again, as upstream's worker re-queues a failed `syncTerminatingPod`).
@@ -263,6 +256,13 @@ impl State {
         }
     }
 
+    /// The pods the periodic pass wakes: those no source wants (any more), whose teardown
+    /// it retries. A wanted pod is synced again on its own timer, `syncFrequency` after
+    /// its last sync with jitter, as upstream re-queues each pod worker, and not at all
+    /// once it finished here (refused at admission, evicted, or done): upstream starts no
+    /// worker for a pod `rejectPod` refused, and `UpdatePod` drops every update to a
+    /// finished pod ("Pod is finished processing, no further updates", pod_workers.go).
+    /// Runtime events, a kill or a new spec still wake any pod, by their own triggers.
     pub fn resync_uids(&self) -> HashSet<String> {
         let mut uids = self.all_uids();
         uids.retain(|uid| !self.desired.contains_key(uid));
