@@ -185,10 +185,15 @@ impl LogReader {
         }
     }
 
-    /// The new file at the path, if the one being read was renamed away and the runtime
-    /// has opened a new one.
+    /// The new file at the path, if the one being read was renamed away, the runtime has
+    /// opened a new one, and the old one is read to its end: the runtime may have written
+    /// to it between the read that found its end and the reopen (CI caught a line lost in
+    /// that window), and writes nothing to it after the reopen.
     fn rotated(&self) -> io::Result<Option<File>> {
         let current = self.file.metadata()?;
+        if current.len() > self.offset {
+            return Ok(None);
+        }
         let at_path = match std::fs::metadata(&self.path) {
             Ok(m) => m,
             // Renamed, not reopened yet.
@@ -327,6 +332,38 @@ mod tests {
             got,
             "before\nafter\nlast of the old file\nfirst of the new file\n"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The window CI caught (container_logs::follow_continues_across_rotation...: one line
+    /// of 172 missing): the reader finds the end of the file, the runtime writes one more
+    /// record to it, the file is renamed away and the runtime opens a new one. The reader
+    /// switches only once the old file is read to its end.
+    #[test]
+    fn a_rotation_waits_for_the_old_file_to_be_read_to_its_end() {
+        let dir = temp_dir("rotation-window");
+        let path = dir.join("0.log");
+        std::fs::write(&path, record("read")).unwrap();
+        let opts = LogOptions {
+            follow: true,
+            ..Default::default()
+        };
+        let mut reader = LogReader::open(&path, &opts).unwrap();
+        reader.offset = reader.file.metadata().unwrap().len();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(record("written before the reopen").as_bytes())
+            .unwrap();
+        std::fs::rename(&path, dir.join("0.log.20240501-100000")).unwrap();
+        std::fs::write(&path, record("first of the new file")).unwrap();
+        assert!(
+            reader.rotated().unwrap().is_none(),
+            "switched with a record of the old file unread"
+        );
+        reader.offset = reader.file.metadata().unwrap().len();
+        assert!(reader.rotated().unwrap().is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
