@@ -504,10 +504,11 @@ impl Pressure {
     }
 }
 
-/// Allocatable as upstream's container manager computes it: capacity less kubeReserved,
-/// systemReserved and (for memory and ephemeral-storage) the hard eviction threshold,
-/// never below zero. `capacity` is in whole units (cpu in millicores).
-pub fn allocatable(
+/// What upstream's container manager reserves of each resource the node has
+/// (`GetNodeAllocatableReservation`): kubeReserved, systemReserved and, for memory and
+/// ephemeral-storage, the hard eviction threshold. `capacity` is in whole units (cpu in
+/// millicores); a resource reserved nothing of is left out, as upstream's.
+pub fn reservation(
     capacity: &BTreeMap<String, u64>,
     c: &KubeletConfiguration,
     thresholds: &Thresholds,
@@ -527,7 +528,7 @@ pub fn allocatable(
     };
     capacity
         .iter()
-        .map(|(resource, cap)| {
+        .filter_map(|(resource, cap)| {
             let eviction = match resource.as_str() {
                 "memory" => thresholds.hard(Signal::MemoryAvailable),
                 "ephemeral-storage" => thresholds.hard(Signal::NodeFsAvailable),
@@ -536,9 +537,61 @@ pub fn allocatable(
             .map(|t| t.value.of(*cap))
             .unwrap_or(0);
             let less = reserved(resource).saturating_add(eviction);
+            (less > 0).then(|| (resource.clone(), less))
+        })
+        .collect()
+}
+
+/// Allocatable as upstream's container manager computes it: capacity less the
+/// [`reservation`], never below zero.
+pub fn allocatable(
+    capacity: &BTreeMap<String, u64>,
+    c: &KubeletConfiguration,
+    thresholds: &Thresholds,
+) -> BTreeMap<String, u64> {
+    let reserved = reservation(capacity, c, thresholds);
+    capacity
+        .iter()
+        .map(|(resource, cap)| {
+            let less = reserved.get(resource).copied().unwrap_or(0);
             (resource.clone(), cap.saturating_sub(less))
         })
         .collect()
+}
+
+/// Upstream's `validateNodeAllocatable`: a node that reserves more of a resource than it
+/// has does not start ("Failed to start ContainerManager"), in upstream's words. (Upstream
+/// prints its quantities as Go structs, `{{2609905664 0} {<nil>}  BinarySI}`; here they are
+/// the numbers inside: bytes, millicores with `m`, tasks.)
+pub fn validate_reservation(
+    capacity: &BTreeMap<String, u64>,
+    c: &KubeletConfiguration,
+    thresholds: &Thresholds,
+) -> Result<(), String> {
+    let show = |resource: &str, n: u64| match resource {
+        "cpu" => format!("{n}m"),
+        _ => n.to_string(),
+    };
+    let errors: Vec<String> = reservation(capacity, c, thresholds)
+        .into_iter()
+        .filter_map(|(resource, reserved)| {
+            let cap = capacity.get(&resource).copied().unwrap_or(0);
+            (reserved > cap).then(|| {
+                format!(
+                    "Resource {resource:?} has a reservation of {} but capacity of {}. Expected capacity >= reservation.",
+                    show(&resource, reserved),
+                    show(&resource, cap)
+                )
+            })
+        })
+        .collect();
+    match errors.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "invalid Node Allocatable configuration. {}",
+            errors.join(" ")
+        )),
+    }
 }
 
 #[cfg(test)]

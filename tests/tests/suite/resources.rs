@@ -4,7 +4,8 @@
 //! regular container), the sandbox's pause process at containerd's -998, and a pod cgroup
 //! whose memory limit counts an init container bigger than the app; `kubepods` and the
 //! QoS tiers' shares and limits; systemReserved enforced on its existing cgroup. An HTTP
-//! readiness probe redirected to another host is a success with a ProbeWarning event.
+//! readiness probe redirected to another host is a success with a ProbeWarning event. A
+//! reservation beyond capacity stops pod-sync's start.
 //! An in-place resize reaches the container's and the pod's cgroups. Pod-level resources
 //! decide the QoS class, the pod cgroup, the limits of containers without their own and
 //! their OOM scores.
@@ -599,6 +600,72 @@ async fn system_reserved_is_enforced_on_its_cgroup_and_a_missing_one_stops_the_s
     assert_eq!(cgroup::read(&pids).unwrap(), "1000");
     node.stop().await;
     cgroup::remove(&name);
+}
+
+/// upstream's `validateNodeAllocatable` (node_container_manager_linux.go): a node whose
+/// kubeReserved, systemReserved and hard eviction threshold reserve more than it has does
+/// not start its container manager, in upstream's words, one sentence per resource; and
+/// nothing starts: a static pod already in the manifest directory gets no cgroup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_beyond_capacity_stops_the_start_and_nothing_runs() {
+    if !require_runtime("resources") {
+        return;
+    }
+    let root = format!("nodeagent-overreserved-{}", std::process::id());
+    let mut node = Node::start(
+        "overreserved",
+        NodeOptions {
+            extra_config: format!(
+                "cgroupRoot: /{root}\nkubeReserved: {{cpu: \"1000\", memory: 1Pi}}\n\
+                 evictionHard: {{memory.available: 100Mi}}\n"
+            ),
+            no_services: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    node.write_manifest(
+        "waits.yaml",
+        &manifest(
+            "waits",
+            &node.path("out"),
+            vec![],
+            vec![json!({"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]})],
+        ),
+    );
+    node.spawn(Service::PodSync);
+    let pid = node.service_pid(Service::PodSync).unwrap();
+    let cpus = nodeagent_config::machine::cpus() * 1000;
+    let memory = nodeagent_config::machine::memory_bytes();
+    // kubeReserved's memory and the hard threshold, memory.available<100Mi.
+    let want = format!(
+        "Failed to start ContainerManager: invalid Node Allocatable configuration. \
+         Resource \"cpu\" has a reservation of 1000000m but capacity of {cpus}m. Expected capacity >= reservation. \
+         Resource \"memory\" has a reservation of {} but capacity of {memory}. Expected capacity >= reservation.",
+        (1u64 << 50) + (100 << 20)
+    );
+    eventually("pod-sync refuses to start", DEADLINE, || async {
+        let log = node.log(Service::PodSync);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let exited = stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z");
+        (exited && log.contains(&want))
+            .then_some(())
+            .ok_or_else(|| {
+                format!(
+                    "exited: {exited}; log tail: {}",
+                    &log[log.len().saturating_sub(600)..]
+                )
+            })
+    })
+    .await;
+    let kubepods = cgroup::file(&format!("{root}/kubepods"), ("cpu", ""), "");
+    assert!(
+        !kubepods.exists(),
+        "{} made by a pod-sync that refused to start",
+        kubepods.display()
+    );
+    node.stop().await;
+    cgroup::remove(&root);
 }
 
 /// In-place resize on this hierarchy (cgroup v1 on the host, v2 in the guest), through the

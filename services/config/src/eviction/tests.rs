@@ -225,6 +225,98 @@ fn allocatable_is_capacity_less_reserved_and_hard_eviction() {
     assert_eq!(allocatable(&tiny, &c, &t)["memory"], 0);
 }
 
+/// node_container_manager_linux_test.go `TestNodeAllocatableInputValidation`, its rows:
+/// kubeReserved, systemReserved and the hard `memory.available` threshold together up to
+/// capacity are valid, beyond it not (upstream's table asserts only that its valid rows
+/// pass; its one invalid row is checked here as well). A row without a threshold has none
+/// for memory (`imagefs.available` only, since an empty evictionHard means the defaults).
+#[test]
+fn a_reservation_beyond_capacity_is_refused_in_upstreams_words() {
+    let cap = |cpu: u64, memory: Option<u64>| {
+        let mut c = BTreeMap::from([("cpu".to_string(), cpu)]);
+        if let Some(m) = memory {
+            c.insert("memory".to_string(), m);
+        }
+        c
+    };
+    let gi = 1u64 << 30;
+    let rows = [
+        // (kubeReserved, systemReserved, memory.available, capacity, valid)
+        (
+            "{cpu: 100m, memory: 100Mi}",
+            "{cpu: 50m, memory: 50Mi}",
+            None,
+            cap(10_000, Some(10 * gi)),
+            true,
+        ),
+        (
+            "{cpu: 100m, memory: 100Mi}",
+            "{cpu: 50m, memory: 50Mi}",
+            Some("100Mi"),
+            cap(10_000, Some(10 * gi)),
+            true,
+        ),
+        (
+            "{cpu: 100m, memory: 100Mi}",
+            "{cpu: 50m, memory: 50Mi}",
+            Some("5%"),
+            cap(10_000, Some(10 * gi)),
+            true,
+        ),
+        ("{}", "{}", None, cap(10_000, Some(10 * gi)), true),
+        (
+            "{memory: 100Mi}",
+            "{cpu: 50m, memory: 50Mi}",
+            None,
+            cap(10_000, Some(10 * gi)),
+            true,
+        ),
+        (
+            "{cpu: 50m, memory: 100Mi}",
+            "{memory: 50Mi}",
+            None,
+            cap(10_000, Some(10 * gi)),
+            true,
+        ),
+        (
+            "{memory: 100Mi}",
+            "{memory: 50Mi}",
+            None,
+            cap(10_000, None),
+            true,
+        ),
+        (
+            "{cpu: \"5\", memory: 10Gi}",
+            "{cpu: \"5\", memory: 10Gi}",
+            Some("2Gi"),
+            cap(10_000, Some(11 * gi)),
+            false,
+        ),
+    ];
+    for (kube, system, hard, capacity, valid) in rows {
+        let hard = hard.map_or("imagefs.available: 15%".to_string(), |h| {
+            format!("memory.available: {h}")
+        });
+        let c = config(&format!(
+            "kubeReserved: {kube}\nsystemReserved: {system}\nevictionHard:\n  {hard}\n"
+        ));
+        let t = Thresholds::from_config(&c).unwrap();
+        let got = validate_reservation(&capacity, &c, &t);
+        assert_eq!(got.is_ok(), valid, "{kube} {system} {hard}: {got:?}");
+    }
+    // The words, one sentence per resource (upstream's are joined by a space).
+    let c = config("kubeReserved: {cpu: \"20\", memory: 5Gi}\nsystemReserved: {memory: 5Gi}\n");
+    let t = Thresholds::from_config(&c).unwrap();
+    assert_eq!(
+        validate_reservation(&cap(10_000, Some(10 * gi)), &c, &t).unwrap_err(),
+        format!(
+            "invalid Node Allocatable configuration. Resource \"cpu\" has a reservation of 20000m but capacity of 10000m. Expected capacity >= reservation. Resource \"memory\" has a reservation of {} but capacity of {}. Expected capacity >= reservation.",
+            10 * gi + 100 * MI,
+            10 * gi
+        )
+    );
+}
+
 #[test]
 fn observes_this_machine() {
     let o = observe(&Cgroups::detect(), Path::new("/"), None);

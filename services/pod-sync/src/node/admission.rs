@@ -32,16 +32,7 @@ impl NodeResources {
         kubelet: &nodeagent_config::KubeletConfiguration,
         root_dir: &std::path::Path,
     ) -> Self {
-        let fs = if root_dir.exists() {
-            root_dir
-        } else {
-            std::path::Path::new("/")
-        };
-        let mut capacity = cpu_and_memory_capacity();
-        capacity.insert(
-            "ephemeral-storage".to_string(),
-            nodeagent_config::machine::statvfs(fs).map_or(0, |s| s.capacity),
-        );
+        let capacity = capacity(root_dir);
         let thresholds =
             nodeagent_config::eviction::Thresholds::from_config(kubelet).unwrap_or_default();
         let allocatable = nodeagent_config::eviction::allocatable(&capacity, kubelet, &thresholds);
@@ -56,6 +47,26 @@ impl NodeResources {
 }
 
 /// This machine's cpu (millicores) and memory (bytes), as capacity lists them.
+/// This machine's capacity as upstream's container manager takes it: cpu (millicores),
+/// memory, ephemeral-storage (the filesystem of `root_dir`, or of `/` before it exists)
+/// and pid (the kernel's most tasks, pkg/kubelet/stats/pidlimit).
+pub fn capacity(root_dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let fs = if root_dir.exists() {
+        root_dir
+    } else {
+        std::path::Path::new("/")
+    };
+    let mut capacity = cpu_and_memory_capacity();
+    capacity.insert(
+        "ephemeral-storage".to_string(),
+        nodeagent_config::machine::statvfs(fs).map_or(0, |s| s.capacity),
+    );
+    if let (Some(max), _) = nodeagent_config::machine::rlimit() {
+        capacity.insert("pid".into(), max.max(0) as u64);
+    }
+    capacity
+}
+
 pub fn cpu_and_memory_capacity() -> std::collections::BTreeMap<String, u64> {
     std::collections::BTreeMap::from([
         (
