@@ -141,6 +141,14 @@ pub struct KubeletConfiguration {
     /// agent and the runtime, and for the system: taken out of the node's allocatable.
     pub kube_reserved: BTreeMap<String, String>,
     pub system_reserved: BTreeMap<String, String>,
+    /// Feature gates by name. The one acted on is `MemoryQoS` (alpha upstream, off by
+    /// default): on cgroup v2, memory requests become `memory.min` of the container, pod
+    /// and QoS cgroups and limits a `memory.high` below `memory.max`. Any other gate is
+    /// accepted and named in the start-up warning.
+    pub feature_gates: BTreeMap<String, bool>,
+    /// With `MemoryQoS`, how far between its request and its limit (or node allocatable
+    /// memory, without a limit) a container's `memory.high` sits (upstream's default 0.9).
+    pub memory_throttling_factor: f64,
     /// The CPU manager's policy: `none` (every container shares every CPU, upstream's
     /// default) or `static` (whole CPUs of their own for the containers of Guaranteed pods
     /// that request whole CPUs; its state in `<root-dir>/cpu_manager_state`).
@@ -369,6 +377,8 @@ impl Default for KubeletConfiguration {
             system_reserved: BTreeMap::new(),
             system_reserved_cgroup: String::new(),
             kube_reserved_cgroup: String::new(),
+            feature_gates: BTreeMap::new(),
+            memory_throttling_factor: 0.9,
             cpu_manager_policy: "none".into(),
             cpu_manager_policy_options: BTreeMap::new(),
             cpu_manager_reconcile_period: Duration::from_secs(10),
@@ -426,7 +436,15 @@ fn static_pod_url_errors(
     errs
 }
 
+/// The feature gates acted on (see [`KubeletConfiguration::feature_gates`]).
+pub const KNOWN_FEATURE_GATES: &[&str] = &["MemoryQoS"];
+
 impl KubeletConfiguration {
+    /// Whether the `MemoryQoS` feature gate is on.
+    pub fn memory_qos(&self) -> bool {
+        self.feature_gates.get("MemoryQoS") == Some(&true)
+    }
+
     /// `cgroupDriver` (validated: anything else than the two names is refused at load).
     pub fn cgroup_driver(&self) -> crate::cgroup_name::CgroupDriver {
         crate::cgroup_name::CgroupDriver::parse(&self.cgroup_driver).unwrap_or_default()
@@ -659,6 +677,13 @@ impl KubeletConfiguration {
                     "invalid configuration: {name} ({d:?}) must be greater than zero"
                 ));
             }
+        }
+        // upstream's validation.go.
+        if !(self.memory_throttling_factor > 0.0 && self.memory_throttling_factor <= 1.0) {
+            errs.push(format!(
+                "invalid configuration: memoryThrottlingFactor {} must be greater than 0 and less than or equal to 1.0",
+                self.memory_throttling_factor
+            ));
         }
         if !matches!(self.cgroup_driver.as_str(), "cgroupfs" | "systemd") {
             errs.push(format!(

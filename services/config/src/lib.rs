@@ -595,9 +595,18 @@ fn from_document(
     flag_fields: &[(String, String, String)],
 ) -> Result<(KubeletConfiguration, Vec<String>, Vec<String>), DocumentError> {
     let defaults = kubelet_config::default_document();
-    let ignored_fields = upstream_flags::unknown_fields(&doc, &defaults);
+    let mut ignored_fields = upstream_flags::unknown_fields(&doc, &defaults);
     let ignored_flags =
         upstream_flags::apply(&mut doc, &defaults, flag_fields).map_err(DocumentError::Flag)?;
+    // The gates not acted on are named as fields are.
+    if let Some(serde_json::Value::Object(gates)) = doc.get("featureGates") {
+        ignored_fields.extend(
+            gates
+                .keys()
+                .filter(|g| !kubelet_config::KNOWN_FEATURE_GATES.contains(&g.as_str()))
+                .map(|g| format!("featureGates.{g}")),
+        );
+    }
     let mut config: KubeletConfiguration =
         serde_path_to_error::deserialize(serde_json::Value::Object(doc))
             .map_err(|e| DocumentError::Field(format!("{}: {}", e.path(), e.inner())))?;

@@ -12,6 +12,14 @@ pub fn cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// The memory page size in bytes (`os.Getpagesize`), 4096 where it cannot be read.
+pub fn page_size() -> i64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as i64
+}
+
 /// Physical memory in bytes (`MemTotal`), 0 if /proc/meminfo cannot be read.
 pub fn memory_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")

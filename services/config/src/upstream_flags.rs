@@ -201,6 +201,13 @@ fn convert(field: &str, default: &Value, raw: &str) -> Result<Value, String> {
         | "kubeReserved"
         | "systemReserved" => Value::Object(pairs(raw, '=')?),
         // `key=value:Effect` or `key:Effect` (upstream's RegisterWithTaints flag).
+        // `--feature-gates=MemoryQoS=true,...` (cliflag's MapStringBool).
+        "featureGates" => Value::Object(
+            pairs(raw, '=')?
+                .into_iter()
+                .map(|(k, v)| Ok((k, Value::Bool(parse_bool(v.as_str().unwrap_or_default())?))))
+                .collect::<Result<Map<String, Value>, String>>()?,
+        ),
         "registerWithTaints" => Value::Array(list(raw).map(taint).collect::<Result<Vec<_>, _>>()?),
         _ => match default {
             Value::Bool(_) => Value::Bool(parse_bool(raw)?),

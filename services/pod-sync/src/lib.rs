@@ -266,6 +266,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
                 &config.root_dir,
             ),
             pods_limits: container_manager::cgroups::PodsLimits::of_this_node(&config.kubelet),
+            memory_qos: container_manager::memory_qos::MemoryQos::of_this_node(
+                &config.kubelet,
+                std::path::Path::new("/sys/fs/cgroup"),
+            ),
         },
         state: Mutex::new(State {
             readiness: saved.ready,

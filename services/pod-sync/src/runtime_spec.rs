@@ -49,6 +49,8 @@ pub struct NodeContext {
     pub allocatable: crate::node::admission::NodeResources,
     /// What the `kubepods` cgroup is limited to (`enforceNodeAllocatable`).
     pub pods_limits: crate::container_manager::cgroups::PodsLimits,
+    /// Memory QoS, where the `MemoryQoS` gate is on and the node runs cgroup v2.
+    pub memory_qos: Option<crate::container_manager::memory_qos::MemoryQos>,
 }
 
 #[cfg(test)]
@@ -84,6 +86,7 @@ impl NodeContext {
                 memory: 4 << 30,
                 pids: 4 << 20,
             },
+            memory_qos: None,
         }
     }
 }
@@ -331,7 +334,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
-            resources: Some(linux_resources(i.pod, c, i.node.memory_capacity)),
+            resources: Some(linux_resources(i.pod, c, i.node)),
             security_context: Some(security_context(i.pod, c, i.node)?),
         }),
         ..Default::default()
@@ -417,11 +420,12 @@ fn create_world_writable(file: &Path) -> std::io::Result<()> {
 }
 
 /// CPU shares from the request, CFS quota from the limit, memory limit (upstream
-/// `generateLinuxContainerResources` with the cgroupfs driver), and the OOM score by QoS.
+/// `generateLinuxContainerResources` with the cgroupfs driver), the OOM score by QoS, and
+/// with memory QoS the `memory.min` and `memory.high` of cgroup v2 (`unified`).
 /// A container without a limit of its own in a pod with pod-level resources gets the
 /// pod's limit (`getCPULimit`, `getMemoryLimit`), and without a CPU request the shares of
 /// that limit, as upstream's `calculateLinuxResources` takes them.
-pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxContainerResources {
+pub fn linux_resources(pod: &Pod, c: &Container, node: &NodeContext) -> LinuxContainerResources {
     use nodeagent_config::pod_level::{Resource, effective_container_limit};
     let cpu_limit = effective_container_limit(pod, c, Resource::Cpu);
     let cpu_request = quantity::ContainerResources::of(c)
@@ -439,8 +443,12 @@ pub fn linux_resources(pod: &Pod, c: &Container, memory_capacity: u64) -> LinuxC
         oom_score_adj: crate::container_manager::oom::container_oom_score_adj(
             pod,
             c,
-            memory_capacity,
+            node.memory_capacity,
         ),
+        unified: node
+            .memory_qos
+            .map(|q| q.container_unified(c))
+            .unwrap_or_default(),
         ..Default::default()
     }
 }

@@ -668,6 +668,110 @@ async fn a_reservation_beyond_capacity_stops_the_start_and_nothing_runs() {
     cgroup::remove(&root);
 }
 
+/// Memory QoS (upstream's `MemoryQoS` feature gate, KEP-2570) on cgroup v2, as upstream's
+/// kubelet sets it: the container's `memory.min` its request and `memory.high`
+/// `floor((request + memoryThrottlingFactor × (limit − request)) / page) × page`
+/// (kuberuntime_container_linux.go), the pod cgroup's `memory.min` the pod's requests
+/// (`ResourceConfigForPod`), the `burstable` tier's and `kubepods`' the requests of their
+/// pods (`setMemoryQoS`), the tier back to 0 once the pod goes. On cgroup v1 the gate does
+/// nothing (upstream checks `IsCgroup2UnifiedMode`), said once in pod-sync's log, and the
+/// pod runs as without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_qos_sets_memory_min_and_high_on_cgroup_v2() {
+    if !require_runtime("memory QoS") {
+        return;
+    }
+    let root = format!("nodeagent-memqos-{}", std::process::id());
+    let node = Node::start(
+        "memory-qos",
+        NodeOptions {
+            extra_config: format!(
+                "cgroupRoot: /{root}\nfeatureGates:\n  MemoryQoS: true\nmemoryThrottlingFactor: 0.5\n"
+            ),
+            ..NodeOptions::default()
+        },
+    )
+    .await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    node.write_manifest(
+        "burst.yaml",
+        &manifest(
+            "burst",
+            &out,
+            vec![],
+            vec![json!({"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                        "resources": {"requests": {"memory": "32Mi"}, "limits": {"memory": "64Mi"}}})],
+        ),
+    );
+    node.running_container("burst", "app", DEADLINE).await;
+    let p = eventually("burst listed", DEADLINE, || node.pod("burst")).await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let pod_cgroup = format!("{root}/kubepods/burstable/pod{uid}");
+    if !cgroup::is_v2() {
+        let log = node.log(Service::PodSync);
+        assert!(
+            log.contains("the MemoryQoS feature gate needs cgroup v2"),
+            "no word of the gate doing nothing on v1"
+        );
+        assert_eq!(cgroup::memory_limit(&pod_cgroup).unwrap(), Some(64 * MI));
+        node.stop().await;
+        cgroup::remove(&root);
+        return;
+    }
+    let read = |cgroup: &str, file: &str| cgroup::read(&cgroup::file(cgroup, ("", ""), file));
+    let id = eventually("the container's ID", DEADLINE, || async {
+        let p = node.pod("burst").await?;
+        p["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .map(str::to_string)
+            .ok_or_else(|| format!("{}", p["status"]))
+    })
+    .await;
+    let container = format!("{pod_cgroup}/{id}");
+    assert_eq!(
+        read(&container, "memory.min").unwrap(),
+        (32 * MI).to_string()
+    );
+    // (32Mi + 0.5 × 32Mi), a whole number of pages.
+    assert_eq!(
+        read(&container, "memory.high").unwrap(),
+        (48 * MI).to_string()
+    );
+    assert_eq!(
+        read(&container, "memory.max").unwrap(),
+        (64 * MI).to_string()
+    );
+    assert_eq!(
+        read(&pod_cgroup, "memory.min").unwrap(),
+        (32 * MI).to_string()
+    );
+    let burstable = format!("{root}/kubepods/burstable");
+    let kubepods = format!("{root}/kubepods");
+    eventually("the tiers' memory.min", DEADLINE, || async {
+        let got = (
+            read(&burstable, "memory.min")?,
+            read(&kubepods, "memory.min")?,
+        );
+        let want = ((32 * MI).to_string(), (32 * MI).to_string());
+        (got == want).then_some(()).ok_or(format!("{got:?}"))
+    })
+    .await;
+    node.remove_manifest("burst.yaml");
+    eventually(
+        "burstable's memory.min once its pod is gone",
+        DEADLINE,
+        || async {
+            let got = read(&burstable, "memory.min")?;
+            (got == "0").then_some(()).ok_or(got)
+        },
+    )
+    .await;
+    node.stop().await;
+    cgroup::remove(&root);
+}
+
 /// In-place resize on this hierarchy (cgroup v1 on the host, v2 in the guest), through the
 /// `pods/resize` subresource with the kube-rs client: upstream's `doPodResizeAction` sets
 /// the running container's CPU quota, shares and memory limit with

@@ -256,6 +256,9 @@ pub struct PodResources {
     pub cpu_shares: u64,
     pub cpu_quota_us: Option<i64>,
     pub memory_limit_bytes: Option<i64>,
+    /// cgroup v2's `memory.min` with memory QoS ([`super::memory_qos`]); None: left as it
+    /// is (v1 has none).
+    pub memory_min: Option<i64>,
 }
 
 /// Upstream `MinShares` and `MaxShares`.
@@ -296,6 +299,7 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
             .then(|| (cpu_limit.saturating_mul(CFS_PERIOD_US) / 1000).max(MIN_QUOTA_US)),
         memory_limit_bytes: (memory_limit > 0 && (guaranteed || memory.every_container))
             .then_some(memory_limit),
+        memory_min: None,
     }
 }
 
@@ -351,17 +355,27 @@ pub type QosTier = (CgroupName, PodResources, i64);
 /// gets the shares of [`PodsLimits`]'s CPU, its memory as the limit and its tasks as the
 /// pids limit (`getCgroupConfig`); `besteffort` always `MinShares`, `burstable` the shares of the
 /// CPU its pods request together (qos_container_manager_linux.go `setCPUCgroupConfig`,
-/// over the active pods). Memory QoS (`QOSReserved`, alpha) is not done.
+/// over the active pods); with memory QoS, `burstable` and `kubepods` the `memory.min` of
+/// their pods' memory requests (`setMemoryQoS`). `QOSReserved` (alpha) is not done.
 pub fn qos_cgroups<'a>(
     cgroup_root: &str,
     limits: PodsLimits,
     active: impl IntoIterator<Item = &'a Pod>,
+    memory_qos: bool,
 ) -> Vec<QosTier> {
+    let active: Vec<&Pod> = active.into_iter().collect();
     let burstable_cpu: i64 = active
-        .into_iter()
+        .iter()
         .filter(|p| qos_class(p) == QosClass::Burstable)
         .map(|p| crate::node::admission::requests(p).cpu_millis)
         .sum();
+    let (burstable_min, pods_min) = match memory_qos {
+        true => {
+            let (b, p) = super::memory_qos::qos_memory_min(active.iter().copied());
+            (Some(b), Some(p))
+        }
+        false => (None, None),
+    };
     let pods = cgroup_name::pods_cgroup_name(cgroup_root);
     vec![
         (
@@ -370,6 +384,7 @@ pub fn qos_cgroups<'a>(
                 cpu_shares: milli_cpu_to_shares(limits.cpu_millis),
                 cpu_quota_us: None,
                 memory_limit_bytes: (limits.memory > 0).then_some(limits.memory),
+                memory_min: pods_min,
             },
             limits.pids.max(0),
         ),
@@ -377,6 +392,7 @@ pub fn qos_cgroups<'a>(
             pods.child(&["burstable"]),
             PodResources {
                 cpu_shares: milli_cpu_to_shares(burstable_cpu),
+                memory_min: burstable_min,
                 ..Default::default()
             },
             0,
@@ -436,6 +452,9 @@ pub fn ensure_pod_cgroup(
         )?;
         if pids_limit > 0 {
             write(dir.join("pids.max"), pids_limit.to_string())?;
+        }
+        if let Some(min) = res.memory_min {
+            write(dir.join("memory.min"), min.max(0).to_string())?;
         }
         return Ok(());
     }

@@ -119,7 +119,7 @@ fn a_container_gets_the_pod_level_limits_it_does_not_set() {
     }))
     .unwrap();
     let spec = p.spec.as_ref().unwrap();
-    let r = linux_resources(&p, &spec.containers[0], 8 << 30);
+    let r = linux_resources(&p, &spec.containers[0], &node());
     assert_eq!(
         (
             r.cpu_period,
@@ -129,7 +129,7 @@ fn a_container_gets_the_pod_level_limits_it_does_not_set() {
         ),
         (100_000, 300_000, 1024, 256 << 20)
     );
-    let r = linux_resources(&p, &spec.containers[1], 8 << 30);
+    let r = linux_resources(&p, &spec.containers[1], &node());
     assert_eq!(
         (
             r.cpu_period,

@@ -170,6 +170,10 @@ pub fn properties(res: &PodResources, pids_limit: i64, v2: bool) -> Vec<Property
     if pids_limit > 0 {
         props.push(("TasksMax", Value::from(pids_limit as u64)));
     }
+    // runc's systemd v2 manager turns unified `memory.min` into `MemoryMin`.
+    if let (true, Some(min)) = (v2, res.memory_min) {
+        props.push(("MemoryMin", Value::from(min.max(0) as u64)));
+    }
     props
 }
 
@@ -201,6 +205,7 @@ mod tests {
             cpu_shares: 512,
             cpu_quota_us: Some(50_000),
             memory_limit_bytes: Some(128 << 20),
+            memory_min: None,
         };
         assert_eq!(
             keys(&properties(&res, 100, false)),

@@ -275,6 +275,7 @@ fn pod_cgroup_from_pod_level_resources_as_upstreams_table() {
         cpu_shares,
         cpu_quota_us: Some(quota),
         memory_limit_bytes: Some(memory),
+        memory_min: None,
     };
     let shares_only = |cpu_shares: u64| PodResources {
         cpu_shares,
@@ -437,7 +438,8 @@ fn pod_limits_are_sums_only_when_every_container_sets_them() {
         PodResources {
             cpu_shares: 512,
             cpu_quota_us: Some(50_000),
-            memory_limit_bytes: Some(128 << 20)
+            memory_limit_bytes: Some(128 << 20),
+            memory_min: None,
         }
     );
     let r = pod_resources(&two(full, serde_json::json!({"requests": {"cpu": "100m"}})));
@@ -446,7 +448,8 @@ fn pod_limits_are_sums_only_when_every_container_sets_them() {
         PodResources {
             cpu_shares: 358,
             cpu_quota_us: None,
-            memory_limit_bytes: None
+            memory_limit_bytes: None,
+            memory_min: None,
         }
     );
 }
@@ -475,6 +478,7 @@ fn pod_limits_count_init_containers_sidecars_and_overhead() {
                 cpu_shares: 2,
                 cpu_quota_us: None,
                 memory_limit_bytes: Some(64 * MI),
+                memory_min: None,
             },
         ),
         (
@@ -486,6 +490,7 @@ fn pod_limits_count_init_containers_sidecars_and_overhead() {
                 cpu_shares: 2,
                 cpu_quota_us: None,
                 memory_limit_bytes: None,
+                memory_min: None,
             },
         ),
         (
@@ -497,6 +502,7 @@ fn pod_limits_count_init_containers_sidecars_and_overhead() {
                 cpu_shares: 1126, // (1000m + 100m) * 1024 / 1000
                 cpu_quota_us: Some(110_000),
                 memory_limit_bytes: Some(72 * MI),
+                memory_min: None,
             },
         ),
         (
@@ -508,6 +514,7 @@ fn pod_limits_count_init_containers_sidecars_and_overhead() {
                 cpu_shares: 307, // 300m
                 cpu_quota_us: Some(30_000),
                 memory_limit_bytes: Some(20 * MI),
+                memory_min: None,
             },
         ),
         (
@@ -519,6 +526,7 @@ fn pod_limits_count_init_containers_sidecars_and_overhead() {
                 cpu_shares: 2,
                 cpu_quota_us: None,
                 memory_limit_bytes: None,
+                memory_min: None,
             },
         ),
     ];
@@ -537,6 +545,7 @@ fn pod_cgroup_is_created_with_its_limits_on_v1() {
         cpu_shares: 512,
         cpu_quota_us: Some(50_000),
         memory_limit_bytes: Some(1 << 20),
+        memory_min: None,
     };
     ensure_pod_cgroup(fs.path(), "/kubepods/podu1", &res, 100).unwrap();
     let read = |p: &str| std::fs::read_to_string(fs.path().join(p)).unwrap();
@@ -584,6 +593,7 @@ fn qos_tiers_for_upstreams_active_test_pods() {
         "/r",
         limits,
         [&guaranteed, &burstable1, &burstable2, &best_effort],
+        false,
     );
     let by_name: Vec<(String, PodResources, i64)> = tiers
         .into_iter()
@@ -598,6 +608,7 @@ fn qos_tiers_for_upstreams_active_test_pods() {
                     cpu_shares: 1536,
                     cpu_quota_us: None,
                     memory_limit_bytes: Some(3 << 30),
+                    memory_min: None,
                 },
                 4096
             ),
@@ -620,13 +631,27 @@ fn qos_tiers_for_upstreams_active_test_pods() {
         ]
     );
     // No Burstable pod: MilliCPUToShares(0) is MinShares, as upstream's.
-    let none = qos_cgroups("/", limits, [&guaranteed]);
+    let none = qos_cgroups("/", limits, [&guaranteed], false);
     assert_eq!(none[1].0.to_cgroupfs(), "/kubepods/burstable");
     assert_eq!(none[1].1.cpu_shares, 2);
     assert_eq!(milli_cpu_to_shares(0), 2);
     assert_eq!(milli_cpu_to_shares(1), 2);
     assert_eq!(milli_cpu_to_shares(250), 256);
     assert_eq!(milli_cpu_to_shares(i64::MAX), 262_144);
+    // With memory QoS, `memory.min` of `burstable` its pods' requests and of `kubepods`
+    // the Guaranteed and Burstable pods' (qos_container_manager_linux.go `setMemoryQoS`);
+    // back to 0 once no pod requests any.
+    let all = [&guaranteed, &burstable1, &burstable2, &best_effort];
+    let with = qos_cgroups("/r", limits, all, true);
+    // upstream's TestQoSContainerCgroup values for these pods: 512Mi and 384Mi.
+    assert_eq!(with[0].1.memory_min, Some(512 << 20));
+    assert_eq!(with[1].1.memory_min, Some(384 << 20));
+    assert_eq!(with[2].1.memory_min, None);
+    let empty = qos_cgroups("/r", limits, [&best_effort], true);
+    assert_eq!(
+        (empty[0].1.memory_min, empty[1].1.memory_min),
+        (Some(0), Some(0))
+    );
 }
 
 /// `enforceNodeAllocatable: [pods]` (the default) limits `kubepods` to capacity less the

@@ -92,6 +92,7 @@ fn wider(
         cpu_shares: a.cpu_shares.max(b.cpu_shares),
         cpu_quota_us: max(a.cpu_quota_us, b.cpu_quota_us),
         memory_limit_bytes: max(a.memory_limit_bytes, b.memory_limit_bytes),
+        memory_min: None,
     }
 }
 
@@ -560,8 +561,7 @@ impl PodSync {
             (new.memory_limit > old.memory_limit) || (new.cpu_request > old.cpu_request)
         });
         for (c, r, _) in ordered {
-            let linux: LinuxContainerResources =
-                runtime_spec::linux_resources(pod, c, self.node.memory_capacity);
+            let linux: LinuxContainerResources = runtime_spec::linux_resources(pod, c, &self.node);
             let mut runtime = self.cri.runtime.clone();
             let request = self.cri.request(UpdateContainerResourcesRequest {
                 container_id: r.id.clone(),
@@ -669,11 +669,13 @@ mod tests {
             cpu_shares: 1024,
             cpu_quota_us: Some(100_000),
             memory_limit_bytes: Some(100),
+            memory_min: None,
         };
         let b = PodResources {
             cpu_shares: 512,
             cpu_quota_us: Some(200_000),
             memory_limit_bytes: None,
+            memory_min: None,
         };
         assert_eq!(
             wider(&a, &b),
@@ -681,6 +683,7 @@ mod tests {
                 cpu_shares: 1024,
                 cpu_quota_us: Some(200_000),
                 memory_limit_bytes: None,
+                memory_min: None,
             }
         );
     }

@@ -28,6 +28,7 @@ impl PodSync {
                 &self.node.cgroup_root,
                 self.node.pods_limits,
                 active.into_values(),
+                self.node.memory_qos.is_some(),
             )
         };
         if *set == tiers {
@@ -85,7 +86,10 @@ impl PodSync {
             // The tiers first, with this pod among the active ones (upstream's syncPod calls
             // UpdateQOSCgroups before it makes a pod cgroup).
             self.update_qos_cgroups().await;
-            let res = crate::container_manager::cgroups::pod_resources(pod);
+            let mut res = crate::container_manager::cgroups::pod_resources(pod);
+            if self.node.memory_qos.is_some() {
+                res.memory_min = crate::container_manager::memory_qos::pod_memory_min(pod);
+            }
             self.cgroups
                 .ensure(&name, &res, self.node.pod_pids_limit)
                 .await
