@@ -38,7 +38,8 @@ fn file_then_flags_override() {
         &path,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          staticPodPath: /etc/kubernetes/manifests\nreadOnlyPort: 10255\n\
-         fileCheckFrequency: 5s\ntopologyManagerPolicy: none\n",
+         fileCheckFrequency: 5s\ntopologyManagerPolicy: none\n\
+         featureGates: {MemoryQoS: true, SidecarContainers: true}\n",
     )
     .unwrap();
     let p = path.to_str().unwrap();
@@ -46,7 +47,15 @@ fn file_then_flags_override() {
     assert_eq!(c.kubelet.static_pod_path.as_deref(), Some(Path::new("/m")));
     assert_eq!(c.kubelet.read_only_port, 10255);
     assert_eq!(c.kubelet.file_check_frequency, Duration::from_secs(5));
-    assert_eq!(c.ignored_fields, vec!["topologyManagerPolicy".to_string()]);
+    // The one gate acted on is not named; any other is, as a field.
+    assert!(c.kubelet.memory_qos());
+    assert_eq!(
+        c.ignored_fields,
+        vec![
+            "topologyManagerPolicy".to_string(),
+            "featureGates.SidecarContainers".to_string()
+        ]
+    );
 }
 
 /// component-base's `LoggingConfiguration` in the file (`logging.format`,

@@ -438,6 +438,8 @@ mod tests {
                 "false",
             ),
             ("seccomp-default", "seccompDefault", "false"),
+            // cliflag's MapStringBool: `Name=bool,...`, Go's ParseBool.
+            ("feature-gates", "featureGates", "MemoryQoS=true, Foo=F"),
         ]
         .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
         let ignored = apply(&mut doc, &defaults, &fields).unwrap();
@@ -456,6 +458,7 @@ mod tests {
                     {"key": "c", "effect": "NoExecute"}
                 ],
                 "authentication": {"webhook": {"enabled": false}},
+                "featureGates": {"MemoryQoS": true, "Foo": false},
             })
         );
         for (flag, field, raw, want) in [
