@@ -507,9 +507,13 @@ check "systemctl stop kubelet stops the seven; the pods keep running" wait_until
 check "after systemctl stop kubelet: pod containers and PIDs untouched" stays_same 2 "$before" snapshot
 
 # The systemd cgroup driver at work (kubeadm's cgroupDriver: systemd, runc's SystemdCgroup):
-# a BestEffort and a Guaranteed pod get upstream's slices (cgroup_manager_linux.go's names:
+# a BestEffort, a Burstable and a Guaranteed pod get upstream's slices
+# (cgroup_manager_linux.go's names:
 # kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid, - as _>.slice),
-# created through systemd with the pod's limits, containerd's scopes inside; their removal
+# created through systemd with the pod's limits, containerd's scopes inside; the QoS
+# slices and kubepods.slice get what upstream's QoS and node container managers give them
+# (kubeadm's config reserves nothing: kubepods.slice the machine's CPUs as shares and its
+# memory as the limit; the burstable slice the shares of its one pod's 300m); their removal
 # stops the slices.
 t=$SECONDS
 dx systemctl start kubelet
@@ -522,16 +526,18 @@ sliced_pod() { # NAME [RESOURCES-LINE...]
 sliced_pod sliced-be | docker exec -i "$NAME" tee /etc/kubernetes/manifests/sliced-be.yaml >/dev/null
 sliced_pod sliced-g "    resources:" "      limits: {cpu: 200m, memory: 64Mi}" \
   | docker exec -i "$NAME" tee /etc/kubernetes/manifests/sliced-g.yaml >/dev/null
+sliced_pod sliced-b "    resources:" "      requests: {cpu: 300m, memory: 32Mi}" \
+  | docker exec -i "$NAME" tee /etc/kubernetes/manifests/sliced-b.yaml >/dev/null
 # NAME's UID once its container has started: its log directory, as `ls /var/log/pods`
 # shows it (<namespace>_<pod>_<uid>; the kubelet API here takes kubeadm's client CA only).
 sliced_uid() {
   dsh "ls /var/log/pods/default_$1-*/main/0.log 2>/dev/null" | head -n 1 | cut -d/ -f5 | awk -F_ '{print $NF}'
 }
-sliced_running() { [ -n "$(sliced_uid sliced-be)" ] && [ -n "$(sliced_uid sliced-g)" ]; }
+sliced_running() { [ -n "$(sliced_uid sliced-be)" ] && [ -n "$(sliced_uid sliced-g)" ] && [ -n "$(sliced_uid sliced-b)" ]; }
 if wait_until 120 sliced_running; then
-  pass "a BestEffort and a Guaranteed pod start under the systemd driver ($((SECONDS - t)) s)"
+  pass "a BestEffort, a Burstable and a Guaranteed pod start under the systemd driver ($((SECONDS - t)) s)"
 else
-  fail "a BestEffort and a Guaranteed pod start under the systemd driver"
+  fail "a BestEffort, a Burstable and a Guaranteed pod start under the systemd driver"
   dsh "ls /var/log/pods; journalctl -u nodeagent-pod-sync -n 30 --no-pager" || true
 fi
 # /etc/default/kubelet's --vmodule=runtime_calls=4 (klog's per-file verbosity) under -v=2:
@@ -542,18 +548,24 @@ vmodule_line() {
 }
 check_within "--vmodule=runtime_calls=4: pod-sync writes that file's debug line (QoS cgroups set)" 30 vmodule_line \
   || dsh "journalctl --no-pager -u nodeagent-pod-sync --since '-180s' | grep -iE 'qos|runtime_calls' | tail -n 10" 2>&1 | sed 's/^/    /' || true
-be_uid=$(sliced_uid sliced-be); g_uid=$(sliced_uid sliced-g)
+be_uid=$(sliced_uid sliced-be); g_uid=$(sliced_uid sliced-g); b_uid=$(sliced_uid sliced-b)
 be_slice="kubepods-besteffort-pod${be_uid//-/_}.slice"
 g_slice="kubepods-pod${g_uid//-/_}.slice"
+b_slice="kubepods-burstable-pod${b_uid//-/_}.slice"
 be_dir="kubepods.slice/kubepods-besteffort.slice/$be_slice"
 g_dir="kubepods.slice/$g_slice"
+b_dir="kubepods.slice/kubepods-burstable.slice/$b_slice"
 # A cgroup file of the v1 controller CTL or of the v2 tree.
 cg_file() { # CTL V1-FILE V2-FILE DIR
   if dx test -e /sys/fs/cgroup/cgroup.controllers; then dx cat "/sys/fs/cgroup/$4/$3"; else dx cat "/sys/fs/cgroup/$1/$4/$2"; fi
 }
+# v1 shares as v2's weight (runc's ConvertCPUSharesToCgroupV2Value) where the node is v2.
+shares_as() { # SHARES
+  if dx test -e /sys/fs/cgroup/cgroup.controllers; then echo $((1 + ($1 - 2) * 9999 / 262142)); else echo "$1"; fi
+}
 slices_as_upstream() {
-  local s shares quota mem
-  for s in "$be_slice" "$g_slice"; do
+  local s shares quota mem b_shares tier_shares pods_shares pods_mem want_mem cpus
+  for s in "$be_slice" "$g_slice" "$b_slice"; do
     [ "$(dx systemctl is-active "$s")" = active ] || { echo "$s: $(dx systemctl is-active "$s")"; return 1; }
   done
   # The containers are containerd's scopes inside the pod slices.
@@ -565,19 +577,31 @@ slices_as_upstream() {
   [ "$mem" = 67108864 ] || { echo "Guaranteed slice memory limit $mem, want 67108864"; return 1; }
   quota=$(cg_file cpu cpu.cfs_quota_us cpu.max "$g_dir")
   [ "${quota%% *}" = 20000 ] || { echo "Guaranteed slice CPU quota $quota, want 20000 per 100000"; return 1; }
-  info "slices: $be_dir (cpu $shares), $g_dir (memory $mem, quota ${quota%% *})"
+  # MilliCPUToShares(300) = 307, for the pod and for its tier, the one Burstable pod.
+  b_shares=$(cg_file cpu cpu.shares cpu.weight "$b_dir")
+  [ "$b_shares" = "$(shares_as 307)" ] || { echo "Burstable slice cpu shares/weight $b_shares, want $(shares_as 307)"; return 1; }
+  tier_shares=$(cg_file cpu cpu.shares cpu.weight kubepods.slice/kubepods-burstable.slice)
+  [ "$tier_shares" = "$(shares_as 307)" ] || { echo "kubepods-burstable.slice cpu shares/weight $tier_shares, want $(shares_as 307)"; return 1; }
+  cpus=$(dx nproc)
+  pods_shares=$(cg_file cpu cpu.shares cpu.weight kubepods.slice)
+  [ "$pods_shares" = "$(shares_as $((cpus * 1024)))" ] || { echo "kubepods.slice cpu shares/weight $pods_shares, want $(shares_as $((cpus * 1024)))"; return 1; }
+  # (in whole pages, as the kernel keeps a limit)
+  want_mem=$(dx awk '/^MemTotal:/ {printf "%.0f", int($2 * 1024 / 4096) * 4096}' /proc/meminfo)
+  pods_mem=$(cg_file memory memory.limit_in_bytes memory.max kubepods.slice)
+  [ "$pods_mem" = "$want_mem" ] || { echo "kubepods.slice memory limit $pods_mem, want MemTotal $want_mem"; return 1; }
+  info "slices: $be_dir (cpu $shares), $g_dir (memory $mem, quota ${quota%% *}), $b_dir (cpu $b_shares, tier $tier_shares), kubepods.slice (cpu $pods_shares, memory $pods_mem)"
 }
-slices_name="the pods' slices as upstream names them: active, containerd's scopes inside, BestEffort at the minimum CPU shares, the Guaranteed limits"
+slices_name="the pods' slices as upstream names them: active, containerd's scopes inside, BestEffort at the minimum CPU shares, the Guaranteed limits, the Burstable pod's and tier's shares, kubepods.slice at the machine's CPUs and memory"
 if wait_until 30 slices_as_upstream; then
   pass "$slices_name"; slices_as_upstream
 else
   fail "$slices_name"; slices_as_upstream 2>&1 | sed 's/^/    /' || true
   dsh "systemctl list-units --no-pager --all 'kubepods*' 'cri-containerd*'; find /sys/fs/cgroup/memory/kubepods.slice /sys/fs/cgroup/kubepods.slice -type d 2>/dev/null; for p in \$($CTR tasks ls | awk 'NR>1 {print \$2}'); do echo pid \$p; grep -E 'memory|cpu,' /proc/\$p/cgroup; done" 2>&1 | sed 's/^/    /' || true
 fi
-dx rm -f /etc/kubernetes/manifests/sliced-be.yaml /etc/kubernetes/manifests/sliced-g.yaml
+dx rm -f /etc/kubernetes/manifests/sliced-be.yaml /etc/kubernetes/manifests/sliced-g.yaml /etc/kubernetes/manifests/sliced-b.yaml
 slices_gone() {
   local s
-  for s in "$be_slice" "$g_slice"; do
+  for s in "$be_slice" "$g_slice" "$b_slice"; do
     [ "$(dx systemctl is-active "$s")" != active ] || { echo "$s still active"; return 1; }
   done
   ! dx test -e "/sys/fs/cgroup/memory/$be_dir" && ! dx test -e "/sys/fs/cgroup/$be_dir" || { echo "$be_dir left"; return 1; }

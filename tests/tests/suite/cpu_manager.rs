@@ -9,10 +9,10 @@
 //! The pod-resources API (upstream's `v1.PodResourcesLister` on
 //! `<root-dir>/pod-resources/kubelet.sock`, what monitoring agents read) shows each pod's
 //! exclusive CPUs and the allocatable ones.
-//! Attacked: a SIGKILL of pod-sync changes no assignment, no container, no phase, no
-//! pod-resources answer; a pod going gives its CPU back to the running shared containers;
-//! a state file of another policy stops pod-sync's start in upstream's words and disturbs
-//! no running pod.
+//! Attacked: a SIGKILL of each service in turn changes no assignment, no container, no
+//! phase, no pod-resources answer; a pod going gives its CPU back to the running shared
+//! containers; a state file of another policy stops pod-sync's start in upstream's words
+//! and disturbs no running pod.
 
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
@@ -240,7 +240,8 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     );
     assert_eq!(node.container_id("greedy", "c").await, None);
 
-    // SIGKILL pod-sync: nothing a user watches moves, nor the state file.
+    // SIGKILL every service, one after another (pod-sync, which holds the CPU manager,
+    // among them): nothing a user watches moves, nor the state file.
     let before = (
         node.watched("exclusive").await,
         node.watched("shared").await,
@@ -248,9 +249,11 @@ async fn static_policy_gives_guaranteed_containers_cpus_of_their_own_across_rest
     assert_eq!(before.0[0], "Running");
     assert_eq!(before.0[1], "True");
     let file_before = std::fs::read(node.path("root/cpu_manager_state")).unwrap();
-    node.signal(Service::PodSync, Signal::SIGKILL).await;
-    node.spawn(Service::PodSync);
-    node.wait_serving(Service::PodSync).await;
+    for service in Service::ALL {
+        node.signal(service, Signal::SIGKILL).await;
+        node.spawn(service);
+        node.wait_serving(service).await;
+    }
     let resources_after = eventually("the pod-resources API back", DEADLINE, || {
         pod_resources(&node)
     })
