@@ -28,3 +28,21 @@ pub mod deviceplugin {
 pub mod k8s;
 
 pub use kubelet::v1 as api;
+
+impl api::RuntimePodStatus {
+    /// Whether any of the pod's containers runs.
+    pub fn any_container_running(&self) -> bool {
+        self.containers
+            .iter()
+            .any(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+    }
+
+    /// Whether anything of the pod still runs: a container, or a ready sandbox.
+    pub fn anything_runs(&self) -> bool {
+        self.any_container_running()
+            || self
+                .sandboxes
+                .iter()
+                .any(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+    }
+}

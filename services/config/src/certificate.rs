@@ -141,7 +141,7 @@ impl Pair {
             .not_after
             .duration_since(self.not_before)
             .unwrap_or_default();
-        self.not_before + total.mul_f64(0.7 + 0.2 * random_fraction())
+        self.not_before + total.mul_f64(0.7 + 0.2 * crate::duration::random_fraction())
     }
 }
 
@@ -164,15 +164,6 @@ fn pem_blocks(text: &str) -> Vec<(&str, &str)> {
         rest = &rest[stop..];
     }
     out
-}
-
-/// A number in [0, 1) from the standard library's random hash keys.
-fn random_fraction() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let n = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    (n >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Writes a new pair as `<prefix>-<time>.pem` and points `<prefix>-current.pem` at it

@@ -89,6 +89,22 @@ pub mod serde_go {
     }
 }
 
+/// A number in [0, 1) from the standard library's random hash keys (fresh keys per call:
+/// enough for spreading timers, not for secrets).
+pub fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let n = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (n >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Upstream's `wait.Jitter(duration, maxFactor)`: `duration` and a random part of
+/// `max_factor` times it (`duration + rand.Float64() * maxFactor * duration`).
+pub fn jitter(duration: Duration, max_factor: f64) -> Duration {
+    duration + duration.mul_f64(random_fraction() * max_factor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +133,19 @@ mod tests {
         assert_eq!(format_go_duration(Duration::from_secs(20)), "20s");
         assert_eq!(format_go_duration(Duration::from_millis(500)), "500ms");
         assert_eq!(format_go_duration(Duration::from_secs(7260)), "2h1m0s");
+    }
+
+    /// `wait.Jitter`'s contract (apimachinery wait/jitter.go): never less than the
+    /// duration, less than duration × (1 + maxFactor), and different draw to draw.
+    #[test]
+    fn jitter_stays_within_its_factor_and_varies() {
+        let d = Duration::from_secs(10);
+        let draws: Vec<Duration> = (0..200).map(|_| jitter(d, 0.5)).collect();
+        assert!(
+            draws.iter().all(|j| *j >= d && *j < d.mul_f64(1.5)),
+            "{draws:?}"
+        );
+        let (min, max) = (draws.iter().min().unwrap(), draws.iter().max().unwrap());
+        assert!(*max - *min > Duration::from_secs(3), "{min:?}..{max:?}");
     }
 }

@@ -39,11 +39,10 @@ impl PodSync {
             (None, None) => return false,
         };
         let terminated = terminating
-            && st.runtime.get(uid).is_none_or(|rt| {
-                rt.containers.iter().all(|c| {
-                    c.state != nodeagent_proto::cri::ContainerState::ContainerRunning as i32
-                })
-            });
+            && !st
+                .runtime
+                .get(uid)
+                .is_some_and(|rt| rt.any_container_running());
         let empty = HashMap::new();
         let waiting = st.waiting.get(uid).unwrap_or(&empty);
         // After a restart, a finished pod's record stands for what it published last.

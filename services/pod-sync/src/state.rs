@@ -238,20 +238,14 @@ impl State {
     /// failed is tried again, as upstream's worker re-queues a failed `syncTerminatingPod`).
     pub fn resyncs(&self, uid: &str) -> bool {
         use crate::worker::workers::PodWorkerState;
-        use nodeagent_proto::cri::{ContainerState, PodSandboxState};
         if !self.desired.contains_key(uid) {
             return false;
         }
         match self.worker_states.get(uid) {
-            Some(PodWorkerState::Terminated) => self.runtime.get(uid).is_some_and(|rt| {
-                rt.containers
-                    .iter()
-                    .any(|c| c.state == ContainerState::ContainerRunning as i32)
-                    || rt
-                        .sandboxes
-                        .iter()
-                        .any(|s| s.state == PodSandboxState::SandboxReady as i32)
-            }),
+            Some(PodWorkerState::Terminated) => self
+                .runtime
+                .get(uid)
+                .is_some_and(RuntimePodStatus::anything_runs),
             _ => true,
         }
     }

@@ -319,7 +319,7 @@ impl ProbeManager {
         // container at once; each worker first waits a random part of its period. A
         // container that starts later is probed at once.
         if period > self.started.elapsed() {
-            tokio::time::sleep(start_jitter(&key, period)).await;
+            tokio::time::sleep(start_jitter(period)).await;
         }
         let mut state = WorkerState::new(
             Kind::try_from(key.2).unwrap_or(Kind::Unspecified),
@@ -489,12 +489,9 @@ fn verdict(kind: &str, checked: Checked) -> Verdict {
     }
 }
 
-/// A random part of `period` (upstream `rand.Float64() * period`), drawn from the
-/// process's random hash keys.
-fn start_jitter(key: &WorkerKey, period: Duration) -> Duration {
-    use std::hash::BuildHasher;
-    let draw = std::collections::hash_map::RandomState::new().hash_one(key);
-    period.mul_f64((draw % 1_000_000) as f64 / 1_000_000.0)
+/// A random part of `period` (upstream `rand.Float64() * period`).
+fn start_jitter(period: Duration) -> Duration {
+    period.mul_f64(nodeagent_config::duration::random_fraction())
 }
 
 fn probes(c: &Container) -> Vec<(Kind, Probe)> {
@@ -592,9 +589,7 @@ mod tests {
     #[test]
     fn start_jitter_stays_within_the_period_and_varies() {
         let period = Duration::from_secs(10);
-        let draws: HashSet<Duration> = (0..20)
-            .map(|i| start_jitter(&("uid".into(), format!("c{i}"), 1), period))
-            .collect();
+        let draws: HashSet<Duration> = (0..20).map(|_| start_jitter(period)).collect();
         assert!(draws.iter().all(|d| *d < period), "{draws:?}");
         assert!(draws.len() > 10, "spread, not one value: {draws:?}");
     }

@@ -87,10 +87,8 @@ pub fn kill_timeout(grace_seconds: i64) -> Duration {
 
 /// When a pod is synced again after a sync: upstream's `wait.Jitter(resyncInterval, 0.5)`,
 /// `period` and a random part of half of it.
-pub fn resync_after(uid: &str, period: Duration) -> Duration {
-    use std::hash::BuildHasher;
-    let draw = std::collections::hash_map::RandomState::new().hash_one(uid);
-    period + period.mul_f64((draw % 1_000_000) as f64 / 2_000_000.0)
+pub fn resync_after(period: Duration) -> Duration {
+    nodeagent_config::duration::jitter(period, 0.5)
 }
 
 /// What one sync concluded.
@@ -253,14 +251,14 @@ impl PodSync {
                 // that finished here and of which nothing runs is not.
                 Ok(SyncOutcome::Idle) => {
                     if self.lock().resyncs(&uid) {
-                        self.trigger_later(&uid, resync_after(&uid, self.resync));
+                        self.trigger_later(&uid, resync_after(self.resync));
                     }
                 }
                 Ok(SyncOutcome::RetryAfter(d)) => {
                     // A long back-off (up to 5 minutes) does not hold back what every sync
                     // does (volume contents, the deadline, the status) past a resync.
                     let d = match self.lock().resyncs(&uid) {
-                        true => d.min(resync_after(&uid, self.resync)),
+                        true => d.min(resync_after(self.resync)),
                         false => d,
                     };
                     self.trigger_later(&uid, d)
@@ -416,7 +414,7 @@ mod tests {
     #[test]
     fn resyncs_come_after_the_period_spread_over_half_of_it() {
         let period = Duration::from_secs(60);
-        let draws: Vec<Duration> = (0..500).map(|_| resync_after("uid", period)).collect();
+        let draws: Vec<Duration> = (0..500).map(|_| resync_after(period)).collect();
         assert!(
             draws
                 .iter()
