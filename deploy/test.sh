@@ -58,6 +58,13 @@ fi
 # own kernel and 4 GiB), which the cgroup2 phase below runs with NODEAGENT_TEST_NODE_OOM=1.
 leave_out 'test(=oom::a_node_wide_oom_posts_system_oom_even_while_node_status_is_down)' \
   "oom's node-wide OOM on this host: it runs in the cgroup v2 guest (phase cgroup2)"
+# The systemd cgroup driver on cgroup v2 needs systemd as PID 1 on a v2 host, and switches
+# the main runtime's runc to SystemdCgroup while it runs (the v1 host's systemd driver is
+# the systemd test's node).
+if [ ! -e /sys/fs/cgroup/cgroup.controllers ] || [ ! -d /run/systemd/system ]; then
+  leave_out 'test(=resources::the_systemd_driver_makes_upstreams_slices_on_cgroup_v2)' \
+    "the systemd driver on cgroup v2: this host is not a systemd cgroup v2 host; it runs in the cgroup v2 guest (phase cgroup2)"
+fi
 # The compose node and the systemd test's node run on the host's disk with upstream's
 # default thresholds (nodefs.available<10%, imagefs.available<15%): below them they are
 # under DiskPressure and refuse pods. Said at the start, not found out from a failed test.

@@ -5,7 +5,8 @@
 //! whose memory limit counts an init container bigger than the app; `kubepods` and the
 //! QoS tiers' shares and limits, and the CPU divided by them under contention;
 //! systemReserved enforced on its existing cgroup; a reservation beyond capacity stops
-//! pod-sync's start; memory QoS's `memory.min` and `memory.high` on cgroup v2. An HTTP readiness probe redirected to another host is a success with
+//! pod-sync's start; memory QoS's `memory.min` and `memory.high` on cgroup v2; the systemd
+//! driver's slices on cgroup v2. An HTTP readiness probe redirected to another host is a success with
 //! a ProbeWarning event. An in-place resize reaches the container's and the pod's cgroups.
 //! Pod-level resources decide the QoS class, the pod cgroup, the limits of containers
 //! without their own and their OOM scores.
@@ -916,6 +917,169 @@ async fn memory_qos_sets_memory_min_and_high_on_cgroup_v2() {
     .await;
     node.stop().await;
     cgroup::remove(&root);
+}
+
+/// Runs `deploy/runtime/setup.sh` for the main runtime, with runc's `SystemdCgroup` as
+/// `systemd` says; panics with its output when it fails.
+fn runtime_setup(systemd: bool) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("bash")
+        .arg(repo.join("deploy/runtime/setup.sh"))
+        .env("NODEAGENT_SYSTEMD_CGROUP", systemd.to_string())
+        .env("NODEAGENT_TEST_RUNTIMES", "0")
+        .output()
+        .expect("run deploy/runtime/setup.sh");
+    assert!(
+        out.status.success(),
+        "setup.sh (SystemdCgroup = {systemd}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Puts the main runtime back on cgroupfs, whatever the test ended with.
+struct CgroupfsAgain;
+
+impl Drop for CgroupfsAgain {
+    fn drop(&mut self) {
+        runtime_setup(false);
+    }
+}
+
+/// The systemd cgroup driver on cgroup v2 (the v1 host's is shown by the systemd test's
+/// node, `operations::systemd_as_pid_1_...`): with runc's `SystemdCgroup = true` and
+/// `cgroupDriver: systemd`, a BestEffort, a Burstable and a Guaranteed pod get upstream's
+/// slices (cgroup_manager_linux.go's names, `kubepods.slice/kubepods-burstable.slice/
+/// kubepods-burstable-pod<uid, - as _>.slice`), with the v2 files runc's systemd manager
+/// gives their unit properties: `cpu.weight` from the shares (BestEffort 1, the 300m
+/// pod's and its tier's the weight of 307 shares), the Guaranteed pod's `memory.max` and
+/// `cpu.max`, kubepods.slice the machine's CPUs as weight and its memory as `memory.max`;
+/// removed pods' slices go. Needs systemd as PID 1 on cgroup v2 and the main runtime to
+/// itself: the cgroup v2 guest (phase cgroup2); deploy/test.sh leaves it out elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_systemd_driver_makes_upstreams_slices_on_cgroup_v2() {
+    if !require_runtime("the systemd driver on cgroup v2") {
+        return;
+    }
+    assert!(
+        cgroup::is_v2() && Path::new("/run/systemd/system").is_dir(),
+        "needs systemd as PID 1 on cgroup v2 (the cgroup v2 guest)"
+    );
+    let lease = nodeagent_tests::runtime::lease().await;
+    assert_eq!(
+        lease.runtime.index, 0,
+        "needs the main runtime, whose runc setup.sh switches to systemd"
+    );
+    runtime_setup(true);
+    let _restore = CgroupfsAgain;
+    let node = Node::start_on(
+        "systemd-v2",
+        NodeOptions {
+            extra_config: "cgroupDriver: systemd\n".into(),
+            ..NodeOptions::default()
+        },
+        lease,
+    )
+    .await;
+    let out = node.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let pods = [
+        ("sliced-be", json!({})),
+        (
+            "sliced-b",
+            json!({"requests": {"cpu": "300m", "memory": "32Mi"}}),
+        ),
+        (
+            "sliced-g",
+            json!({"limits": {"cpu": "200m", "memory": "64Mi"}}),
+        ),
+    ];
+    for (name, resources) in &pods {
+        node.write_manifest(
+            &format!("{name}.yaml"),
+            &manifest(
+                name,
+                &out,
+                vec![],
+                vec![
+                    json!({"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                            "resources": resources}),
+                ],
+            ),
+        );
+    }
+    let mut slices = Vec::new();
+    for (name, tier) in [
+        ("sliced-be", Some("besteffort")),
+        ("sliced-b", Some("burstable")),
+        ("sliced-g", None),
+    ] {
+        node.running_container(name, "c", DEADLINE).await;
+        let p = eventually(&format!("{name} listed"), DEADLINE, || node.pod(name)).await;
+        let uid = p["metadata"]["uid"].as_str().unwrap().replace('-', "_");
+        slices.push(match tier {
+            Some(t) => format!("kubepods.slice/kubepods-{t}.slice/kubepods-{t}-pod{uid}.slice"),
+            None => format!("kubepods.slice/kubepods-pod{uid}.slice"),
+        });
+    }
+    let read =
+        |dir: &str, file: &str| cgroup::read(&Path::new("/sys/fs/cgroup").join(dir).join(file));
+    let (be, b, g) = (&slices[0], &slices[1], &slices[2]);
+    // containerd's scopes inside the pod slices.
+    let scopes = std::fs::read_dir(Path::new("/sys/fs/cgroup").join(b))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cri-containerd-")
+        })
+        .count();
+    assert!(scopes >= 1, "no cri-containerd scope in {b}");
+    let memory = nodeagent_config::machine::memory_bytes() as i64;
+    let cpus = nodeagent_config::machine::cpus() as u64;
+    eventually("the slices' v2 files", DEADLINE, || async {
+        for (dir, shares) in [
+            (be.as_str(), 2),
+            (b.as_str(), shares(300)),
+            ("kubepods.slice/kubepods-burstable.slice", shares(300)),
+            ("kubepods.slice", cpus * 1024),
+        ] {
+            if !cgroup::cpu_weight_matches_shares(dir, shares)? {
+                return Err(format!(
+                    "{dir}: cpu.weight {:?}, not {shares} shares",
+                    read(dir, "cpu.weight")
+                ));
+            }
+        }
+        let got = (
+            read(g, "memory.max")?,
+            read(g, "cpu.max")?,
+            read("kubepods.slice", "memory.max")?,
+        );
+        let want = (
+            (64 * MI).to_string(),
+            "20000 100000".to_string(),
+            (memory / 4096 * 4096).to_string(),
+        );
+        (got == want)
+            .then_some(())
+            .ok_or(format!("{got:?}, want {want:?}"))
+    })
+    .await;
+    for (name, _) in &pods {
+        node.remove_manifest(&format!("{name}.yaml"));
+    }
+    eventually("the pods' slices gone", DEADLINE, || async {
+        match slices
+            .iter()
+            .find(|s| Path::new("/sys/fs/cgroup").join(s).exists())
+        {
+            Some(s) => Err(format!("{s} left")),
+            None => Ok(()),
+        }
+    })
+    .await;
+    node.stop().await;
 }
 
 /// In-place resize on this hierarchy (cgroup v1 on the host, v2 in the guest), through the
