@@ -662,6 +662,22 @@ async fn a_probe_redirected_to_another_host_succeeds_with_a_probe_warning_event(
     node.stop().await;
 }
 
+/// Waits until pod-sync (process `pid`) has exited with `want` in its log.
+async fn pod_sync_refuses_to_start(node: &Node, pid: u32, want: &str) {
+    eventually("pod-sync refuses to start", DEADLINE, || async {
+        let log = node.log(Service::PodSync);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let exited = stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z");
+        (exited && log.contains(want)).then_some(()).ok_or_else(|| {
+            format!(
+                "exited: {exited}; log tail: {}",
+                &log[log.len().saturating_sub(600)..]
+            )
+        })
+    })
+    .await;
+}
+
 /// upstream's system-reserved enforcement (`node_container_manager_linux.go`,
 /// `enforceExistingCgroup`): with `enforceNodeAllocatable: [pods, system-reserved]`, the
 /// existing cgroup `systemReservedCgroup` names gets systemReserved as its limits (CPU
@@ -694,20 +710,7 @@ async fn system_reserved_is_enforced_on_its_cgroup_and_a_missing_one_stops_the_s
     let want = format!(
         "Failed to start ContainerManager: Failed to enforce System Reserved Cgroup Limits on \"/{name}\": cgroup [\"{name}\"] has some missing paths: "
     );
-    eventually("pod-sync refuses to start", DEADLINE, || async {
-        let log = node.log(Service::PodSync);
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let exited = stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z");
-        (exited && log.contains(&want))
-            .then_some(())
-            .ok_or_else(|| {
-                format!(
-                    "exited: {exited}; log tail: {}",
-                    &log[log.len().saturating_sub(600)..]
-                )
-            })
-    })
-    .await;
+    pod_sync_refuses_to_start(&node, pid, &want).await;
     node.signal(Service::PodSync, Signal::SIGKILL).await;
 
     // The operator's cgroup exists: its limits are set, and pods run.
@@ -791,20 +794,7 @@ async fn a_reservation_beyond_capacity_stops_the_start_and_nothing_runs() {
          Resource \"memory\" has a reservation of {} but capacity of {memory}. Expected capacity >= reservation.",
         (1u64 << 50) + (100 << 20)
     );
-    eventually("pod-sync refuses to start", DEADLINE, || async {
-        let log = node.log(Service::PodSync);
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let exited = stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z");
-        (exited && log.contains(&want))
-            .then_some(())
-            .ok_or_else(|| {
-                format!(
-                    "exited: {exited}; log tail: {}",
-                    &log[log.len().saturating_sub(600)..]
-                )
-            })
-    })
-    .await;
+    pod_sync_refuses_to_start(&node, pid, &want).await;
     let kubepods = cgroup::file(&format!("{root}/kubepods"), ("cpu", ""), "");
     assert!(
         !kubepods.exists(),
