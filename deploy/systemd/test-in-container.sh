@@ -586,7 +586,7 @@ slices_as_upstream() {
   pods_shares=$(cg_file cpu cpu.shares cpu.weight kubepods.slice)
   [ "$pods_shares" = "$(shares_as $((cpus * 1024)))" ] || { echo "kubepods.slice cpu shares/weight $pods_shares, want $(shares_as $((cpus * 1024)))"; return 1; }
   # (in whole pages, as the kernel keeps a limit)
-  want_mem=$(dx awk '/^MemTotal:/ {printf "%.0f", int($2 * 1024 / 4096) * 4096}' /proc/meminfo)
+  want_mem=$(dx awk -v page="$(dx getconf PAGESIZE)" '/^MemTotal:/ {printf "%.0f", int($2 * 1024 / page) * page}' /proc/meminfo)
   pods_mem=$(cg_file memory memory.limit_in_bytes memory.max kubepods.slice)
   [ "$pods_mem" = "$want_mem" ] || { echo "kubepods.slice memory limit $pods_mem, want MemTotal $want_mem"; return 1; }
   info "slices: $be_dir (cpu $shares), $g_dir (memory $mem, quota ${quota%% *}), $b_dir (cpu $b_shares, tier $tier_shares), kubepods.slice (cpu $pods_shares, memory $pods_mem)"

@@ -172,7 +172,16 @@ pub(crate) fn apply(
             };
             at = inner;
         }
-        at.insert(path[path.len() - 1].to_string(), value);
+        let last = path[path.len() - 1].to_string();
+        // Upstream merges `--feature-gates` into the file's gates, a later flag over an
+        // earlier one (cliflag's MapStringBool, kubeletConfigFlagPrecedence).
+        if let (Some(Value::Object(have)), Value::Object(gates)) = (at.get_mut(&last), &value)
+            && field == "featureGates"
+        {
+            have.extend(gates.clone());
+            continue;
+        }
+        at.insert(last, value);
     }
     Ok(ignored)
 }
@@ -409,6 +418,28 @@ mod tests {
             ]
         );
         assert!(Cli::try_parse_from(os(&["x", "--no-such-flag"])).is_err());
+    }
+
+    /// `--feature-gates` adds to the file's `featureGates` (a gate it names is set, the
+    /// others stay), and a second flag adds to the first, as upstream's MapStringBool.
+    #[test]
+    fn feature_gate_flags_merge_into_the_files_gates() {
+        let defaults = crate::kubelet_config::default_document();
+        let mut doc = Map::new();
+        doc.insert(
+            "featureGates".into(),
+            serde_json::json!({"MemoryQoS": true, "Foo": true}),
+        );
+        let fields = [
+            ("feature-gates", "featureGates", "Foo=false"),
+            ("feature-gates", "featureGates", "Bar=true"),
+        ]
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+        apply(&mut doc, &defaults, &fields).unwrap();
+        assert_eq!(
+            doc["featureGates"],
+            serde_json::json!({"MemoryQoS": true, "Foo": false, "Bar": true})
+        );
     }
 
     #[test]

@@ -153,14 +153,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     })?;
     // upstream's validateNodeAllocatable: a node that reserves more than it has starts
     // nothing ("Failed to start ContainerManager").
-    let thresholds =
-        nodeagent_config::eviction::Thresholds::from_config(&config.kubelet).unwrap_or_default();
-    nodeagent_config::eviction::validate_reservation(
-        &node::admission::capacity(&config.root_dir),
-        &config.kubelet,
-        &thresholds,
-    )
-    .map_err(|e| anyhow::anyhow!("Failed to start ContainerManager: {e}"))?;
+    node::admission::validate_reservation(&config.kubelet, &config.root_dir)
+        .map_err(|e| anyhow::anyhow!("Failed to start ContainerManager: {e}"))?;
     let cri = Cri::connect_limited(
         &config.runtime_endpoint,
         config.kubelet.runtime_request_timeout,

@@ -909,29 +909,35 @@ async fn memory_qos_sets_memory_min_and_high_on_cgroup_v2() {
     cgroup::remove(&root);
 }
 
-/// Runs `deploy/runtime/setup.sh` for the main runtime, with runc's `SystemdCgroup` as
-/// `systemd` says; panics with its output when it fails.
-fn runtime_setup(systemd: bool) {
+/// Runs `deploy/runtime/setup.sh` for the main runtime only (without
+/// `NODEAGENT_TEST_RUNTIMES`, which would stop the test instances above the number it
+/// names), with runc's `SystemdCgroup` as `systemd` says; its stderr when it fails.
+fn runtime_setup(systemd: bool) -> Result<(), String> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = std::process::Command::new("bash")
         .arg(repo.join("deploy/runtime/setup.sh"))
         .env("NODEAGENT_SYSTEMD_CGROUP", systemd.to_string())
-        .env("NODEAGENT_TEST_RUNTIMES", "0")
+        .env_remove("NODEAGENT_TEST_RUNTIMES")
         .output()
-        .expect("run deploy/runtime/setup.sh");
-    assert!(
-        out.status.success(),
-        "setup.sh (SystemdCgroup = {systemd}): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|e| format!("run deploy/runtime/setup.sh: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "setup.sh (SystemdCgroup = {systemd}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
 }
 
-/// Puts the main runtime back on cgroupfs, whatever the test ended with.
+/// Puts the main runtime back on cgroupfs, whatever the test ended with (a failure is
+/// said, not raised: a panic while the test unwinds would abort the run).
 struct CgroupfsAgain;
 
 impl Drop for CgroupfsAgain {
     fn drop(&mut self) {
-        runtime_setup(false);
+        if let Err(e) = runtime_setup(false) {
+            eprintln!("the main runtime is left on SystemdCgroup: {e}");
+        }
     }
 }
 
@@ -944,7 +950,9 @@ impl Drop for CgroupfsAgain {
 /// pod's and its tier's the weight of 307 shares), the Guaranteed pod's `memory.max` and
 /// `cpu.max`, kubepods.slice the machine's CPUs as weight and its memory as `memory.max`;
 /// removed pods' slices go. Needs systemd as PID 1 on cgroup v2 and the main runtime to
-/// itself: the cgroup v2 guest (phase cgroup2); deploy/test.sh leaves it out elsewhere.
+/// itself: the cgroup v2 guest (phase cgroup2); deploy/test.sh leaves it out elsewhere,
+/// and it is of the host-global group (it restarts the main runtime and uses the host's
+/// kubepods.slice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_systemd_driver_makes_upstreams_slices_on_cgroup_v2() {
     if !require_runtime("the systemd driver on cgroup v2") {
@@ -959,8 +967,8 @@ async fn the_systemd_driver_makes_upstreams_slices_on_cgroup_v2() {
         lease.runtime.index, 0,
         "needs the main runtime, whose runc setup.sh switches to systemd"
     );
-    runtime_setup(true);
     let _restore = CgroupfsAgain;
+    runtime_setup(true).unwrap();
     let node = Node::start_on(
         "systemd-v2",
         NodeOptions {
@@ -1026,6 +1034,7 @@ async fn the_systemd_driver_makes_upstreams_slices_on_cgroup_v2() {
         .count();
     assert!(scopes >= 1, "no cri-containerd scope in {b}");
     let memory = nodeagent_config::machine::memory_bytes() as i64;
+    let page = nodeagent_config::machine::page_size();
     let cpus = nodeagent_config::machine::cpus() as u64;
     eventually("the slices' v2 files", DEADLINE, || async {
         for (dir, shares) in [
@@ -1049,7 +1058,7 @@ async fn the_systemd_driver_makes_upstreams_slices_on_cgroup_v2() {
         let want = (
             (64 * MI).to_string(),
             "20000 100000".to_string(),
-            (memory / 4096 * 4096).to_string(),
+            (memory / page * page).to_string(),
         );
         (got == want)
             .then_some(())

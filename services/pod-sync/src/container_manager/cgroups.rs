@@ -326,10 +326,7 @@ pub struct PodsLimits {
 
 impl PodsLimits {
     pub fn of_this_node(kubelet: &nodeagent_config::KubeletConfiguration) -> Self {
-        let mut capacity = crate::node::admission::cpu_and_memory_capacity();
-        if let (Some(max), _) = nodeagent_config::machine::rlimit() {
-            capacity.insert("pid".into(), max.max(0) as u64);
-        }
+        let capacity = crate::node::admission::capacity_but_storage();
         let limits = if kubelet.enforce_node_allocatable.iter().any(|e| e == "pods") {
             nodeagent_config::eviction::allocatable(
                 &capacity,

@@ -32,10 +32,11 @@ impl NodeResources {
         kubelet: &nodeagent_config::KubeletConfiguration,
         root_dir: &std::path::Path,
     ) -> Self {
-        let capacity = capacity(root_dir);
-        let thresholds =
-            nodeagent_config::eviction::Thresholds::from_config(kubelet).unwrap_or_default();
-        let allocatable = nodeagent_config::eviction::allocatable(&capacity, kubelet, &thresholds);
+        let allocatable = nodeagent_config::eviction::allocatable(
+            &capacity(root_dir),
+            kubelet,
+            &hard_thresholds(kubelet),
+        );
         let get = |k: &str| allocatable.get(k).copied().unwrap_or(0) as i64;
         NodeResources {
             pods: i64::from(kubelet.max_pods),
@@ -46,27 +47,56 @@ impl NodeResources {
     }
 }
 
-/// This machine's cpu (millicores) and memory (bytes), as capacity lists them.
-/// This machine's capacity as upstream's container manager takes it: cpu (millicores),
-/// memory, ephemeral-storage (the filesystem of `root_dir`, or of `/` before it exists)
-/// and pid (the kernel's most tasks, pkg/kubelet/stats/pidlimit).
+/// The configured eviction thresholds (none where they do not parse: the eviction manager
+/// says why).
+fn hard_thresholds(
+    kubelet: &nodeagent_config::KubeletConfiguration,
+) -> nodeagent_config::eviction::Thresholds {
+    nodeagent_config::eviction::Thresholds::from_config(kubelet).unwrap_or_default()
+}
+
+/// upstream's `validateNodeAllocatable` for this machine: an error, in upstream's words,
+/// where kubeReserved, systemReserved and the hard eviction threshold reserve more than
+/// the node has.
+pub fn validate_reservation(
+    kubelet: &nodeagent_config::KubeletConfiguration,
+    root_dir: &std::path::Path,
+) -> Result<(), String> {
+    nodeagent_config::eviction::validate_reservation(
+        &capacity(root_dir),
+        kubelet,
+        &hard_thresholds(kubelet),
+    )
+}
+
+/// This machine's capacity as upstream's container manager takes it: cpu, memory and pid
+/// ([`capacity_but_storage`]) and ephemeral-storage (the filesystem of `root_dir`, or of
+/// `/` before it exists).
 pub fn capacity(root_dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
     let fs = if root_dir.exists() {
         root_dir
     } else {
         std::path::Path::new("/")
     };
-    let mut capacity = cpu_and_memory_capacity();
+    let mut capacity = capacity_but_storage();
     capacity.insert(
         "ephemeral-storage".to_string(),
         nodeagent_config::machine::statvfs(fs).map_or(0, |s| s.capacity),
     );
+    capacity
+}
+
+/// This machine's cpu (millicores), memory (bytes) and pid (the kernel's most tasks,
+/// pkg/kubelet/stats/pidlimit) capacity.
+pub fn capacity_but_storage() -> std::collections::BTreeMap<String, u64> {
+    let mut capacity = cpu_and_memory_capacity();
     if let (Some(max), _) = nodeagent_config::machine::rlimit() {
         capacity.insert("pid".into(), max.max(0) as u64);
     }
     capacity
 }
 
+/// This machine's cpu (millicores) and memory (bytes), as capacity lists them.
 pub fn cpu_and_memory_capacity() -> std::collections::BTreeMap<String, u64> {
     std::collections::BTreeMap::from([
         (
