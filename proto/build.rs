@@ -1,5 +1,6 @@
-//! Generates the kubelet.v1, CRI runtime.v1, pod-resources v1 and device plugin v1beta1 code with a vendored protoc, so that no
-//! system protoc is needed.
+//! Generates the kubelet.v1, CRI runtime.v1, pod-resources v1, device plugin v1beta1, plugin
+//! registration v1 and CSI v1 code with a vendored protoc (and its well-known types), so
+//! that no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -25,6 +26,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         config(&protoc),
         &["proto/deviceplugin/v1beta1/api.proto"],
         &["proto"],
+    )?;
+    // The kubelet's plugin registration API (volume is each plugin's client; the test CSI
+    // driver serves it, as node-driver-registrar does).
+    tonic_prost_build::configure().compile_with_config(
+        config(&protoc),
+        &["proto/pluginregistration/v1/api.proto"],
+        &["proto"],
+    )?;
+    // The CSI spec (volume is the client of a driver's Identity and Node services; the test
+    // CSI driver serves them). It imports protobuf's well-known types.
+    let well_known = protoc_bin_vendored::include_path()?;
+    tonic_prost_build::configure().compile_with_config(
+        config(&protoc),
+        &[std::path::Path::new("proto/csi/v1/csi.proto")],
+        &[std::path::Path::new("proto"), well_known.as_path()],
     )?;
     // The node agent is a CRI client only.
     tonic_prost_build::configure()

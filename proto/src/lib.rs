@@ -25,6 +25,18 @@ pub mod deviceplugin {
     tonic::include_proto!("v1beta1");
 }
 
+/// The kubelet's plugin registration API (`pluginregistration.Registration`), generated from
+/// upstream's `pluginregistration/v1/api.proto`: how a CSI driver's registrar announces it.
+pub mod pluginregistration {
+    tonic::include_proto!("pluginregistration");
+}
+
+/// The Container Storage Interface (`csi.v1`), generated from the CSI spec's `csi.proto`.
+pub mod csi {
+    #![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
+    tonic::include_proto!("csi.v1");
+}
+
 pub mod k8s;
 
 pub use kubelet::v1 as api;

@@ -4,7 +4,7 @@
 //!
 //! - pods, nodes, leases, events, configmaps, secrets, serviceaccounts and
 //!   runtimeclasses (`node.k8s.io/v1`, with upstream's RuntimeClass admission of pods in
-//!   `apiserver_runtimeclass`), each object
+//!   `apiserver_runtimeclass`), csidrivers and csinodes (`storage.k8s.io/v1`), each object
 //!   with a `metadata.resourceVersion` from one cluster-wide counter, a uid and a creation
 //!   time;
 //! - list (with the list's resourceVersion) and watch (`watch=true`) from a
@@ -60,7 +60,7 @@ const HISTORY: usize = 1000;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 /// A resource the server knows: (plural, kind, API group version, namespaced).
-pub(crate) const RESOURCES: [(&str, &str, &str, bool); 9] = [
+pub(crate) const RESOURCES: [(&str, &str, &str, bool); 11] = [
     ("pods", "Pod", "v1", true),
     ("nodes", "Node", "v1", false),
     ("configmaps", "ConfigMap", "v1", true),
@@ -69,6 +69,10 @@ pub(crate) const RESOURCES: [(&str, &str, &str, bool); 9] = [
     ("events", "Event", "v1", true),
     ("leases", "Lease", "coordination.k8s.io/v1", true),
     ("runtimeclasses", "RuntimeClass", "node.k8s.io/v1", false),
+    // A CSI driver's policy (`volumeLifecycleModes`, `podInfoOnMount`, `fsGroupPolicy`),
+    // and the node's registered drivers, which the node agent keeps (issue 32).
+    ("csidrivers", "CSIDriver", "storage.k8s.io/v1", false),
+    ("csinodes", "CSINode", "storage.k8s.io/v1", false),
     (
         "certificatesigningrequests",
         "CertificateSigningRequest",
@@ -571,6 +575,7 @@ fn parse_path(path: &str) -> Option<Target> {
         ["api", "v1", rest @ ..] => rest,
         ["apis", "coordination.k8s.io", "v1", rest @ ..] => rest,
         ["apis", "node.k8s.io", "v1", rest @ ..] => rest,
+        ["apis", "storage.k8s.io", "v1", rest @ ..] => rest,
         ["apis", "certificates.k8s.io", "v1", rest @ ..] => rest,
         _ => return None,
     };

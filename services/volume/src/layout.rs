@@ -85,7 +85,12 @@ impl PodVolumeLayout {
         HostPath::new(&self.root, &["pods", nodeagent_hostpath::uid(uid)?])
     }
 
-    fn volume_dir(&self, uid: &str, plugin: &str, name: &str) -> Result<HostPath, PathError> {
+    pub(crate) fn volume_dir(
+        &self,
+        uid: &str,
+        plugin: &str,
+        name: &str,
+    ) -> Result<HostPath, PathError> {
         HostPath::new(self.pod_dir(uid)?.as_path(), &["volumes", plugin, name])
     }
 
@@ -129,7 +134,8 @@ impl PodVolumeLayout {
             // Each volume's set-up is a `volume_mount` operation as upstream counts them
             // (storage_operation_duration_seconds; a payload volume refilled on every pass,
             // as upstream remounts configMap and secret volumes on every pod sync).
-            let plugin = plugin_name(&v);
+            // A CSI volume's publication is timed where it happens (`server`).
+            let plugin = plugin_name(&v).filter(|_| v.csi.is_none());
             let started = std::time::Instant::now();
             let stale_before = out.stale.len();
             let name = v.name.clone();
@@ -216,13 +222,23 @@ impl PodVolumeLayout {
                 }
             }
             dir.into_path_buf()
+        } else if v.csi.is_some() {
+            // Published by the driver before this pass (`server::publish_csi`).
+            let target = self
+                .volume_dir(uid, crate::csi::CSI_PLUGIN_DIR, &v.name)?
+                .join(crate::csi::MOUNT_DIR)?;
+            if !subpath::is_mount_point(target.as_path()) {
+                return Err(VolumeError::SetUp {
+                    name: v.name,
+                    reason: "kubernetes.io/csi: the volume is not published".to_string(),
+                });
+            }
+            target.into_path_buf()
         } else {
             let kind = if v.persistent_volume_claim.is_some() {
                 "persistentVolumeClaim"
             } else if v.ephemeral.is_some() {
                 "ephemeral"
-            } else if v.csi.is_some() {
-                "csi"
             } else {
                 "this kind of"
             };
@@ -255,6 +271,18 @@ impl PodVolumeLayout {
         Ok(())
     }
 
+    /// Unmounts the pod's subPath bind mounts (ours), before its volumes are torn down
+    /// (upstream's CleanSubPaths comes before TearDown: a bind into a CSI volume would
+    /// keep its filesystem busy).
+    pub fn unmount_sub_paths(&self, uid: &str) -> Result<(), VolumeError> {
+        let dir = self.pod_dir(uid)?;
+        if !dir.exists() {
+            return Ok(());
+        }
+        subpath::unmount_under(dir.join(SUBPATHS)?.as_path())?;
+        Ok(())
+    }
+
     /// Idempotent: removes every volume of the pod and the pod's directory, after
     /// unmounting the pod's subPath bind mounts (which are ours).
     pub fn release(&self, uid: &str) -> Result<(), VolumeError> {
@@ -263,8 +291,14 @@ impl PodVolumeLayout {
             return Ok(());
         }
         subpath::unmount_under(dir.join(SUBPATHS)?.as_path())?;
-        // Our own tmpfs mounts (Memory emptyDirs, secrets, projected, downwardAPI).
-        subpath::unmount_under(dir.join("volumes")?.as_path())?;
+        // Our own tmpfs mounts (Memory emptyDirs, secrets, projected, downwardAPI); never
+        // a CSI driver's, which only its driver unmounts (`csi::Csi::tear_down_pod`).
+        let volumes = dir.join("volumes")?;
+        for plugin in std::fs::read_dir(&volumes).into_iter().flatten().flatten() {
+            if plugin.file_name() != crate::csi::CSI_PLUGIN_DIR {
+                subpath::unmount_under(&plugin.path())?;
+            }
+        }
         // Never delete through a mount: that would delete the mounted filesystem's files.
         if mounted_under(&dir).map_err(io("read mounts for", &dir))? {
             return Err(VolumeError::StillMounted(dir.into_path_buf()));
@@ -306,6 +340,12 @@ impl PodVolumeLayout {
             .and_then(|s| s.volumes.as_ref())
             .and_then(|vs| vs.iter().find(|v| v.name == name))
             .ok_or_else(|| VolumeError::InvalidPod(format!("no volume named {name:?}")))?;
+        if v.csi.is_some() {
+            return Ok(self
+                .volume_dir(uid, crate::csi::CSI_PLUGIN_DIR, name)?
+                .join(crate::csi::MOUNT_DIR)?
+                .into_path_buf());
+        }
         match (&v.empty_dir, &v.host_path, payload::plugin_dir(v)) {
             (Some(_), _, _) => Ok(self.volume_dir(uid, EMPTY_DIR, name)?.into_path_buf()),
             (None, Some(host), _) => Ok(PathBuf::from(&host.path)),
@@ -358,7 +398,7 @@ impl PodVolumeLayout {
 }
 
 /// The pod's `fsGroup`, if it has one.
-fn fs_group(pod: &Pod) -> Option<u32> {
+pub(crate) fn fs_group(pod: &Pod) -> Option<u32> {
     let g = pod.spec.as_ref()?.security_context.as_ref()?.fs_group?;
     u32::try_from(g).ok()
 }
@@ -557,6 +597,10 @@ fn mounted_under(dir: &Path) -> std::io::Result<bool> {
 /// Upstream's name of the plugin that serves `v` (`kubernetes.io/empty-dir`, the name its
 /// directory carries with `~` for `/`), for the volume metrics; None for kinds not served.
 pub fn plugin_name(v: &k8s_openapi::api::core::v1::Volume) -> Option<String> {
+    if let Some(csi) = &v.csi {
+        // Upstream names a CSI volume's plugin with its driver.
+        return Some(format!("kubernetes.io/csi:{}", csi.driver));
+    }
     let dir = if v.empty_dir.is_some() {
         EMPTY_DIR
     } else if v.host_path.is_some() {

@@ -5,6 +5,7 @@
 pub mod cli;
 
 pub mod atomic_writer;
+pub mod csi;
 mod fetch;
 mod layout;
 pub mod payload;
@@ -38,8 +39,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         tracing::info!(kubeconfig = %path.display(), "config maps, secrets and tokens come from the API server");
     }
     let api = config.api_client().await?;
+    let csi = csi::Csi::new(&config.root_dir, api.clone(), config.node_name.clone());
+    tokio::spawn(csi.registry.clone().run(shutdown.clone()));
     let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
-    let service = server::VolumeService::new(layout, fetcher);
+    let service = server::VolumeService::new(layout, fetcher, csi);
     let server = Server::new(
         config.endpoint(Service::Volume).clone(),
         tonic::service::Routes::new(VolumeServer::new(service).with_limits()),

@@ -235,6 +235,13 @@ impl References {
             self.secrets
                 .insert(s.secret_name.clone().unwrap_or_default());
         }
+        if let Some(r) = v
+            .csi
+            .as_ref()
+            .and_then(|c| c.node_publish_secret_ref.as_ref())
+        {
+            self.secrets.insert(r.name.clone());
+        }
         if let Some(d) = &v.downward_api {
             self.node_allocatable |= d
                 .items

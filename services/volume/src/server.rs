@@ -22,6 +22,8 @@ const REPEAT_EVENT_AFTER: Duration = Duration::from_secs(60);
 pub struct VolumeService {
     pub layout: PodVolumeLayout,
     pub fetcher: Fetcher,
+    /// CSI drivers and the inline CSI volumes they publish.
+    pub csi: crate::csi::Csi,
     /// One set-up at a time per pod: the atomic writer must not race itself on a volume.
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The last FailedMount message posted per (pod uid, message), and when.
@@ -39,10 +41,11 @@ struct PodVolumeCounts {
 }
 
 impl VolumeService {
-    pub fn new(layout: PodVolumeLayout, fetcher: Fetcher) -> Self {
+    pub fn new(layout: PodVolumeLayout, fetcher: Fetcher, csi: crate::csi::Csi) -> Self {
         Self {
             layout,
             fetcher,
+            csi,
             busy: Mutex::default(),
             reported: Mutex::default(),
             volumes: Mutex::default(),
@@ -137,6 +140,11 @@ impl VolumeService {
         let mut refs = References::of_pod(&pod);
         refs.node_allocatable |= memory_empty_dir(&pod);
         let objects = self.fetcher.objects(&pod, &refs).await;
+        if let Err(e) = self.publish_csi(&pod, &objects).await {
+            self.count_volumes(&uid, Some((&pod, false)));
+            self.failed_mount(&pod, &e.to_string()).await;
+            return Err(to_status(e));
+        }
         let layout = self.layout.clone();
         let for_layout = pod.clone();
         let ensured = tokio::task::spawn_blocking(move || layout.ensure(&for_layout, &objects))
@@ -160,6 +168,41 @@ impl VolumeService {
                 Err(to_status(e))
             }
         }
+    }
+}
+
+impl VolumeService {
+    /// Publishes the pod's inline CSI volumes not yet published (before the other kinds,
+    /// which `layout` sets up on the blocking pool); each is a `volume_mount` operation.
+    async fn publish_csi(
+        &self,
+        pod: &Pod,
+        objects: &crate::payload::ApiObjects,
+    ) -> Result<(), VolumeError> {
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for v in volumes.into_iter().flatten() {
+            let Some(source) = &v.csi else {
+                continue;
+            };
+            let started = Instant::now();
+            let published = self
+                .csi
+                .set_up(pod, &v.name, source, &objects.secrets)
+                .await;
+            if let Some(plugin) = crate::layout::plugin_name(v) {
+                nodeagent_telemetry::metrics::kubelet::record_storage_operation(
+                    &plugin,
+                    "volume_mount",
+                    started.elapsed().as_secs_f64(),
+                    published.is_ok(),
+                );
+            }
+            published.map_err(|reason| VolumeError::SetUp {
+                name: v.name.clone(),
+                reason,
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -235,7 +278,22 @@ impl Volume for VolumeService {
         nodeagent_telemetry::set_parent_from(&span, req.trace.as_ref());
         let layout = self.layout.clone();
         let uid = req.pod_uid.clone();
+        let csi = self.csi.clone();
+        // Never beside a set-up of the same pod.
+        let lock = self.pod_lock(&uid);
+        let _one_at_a_time = lock.lock().await;
         async move {
+            // The subPath binds first, then CSI volumes, each through its driver: `layout`
+            // then finds nothing of theirs mounted (and refuses to remove what still is).
+            let for_sub_paths = (layout.clone(), uid.clone());
+            tokio::task::spawn_blocking(move || for_sub_paths.0.unmount_sub_paths(&for_sub_paths.1))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(to_status)?;
+            csi.tear_down_pod(&uid).await.map_err(|e| {
+                tracing::warn!(error = %e, "CSI volumes not torn down; retried with the pod's teardown");
+                Status::failed_precondition(e)
+            })?;
             tokio::task::spawn_blocking(move || layout.release(&uid))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?

@@ -16,6 +16,7 @@ mod config_errors;
 mod container_gc;
 mod container_logs;
 mod cpu_manager;
+mod csi;
 mod density_bench;
 mod device_plugins;
 mod events;

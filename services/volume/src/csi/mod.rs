@@ -1,0 +1,758 @@
+//! CSI volumes (issue 32): upstream's CSI volume plugin (`pkg/volume/csi`) for inline
+//! ephemeral volumes (`csi:` in the pod), with the drivers found by [`registry`] and the
+//! node's CSINode kept by [`nodeinfo`].
+//!
+//! An inline volume is published straight to its target path (upstream skips staging for
+//! them: `CanDeviceMount` is false), `<root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`,
+//! with `vol_data.json` beside it naming the driver and the volume handle. That file is
+//! written *before* `NodePublishVolume`, so whatever a crash interrupts, the teardown
+//! knows whom to ask to unpublish; nothing else is kept, so a restarted volume service
+//! knows every publication from disk.
+
+pub mod nodeinfo;
+pub mod registry;
+
+use k8s_openapi::api::core::v1::{CSIVolumeSource, Pod, Secret};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use nodeagent_hostpath::HostPath;
+use nodeagent_proto::csi::{
+    NodePublishVolumeRequest, NodeUnpublishVolumeRequest, VolumeCapability, volume_capability,
+};
+use registry::Registry;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The directory of CSI volumes below a pod's `volumes` (upstream's escaped plugin name).
+pub const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
+/// The published directory inside a volume's directory.
+pub const MOUNT_DIR: &str = "mount";
+/// What upstream writes beside it.
+const VOL_DATA: &str = "vol_data.json";
+/// Where it is written first (then renamed): a crash may leave it.
+const VOL_DATA_TMP: &str = ".vol_data.json.tmp";
+/// A CSI call must answer within this (upstream's `csiTimeout`).
+const CSI_TIMEOUT: Duration = Duration::from_secs(120);
+/// The prefix upstream's CSI plugin puts on its errors.
+const PREFIX: &str = "kubernetes.io/csi: ";
+
+/// `vol_data.json`, with upstream's keys (written as upstream's `json.Encoder` writes a
+/// `map[string]string`: keys sorted, one line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolData {
+    #[serde(rename = "attachmentID")]
+    pub attachment_id: String,
+    #[serde(rename = "specVolID")]
+    pub spec_vol_id: String,
+    #[serde(rename = "volumeHandle")]
+    pub volume_handle: String,
+    #[serde(rename = "driverName")]
+    pub driver_name: String,
+    #[serde(rename = "nodeName")]
+    pub node_name: String,
+    #[serde(rename = "volumeLifecycleMode")]
+    pub volume_lifecycle_mode: String,
+}
+
+/// Upstream's `makeVolumeHandle`: an inline volume's handle, the same for the same pod
+/// and volume name.
+pub fn volume_handle(pod_uid: &str, volume_name: &str) -> String {
+    csi_sha256(&format!("{pod_uid}{volume_name}"))
+}
+
+/// Upstream's `getAttachmentName`: the VolumeAttachment a volume would have.
+pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    csi_sha256(&format!("{handle}{driver}{node}"))
+}
+
+fn csi_sha256(text: &str) -> String {
+    use sha2::Digest;
+    format!("csi-{:x}", sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// A gRPC error as Go's grpc-go prints it (`rpc error: code = Internal desc = ...`), the
+/// words upstream's events carry.
+pub fn go_rpc_error(status: &tonic::Status) -> String {
+    use tonic::Code;
+    let code = match status.code() {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    };
+    format!("rpc error: code = {code} desc = {}", status.message())
+}
+
+/// Whether a failed publish may have left something published (upstream's "uncertain"
+/// codes): the volume is then kept for the teardown to unpublish.
+fn uncertain(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        status.code(),
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
+}
+
+/// Go's `%q` of a string slice: `["a" "b"]`.
+fn go_quoted(list: &[String]) -> String {
+    let items: Vec<String> = list.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", items.join(" "))
+}
+
+/// What the driver's CSIDriver object says (its defaults when there is none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DriverPolicy {
+    pod_info_on_mount: bool,
+    fs_group_policy: String,
+}
+
+#[derive(Clone)]
+pub struct Csi {
+    pub registry: Registry,
+    client: Option<kube::Client>,
+    node_name: String,
+    layout: crate::PodVolumeLayout,
+}
+
+impl Csi {
+    pub fn new(root: &Path, client: Option<kube::Client>, node_name: String) -> Self {
+        let node = nodeinfo::NodeInfo::new(client.clone(), node_name.clone());
+        Self {
+            registry: Registry::new(root, node),
+            client,
+            node_name,
+            layout: crate::PodVolumeLayout::new(root.to_path_buf()),
+        }
+    }
+
+    fn volume_dir(&self, uid: &str, name: &str) -> Result<HostPath, String> {
+        self.layout
+            .volume_dir(uid, CSI_PLUGIN_DIR, name)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Publishes the pod's inline CSI volume `name` unless it is published already; its
+    /// target path. `secrets`: the fetched objects (the `nodePublishSecretRef`'s).
+    /// Errors are upstream's SetUp messages (without the `MountVolume.SetUp failed` part).
+    pub async fn set_up(
+        &self,
+        pod: &Pod,
+        name: &str,
+        source: &CSIVolumeSource,
+        secrets: &BTreeMap<String, crate::payload::Fetched<Secret>>,
+    ) -> Result<PathBuf, String> {
+        let uid = nodeagent_proto::k8s::pod_uid(pod);
+        let dir = self.volume_dir(uid, name)?;
+        let target = dir.as_path().join(MOUNT_DIR);
+        if crate::subpath::is_mount_point(&target) {
+            // Published before. Its fsGroup ownership is made again if a crash or a failure
+            // came between the publish and the ownership (upstream would SetUp again).
+            if let Some(group) = crate::layout::fs_group(pod)
+                && !owned_by_group(&target, group)
+            {
+                let policy = self.policy(&source.driver).await.map_err(|e| {
+                    format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}")
+                })?;
+                let fs_type = source.fs_type.clone().unwrap_or_default();
+                let read_only = source.read_only.unwrap_or(false);
+                if applies_fs_group(&policy.fs_group_policy, &fs_type, read_only) {
+                    let driver = self.registry.driver(&source.driver).map_err(|e| {
+                        format!("{PREFIX}mounter.SetUpAt failed to get CSI client: {e}")
+                    })?;
+                    if !self.capabilities(&driver).await.volume_mount_group {
+                        apply_fs_group(&target, group, read_only, pod)
+                            .await
+                            .map_err(|e| {
+                                format!(
+                                    "applyFSGroup failed for vol {}: {e}",
+                                    volume_handle(uid, name)
+                                )
+                            })?;
+                    }
+                }
+            }
+            return Ok(target);
+        }
+        // Upstream's NewMounter needs a client: a standalone node has no CSIDriver to read.
+        if self.client.is_none() {
+            return Err(format!("{PREFIX}failed to get a kubernetes client"));
+        }
+        let driver = self
+            .registry
+            .driver(&source.driver)
+            .map_err(|e| format!("{PREFIX}mounter.SetUpAt failed to get CSI client: {e}"))?;
+        let policy = self.policy(&source.driver).await.map_err(|e| {
+            format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}")
+        })?;
+        let handle = volume_handle(uid, name);
+        let mut context: HashMap<String, String> = source
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        if policy.pod_info_on_mount {
+            context.extend(pod_info(pod));
+        }
+        let publish_secrets = match &source.node_publish_secret_ref {
+            Some(r) => {
+                let name = r.name.clone();
+                let ns = nodeagent_proto::k8s::pod_namespace(pod);
+                match secrets.get(&name) {
+                    Some(Ok(Some(secret))) => secret_data(secret),
+                    Some(Ok(None)) => {
+                        return Err(format!(
+                            "fetching NodePublishSecretRef {ns}/{name} failed: secrets \"{name}\" not found"
+                        ));
+                    }
+                    Some(Err(e)) => {
+                        return Err(format!(
+                            "fetching NodePublishSecretRef {ns}/{name} failed: {e}"
+                        ));
+                    }
+                    None => HashMap::new(),
+                }
+            }
+            None => HashMap::new(),
+        };
+        // Written first: a crash past this point leaves a record of whom to ask to unpublish.
+        // Only the volume's directory is made (0750, as upstream's): the driver makes the
+        // target.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(dir.as_path())
+            .map_err(|e| {
+                format!(
+                    "{PREFIX}mounter.SetUpAt failed to create dir {:?}:  {e}",
+                    dir.as_path()
+                )
+            })?;
+        let data = VolData {
+            attachment_id: attachment_name(&handle, &source.driver, &self.node_name),
+            spec_vol_id: name.to_string(),
+            volume_handle: handle.clone(),
+            driver_name: source.driver.clone(),
+            node_name: self.node_name.clone(),
+            volume_lifecycle_mode: "Ephemeral".to_string(),
+        };
+        write_vol_data(dir.as_path(), &data)?;
+        let fs_type = source.fs_type.clone().unwrap_or_default();
+        let read_only = source.read_only.unwrap_or(false);
+        let capabilities = self.capabilities(&driver).await;
+        let fs_group = crate::layout::fs_group(pod);
+        // Upstream's access mode mapper: an inline volume is ReadWriteOnce, which a driver
+        // with SINGLE_NODE_MULTI_WRITER gets as that.
+        let mode = if capabilities.single_node_multi_writer {
+            volume_capability::access_mode::Mode::SingleNodeMultiWriter
+        } else {
+            volume_capability::access_mode::Mode::SingleNodeWriter
+        };
+        // A driver with VOLUME_MOUNT_GROUP applies the fsGroup itself.
+        let volume_mount_group = match fs_group {
+            Some(g) if capabilities.volume_mount_group => g.to_string(),
+            _ => String::new(),
+        };
+        let request = NodePublishVolumeRequest {
+            volume_id: handle,
+            publish_context: HashMap::new(),
+            staging_target_path: String::new(),
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(VolumeCapability {
+                access_type: Some(volume_capability::AccessType::Mount(
+                    volume_capability::MountVolume {
+                        fs_type: fs_type.clone(),
+                        mount_flags: vec![],
+                        volume_mount_group,
+                    },
+                )),
+                access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
+            }),
+            readonly: read_only,
+            secrets: publish_secrets,
+            volume_context: context,
+        };
+        let published = tokio::time::timeout(
+            CSI_TIMEOUT,
+            driver.node_client().node_publish_volume(request),
+        )
+        .await;
+        // Upstream returns the driver's error as it is. A final one removes what was made
+        // for the volume; an uncertain one (the publish may have happened) keeps it, so
+        // that the teardown unpublishes.
+        match published {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => {
+                if !uncertain(&status) {
+                    remove_volume_dir(dir.as_path());
+                }
+                return Err(go_rpc_error(&status));
+            }
+            Err(_) => {
+                return Err(
+                    "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+                        .to_string(),
+                );
+            }
+        }
+        if let Some(group) = fs_group
+            && !capabilities.volume_mount_group
+            && applies_fs_group(&policy.fs_group_policy, &fs_type, read_only)
+            && let Err(e) = apply_fs_group(&target, group, read_only, pod).await
+        {
+            // Uncertain, as upstream: kept published, the teardown unpublishes it.
+            return Err(format!(
+                "applyFSGroup failed for vol {}: {e}",
+                data.volume_handle
+            ));
+        }
+        tracing::info!(volume = %name, driver = %source.driver, target = %target.display(), "CSI volume published");
+        Ok(target)
+    }
+
+    /// The driver's CSIDriver (upstream's `supportsVolumeLifecycleMode`: an inline volume
+    /// needs a CSIDriver that lists `Ephemeral`).
+    async fn policy(&self, driver: &str) -> Result<DriverPolicy, String> {
+        let Some(client) = &self.client else {
+            return Err("no API server".to_string());
+        };
+        let api: kube::Api<CSIDriver> = kube::Api::all(client.clone());
+        let found = api
+            .get_opt(driver)
+            .await
+            .map_err(|e| format!("cannot get CSIDriver {driver}: {e}"))?;
+        let Some(found) = found else {
+            return Err(format!(
+                "volume mode \"Ephemeral\" not supported by driver {driver} (no CSIDriver object)"
+            ));
+        };
+        // The API server defaults an unset list to Persistent; `[]` when it is not.
+        let modes = found
+            .spec
+            .volume_lifecycle_modes
+            .clone()
+            .unwrap_or_default();
+        if !modes.iter().any(|m| m == "Ephemeral") {
+            return Err(format!(
+                "volume mode \"Ephemeral\" not supported by driver {driver} (only supports {})",
+                go_quoted(&modes)
+            ));
+        }
+        Ok(DriverPolicy {
+            pod_info_on_mount: found.spec.pod_info_on_mount.unwrap_or(false),
+            fs_group_policy: found
+                .spec
+                .fs_group_policy
+                .unwrap_or_else(|| "ReadWriteOnceWithFSType".to_string()),
+        })
+    }
+
+    /// The driver's node capabilities that change a publish (upstream asks before each);
+    /// none when the driver cannot say.
+    async fn capabilities(&self, driver: &registry::Driver) -> NodeCapabilities {
+        use nodeagent_proto::csi::node_service_capability::{Type, rpc};
+        let asked = tokio::time::timeout(
+            CSI_TIMEOUT,
+            driver
+                .node_client()
+                .node_get_capabilities(nodeagent_proto::csi::NodeGetCapabilitiesRequest {}),
+        )
+        .await;
+        let Ok(Ok(answer)) = asked else {
+            return NodeCapabilities::default();
+        };
+        let has = |want: rpc::Type| {
+            answer
+                .get_ref()
+                .capabilities
+                .iter()
+                .any(|c| matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == want as i32))
+        };
+        NodeCapabilities {
+            single_node_multi_writer: has(rpc::Type::SingleNodeMultiWriter),
+            volume_mount_group: has(rpc::Type::VolumeMountGroup),
+        }
+    }
+
+    async fn unpublish(
+        &self,
+        driver: &registry::Driver,
+        handle: &str,
+        target: &Path,
+    ) -> Result<(), String> {
+        let request = NodeUnpublishVolumeRequest {
+            volume_id: handle.to_string(),
+            target_path: target.to_string_lossy().into_owned(),
+        };
+        match tokio::time::timeout(
+            CSI_TIMEOUT,
+            driver.node_client().node_unpublish_volume(request),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(format!(
+                "{PREFIX}Unmounter.TearDownAt failed: {}",
+                go_rpc_error(&status)
+            )),
+            Err(_) => Err(format!(
+                "{PREFIX}Unmounter.TearDownAt failed: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+            )),
+        }
+    }
+
+    /// Unpublishes every CSI volume of the pod `uid` found on disk and removes its
+    /// directory. A volume whose driver is not registered, or whose unpublish fails, stays
+    /// (mounted, with its `vol_data.json`) and the error says why: the caller retries, and
+    /// nothing is ever unmounted behind the driver's back.
+    pub async fn tear_down_pod(&self, uid: &str) -> Result<(), String> {
+        let base = self
+            .layout
+            .pod_dir(uid)
+            .map_err(|e| e.to_string())?
+            .as_path()
+            .join("volumes")
+            .join(CSI_PLUGIN_DIR);
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            return Ok(());
+        };
+        let mut errors = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Err(e) = self.tear_down(&entry.path()).await {
+                errors.push(format!(
+                    "UnmountVolume.TearDown failed for volume {name:?} (pod {uid}): {e}"
+                ));
+            }
+        }
+        if errors.is_empty() {
+            let _ = std::fs::remove_dir(&base);
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    async fn tear_down(&self, dir: &Path) -> Result<(), String> {
+        let target = dir.join(MOUNT_DIR);
+        let data = read_vol_data(dir);
+        match data {
+            Ok(data) => {
+                let driver = self.registry.driver(&data.driver_name).map_err(|e| {
+                    format!("{PREFIX}Unmounter.TearDownAt failed to get CSI client: {e}")
+                })?;
+                self.unpublish(&driver, &data.volume_handle, &target)
+                    .await?;
+            }
+            // No record: only a directory that nothing is mounted on can be removed.
+            Err(e) if crate::subpath::is_mount_point(&target) => {
+                return Err(format!(
+                    "{PREFIX}Unmounter.TearDownAt failed: {target:?} is mounted and {e}"
+                ));
+            }
+            Err(_) => {}
+        }
+        if crate::subpath::is_mount_point(&target) {
+            return Err(format!(
+                "{PREFIX}Unmounter.TearDownAt failed: the driver left {target:?} mounted"
+            ));
+        }
+        match std::fs::remove_dir(&target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "{PREFIX}Unmounter.TearDownAt failed to remove {target:?}: {e}"
+                ));
+            }
+        }
+        for file in [VOL_DATA, VOL_DATA_TMP] {
+            match std::fs::remove_file(dir.join(file)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(format!(
+                        "{PREFIX}failed to delete volume data file [{file}]: {e}"
+                    ));
+                }
+            }
+        }
+        std::fs::remove_dir(dir).or_else(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(format!("{PREFIX}failed to remove {dir:?}: {e}"))
+            }
+        })
+    }
+}
+
+/// What a driver's node service offers that changes a publish.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeCapabilities {
+    single_node_multi_writer: bool,
+    volume_mount_group: bool,
+}
+
+/// The pod attributes a driver with `podInfoOnMount` gets (upstream's `podAttributes`).
+fn pod_info(pod: &Pod) -> Vec<(String, String)> {
+    let service_account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_default();
+    vec![
+        (
+            "csi.storage.k8s.io/pod.name".into(),
+            nodeagent_proto::k8s::pod_name(pod).to_string(),
+        ),
+        (
+            "csi.storage.k8s.io/pod.namespace".into(),
+            nodeagent_proto::k8s::pod_namespace(pod).to_string(),
+        ),
+        (
+            "csi.storage.k8s.io/pod.uid".into(),
+            nodeagent_proto::k8s::pod_uid(pod).to_string(),
+        ),
+        (
+            "csi.storage.k8s.io/serviceAccount.name".into(),
+            service_account,
+        ),
+        ("csi.storage.k8s.io/ephemeral".into(), "true".into()),
+    ]
+}
+
+fn secret_data(secret: &Secret) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for (k, v) in secret.data.iter().flatten() {
+        out.insert(k.clone(), String::from_utf8_lossy(&v.0).into_owned());
+    }
+    for (k, v) in secret.string_data.iter().flatten() {
+        out.insert(k.clone(), v.clone());
+    }
+    out
+}
+
+/// upstream's `removeMountDir` after a final publish error: the target (if nothing is
+/// mounted on it), `vol_data.json`, the volume's directory. Best effort.
+fn remove_volume_dir(dir: &Path) {
+    let target = dir.join(MOUNT_DIR);
+    if crate::subpath::is_mount_point(&target) {
+        return;
+    }
+    let _ = std::fs::remove_dir(&target);
+    let _ = std::fs::remove_file(dir.join(VOL_DATA));
+    let _ = std::fs::remove_file(dir.join(VOL_DATA_TMP));
+    let _ = std::fs::remove_dir(dir);
+}
+
+fn write_vol_data(dir: &Path, data: &VolData) -> Result<(), String> {
+    let path = dir.join(VOL_DATA);
+    let tmp = dir.join(VOL_DATA_TMP);
+    // Through a map: sorted keys, as Go encodes a map[string]string; then a newline.
+    let map: BTreeMap<String, String> =
+        serde_json::from_value(serde_json::to_value(data).expect("plain strings"))
+            .expect("plain strings");
+    let mut bytes = serde_json::to_vec(&map).expect("plain strings");
+    bytes.push(b'\n');
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("{PREFIX}mounter.SetUpAt failed to save volume info data: {e}"))
+}
+
+fn read_vol_data(dir: &Path) -> Result<VolData, String> {
+    let path = dir.join(VOL_DATA);
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("cannot parse {path:?}: {e}"))
+}
+
+/// Upstream's `supportsFSGroup` for an inline volume (mounted read-write-once): never
+/// read-only or under `None`; always under `File`; under the default
+/// `ReadWriteOnceWithFSType` only with an fsType.
+fn applies_fs_group(policy: &str, fs_type: &str, read_only: bool) -> bool {
+    if read_only {
+        return false;
+    }
+    match policy {
+        "None" => false,
+        "File" => true,
+        _ => !fs_type.is_empty(),
+    }
+}
+
+/// Whether the volume's root already has the ownership `apply_fs_group` gives it.
+fn owned_by_group(root: &Path, group: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(root).is_ok_and(|m| m.gid() == group && m.mode() & 0o2000 != 0)
+}
+
+/// Upstream's `SetVolumeOwnership` (on the blocking pool): with `fsGroupChangePolicy:
+/// OnRootMismatch` nothing is done when the root is owned already; otherwise every file
+/// of the volume gets the group, read and write for owner and group (read only, when the
+/// volume is), directories also search and setgid. Links are never followed, and the
+/// walk stays on the volume's filesystem.
+async fn apply_fs_group(root: &Path, group: u32, read_only: bool, pod: &Pod) -> Result<(), String> {
+    let on_root_mismatch = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.fs_group_change_policy.as_deref())
+        == Some("OnRootMismatch");
+    if on_root_mismatch && owned_by_group(root, group) {
+        return Ok(());
+    }
+    let root = root.to_path_buf();
+    tokio::task::spawn_blocking(move || give_tree_to_group(&root, group, read_only))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+fn give_tree_to_group(root: &Path, group: u32, read_only: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root_dev = std::fs::symlink_metadata(root)?.dev();
+    let file_mask = if read_only { 0o440 } else { 0o660 };
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() || meta.dev() != root_dev {
+            continue;
+        }
+        std::os::unix::fs::lchown(&path, None, Some(group))?;
+        let mut mode = (meta.mode() & 0o7777) | file_mask;
+        if meta.is_dir() {
+            mode |= 0o110 | 0o2000;
+            for entry in std::fs::read_dir(&path)? {
+                stack.push(entry?.path());
+            }
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inline_volume_handle_is_upstreams() {
+        // Upstream: sha256 of the pod UID and the volume name, hex, prefixed with "csi-".
+        let h = volume_handle("uid-1", "data");
+        assert!(h.starts_with("csi-"));
+        assert_eq!(h.len(), 4 + 64);
+        assert_eq!(h, volume_handle("uid-1", "data"));
+        assert_ne!(h, volume_handle("uid-1", "data2"));
+        assert_ne!(h, volume_handle("uid-2", "data"));
+    }
+
+    fn pod_with_csi_volume_dir(root: &Path, record: Option<&VolData>) -> PathBuf {
+        let dir = root
+            .join("pods/uid-1/volumes")
+            .join(CSI_PLUGIN_DIR)
+            .join("data");
+        std::fs::create_dir_all(dir.join(MOUNT_DIR)).unwrap();
+        if let Some(record) = record {
+            write_vol_data(&dir, record).unwrap();
+        }
+        dir
+    }
+
+    /// Upstream's `TestUnmounterTeardownNoClientError`: a volume whose driver is not
+    /// registered is not torn down, and the error names the driver; its record stays.
+    #[tokio::test]
+    async fn a_volume_of_an_unregistered_driver_stays_until_its_driver_is_back() {
+        let root = tempfile::tempdir().unwrap();
+        let csi = Csi::new(root.path(), None, "node-1".into());
+        let record = VolData {
+            attachment_id: attachment_name("csi-x", "gone.example.com", "node-1"),
+            spec_vol_id: "data".into(),
+            volume_handle: "csi-x".into(),
+            driver_name: "gone.example.com".into(),
+            node_name: "node-1".into(),
+            volume_lifecycle_mode: "Ephemeral".into(),
+        };
+        let dir = pod_with_csi_volume_dir(root.path(), Some(&record));
+        let err = csi.tear_down_pod("uid-1").await.unwrap_err();
+        assert_eq!(
+            err,
+            "UnmountVolume.TearDown failed for volume \"data\" (pod uid-1): kubernetes.io/csi: Unmounter.TearDownAt failed to get CSI client: driver name gone.example.com not found in the list of registered CSI drivers"
+        );
+        assert_eq!(read_vol_data(&dir).unwrap(), record);
+        assert!(dir.join(MOUNT_DIR).is_dir());
+    }
+
+    /// A volume directory with no record and nothing mounted (a set-up interrupted before
+    /// `vol_data.json`) is simply removed.
+    #[tokio::test]
+    async fn an_unrecorded_unmounted_volume_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let csi = Csi::new(root.path(), None, "node-1".into());
+        let dir = pod_with_csi_volume_dir(root.path(), None);
+        csi.tear_down_pod("uid-1").await.unwrap();
+        assert!(!dir.exists());
+        assert!(!dir.parent().unwrap().exists());
+    }
+
+    /// `vol_data.json` as upstream's `json.Encoder` writes a map: sorted keys, one line.
+    #[test]
+    fn vol_data_is_written_with_upstreams_keys_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = VolData {
+            attachment_id: "csi-a".into(),
+            spec_vol_id: "data".into(),
+            volume_handle: "csi-h".into(),
+            driver_name: "d".into(),
+            node_name: "n".into(),
+            volume_lifecycle_mode: "Ephemeral".into(),
+        };
+        write_vol_data(dir.path(), &record).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(VOL_DATA)).unwrap(),
+            "{\"attachmentID\":\"csi-a\",\"driverName\":\"d\",\"nodeName\":\"n\",\"specVolID\":\"data\",\"volumeHandle\":\"csi-h\",\"volumeLifecycleMode\":\"Ephemeral\"}\n"
+        );
+    }
+
+    #[test]
+    fn grpc_errors_read_as_grpc_go_prints_them() {
+        assert_eq!(
+            go_rpc_error(&tonic::Status::internal("disk full")),
+            "rpc error: code = Internal desc = disk full"
+        );
+        assert_eq!(
+            go_rpc_error(&tonic::Status::cancelled("x")),
+            "rpc error: code = Canceled desc = x"
+        );
+        assert_eq!(go_quoted(&["Persistent".into()]), "[\"Persistent\"]");
+        assert_eq!(go_quoted(&["a".into(), "b".into()]), "[\"a\" \"b\"]");
+        assert_eq!(go_quoted(&[]), "[]");
+    }
+
+    #[test]
+    fn fs_group_follows_the_drivers_policy() {
+        assert!(!applies_fs_group("ReadWriteOnceWithFSType", "", false));
+        assert!(applies_fs_group("ReadWriteOnceWithFSType", "ext4", false));
+        assert!(applies_fs_group("File", "", false));
+        assert!(!applies_fs_group("None", "ext4", false));
+        assert!(!applies_fs_group("File", "", true));
+    }
+}

@@ -1,0 +1,397 @@
+//! A CSI driver for the tests (issue 32), hostpath style, speaking the CSI spec's protobuf
+//! (`proto/proto/csi/v1/csi.proto`) as real drivers do, and registering as they do through
+//! a node-driver-registrar: it serves the kubelet's plugin registration API
+//! (`pluginregistration.Registration`: `GetInfo`, `NotifyRegistrationStatus`) on
+//! `<registry-dir>/<driver>-reg.sock`, and the CSI Identity and Node services on
+//! `--csi-socket`.
+//!
+//! A published volume is a directory `<state-dir>/volumes/<volume id>` bind-mounted at the
+//! target path (read-only when asked). A volume attribute `content` is written to the file
+//! `content` in it at the first publish, so a test can tell that the volume a container sees
+//! is this driver's. An ephemeral volume's directory is deleted at unpublish.
+//!
+//! What a test watches and steers, all in `--state-dir`:
+//! - `calls.log`: one JSON object per CSI call (`rpc`, and the request's fields that matter),
+//!   appended before the call is answered;
+//! - `registration.log`: each `NotifyRegistrationStatus` (`registered`, `error`);
+//! - `fail-publish` / `fail-unpublish`: while such a file exists, that call fails with
+//!   `INTERNAL` and the file's content as the message.
+
+use clap::Parser;
+use nodeagent_proto::csi::identity_server::{Identity, IdentityServer};
+use nodeagent_proto::csi::node_server::{Node, NodeServer};
+use nodeagent_proto::csi::*;
+use nodeagent_proto::pluginregistration::registration_server::{Registration, RegistrationServer};
+use nodeagent_proto::pluginregistration::{
+    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
+};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+#[derive(Parser, Clone)]
+struct Args {
+    /// The kubelet's plugin registry directory (`<root-dir>/plugins_registry`).
+    #[arg(long)]
+    registry_dir: PathBuf,
+    #[arg(long, default_value = "hostpath.csi.nodeagent.test")]
+    driver_name: String,
+    /// The CSI endpoint (a unix socket path).
+    #[arg(long)]
+    csi_socket: PathBuf,
+    #[arg(long)]
+    state_dir: PathBuf,
+    #[arg(long)]
+    node_id: String,
+    /// The CSI versions offered at registration (`GetInfo`'s `supported_versions`).
+    #[arg(long, default_value = "1.0.0")]
+    versions: Vec<String>,
+    /// The plugin type offered at registration.
+    #[arg(long, default_value = "CSIPlugin")]
+    plugin_type: String,
+}
+
+struct Driver {
+    args: Args,
+}
+
+impl Driver {
+    fn record(&self, file: &str, entry: serde_json::Value) {
+        println!("{entry}");
+        let path = self.args.state_dir.join(file);
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "{entry}"));
+        if let Err(e) = appended {
+            eprintln!("test-csi-driver: appending to {}: {e}", path.display());
+        }
+    }
+
+    /// The injected failure of `rpc`, if its file exists.
+    fn injected(&self, file: &str) -> Result<(), Status> {
+        match std::fs::read_to_string(self.args.state_dir.join(file)) {
+            Ok(message) => Err(Status::internal(message.trim().to_string())),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn volume_dir(&self, id: &str) -> Result<PathBuf, Status> {
+        if id.is_empty() || id.contains('/') || id.starts_with('.') {
+            return Err(Status::invalid_argument(format!("bad volume id {id:?}")));
+        }
+        Ok(self.args.state_dir.join("volumes").join(id))
+    }
+}
+
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| m == wanted)
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> Status {
+    Status::internal(format!("{what}: {e}"))
+}
+
+#[tonic::async_trait]
+impl Identity for Driver {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        self.record("calls.log", json!({"rpc": "GetPluginInfo"}));
+        Ok(Response::new(GetPluginInfoResponse {
+            name: self.args.driver_name.clone(),
+            vendor_version: env!("CARGO_PKG_VERSION").to_string(),
+            manifest: Default::default(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities: vec![],
+        }))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse { ready: Some(true) }))
+    }
+}
+
+#[tonic::async_trait]
+impl Node for Driver {
+    async fn node_stage_volume(
+        &self,
+        _: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        _: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let capability = req.volume_capability.as_ref();
+        let (fs_type, mount_flags) = match capability.and_then(|c| c.access_type.as_ref()) {
+            Some(volume_capability::AccessType::Mount(m)) => {
+                (m.fs_type.clone(), m.mount_flags.clone())
+            }
+            Some(volume_capability::AccessType::Block(_)) => (String::from("block"), vec![]),
+            None => (String::new(), vec![]),
+        };
+        let access_mode = capability
+            .and_then(|c| c.access_mode.as_ref())
+            .map(|m| {
+                volume_capability::access_mode::Mode::try_from(m.mode)
+                    .map(|m| m.as_str_name().to_string())
+                    .unwrap_or_else(|_| m.mode.to_string())
+            })
+            .unwrap_or_default();
+        let context: BTreeMap<_, _> = req.volume_context.clone().into_iter().collect();
+        let secrets: BTreeMap<_, _> = req
+            .secrets
+            .keys()
+            .cloned()
+            .map(|k| (k, "<redacted>"))
+            .collect();
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "NodePublishVolume",
+                "volume_id": req.volume_id,
+                "target_path": req.target_path,
+                "staging_target_path": req.staging_target_path,
+                "readonly": req.readonly,
+                "fs_type": fs_type,
+                "mount_flags": mount_flags,
+                "access_mode": access_mode,
+                "volume_context": context,
+                "secrets": secrets,
+            }),
+        );
+        // The spec's required fields.
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.target_path.is_empty() {
+            return Err(Status::invalid_argument("target_path is required"));
+        }
+        if capability.is_none() {
+            return Err(Status::invalid_argument("volume_capability is required"));
+        }
+        self.injected("fail-publish")?;
+        let data = self.volume_dir(&req.volume_id)?;
+        let target = PathBuf::from(&req.target_path);
+        if is_mount_point(&target) {
+            return Ok(Response::new(NodePublishVolumeResponse {}));
+        }
+        if !data.exists() {
+            std::fs::create_dir_all(&data).map_err(|e| internal("create", e))?;
+            if let Some(content) = req.volume_context.get("content") {
+                std::fs::write(data.join("content"), content).map_err(|e| internal("write", e))?;
+            }
+        }
+        std::fs::create_dir_all(&target).map_err(|e| internal("create the target", e))?;
+        use nix::mount::{MsFlags, mount};
+        mount(
+            Some(&data),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| internal("bind mount", e))?;
+        if req.readonly {
+            mount(
+                None::<&str>,
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .map_err(|e| internal("remount read-only", e))?;
+        }
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "NodeUnpublishVolume",
+                "volume_id": req.volume_id,
+                "target_path": req.target_path,
+            }),
+        );
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.target_path.is_empty() {
+            return Err(Status::invalid_argument("target_path is required"));
+        }
+        self.injected("fail-unpublish")?;
+        let target = PathBuf::from(&req.target_path);
+        while is_mount_point(&target) {
+            nix::mount::umount(&target).map_err(|e| internal("unmount", e))?;
+        }
+        match std::fs::remove_dir(&target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(internal("remove the target", e)),
+        }
+        // Every volume here is ephemeral: its data goes with its last publication.
+        let data = self.volume_dir(&req.volume_id)?;
+        match std::fs::remove_dir_all(&data) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(internal("remove the volume", e)),
+        }
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        _: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        Err(Status::unimplemented("GET_VOLUME_STATS is not offered"))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("EXPAND_VOLUME is not offered"))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        self.record("calls.log", json!({"rpc": "NodeGetCapabilities"}));
+        Ok(Response::new(NodeGetCapabilitiesResponse {
+            capabilities: vec![],
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        self.record("calls.log", json!({"rpc": "NodeGetInfo"}));
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.args.node_id.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Registration for Driver {
+    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
+        self.record("registration.log", json!({"rpc": "GetInfo"}));
+        Ok(Response::new(PluginInfo {
+            r#type: self.args.plugin_type.clone(),
+            name: self.args.driver_name.clone(),
+            endpoint: self.args.csi_socket.to_string_lossy().into_owned(),
+            supported_versions: self.args.versions.clone(),
+        }))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        request: Request<RegistrationStatus>,
+    ) -> Result<Response<RegistrationStatusResponse>, Status> {
+        let status = request.into_inner();
+        self.record(
+            "registration.log",
+            json!({
+                "rpc": "NotifyRegistrationStatus",
+                "registered": status.plugin_registered,
+                "error": status.error,
+            }),
+        );
+        Ok(Response::new(RegistrationStatusResponse {}))
+    }
+}
+
+fn listen(path: &Path) -> std::io::Result<tokio_stream::wrappers::UnixListenerStream> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    Ok(tokio_stream::wrappers::UnixListenerStream::new(
+        tokio::net::UnixListener::bind(path)?,
+    ))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(args.state_dir.join("volumes"))?;
+    let driver = Arc::new(Driver { args: args.clone() });
+    // The CSI endpoint first: a registration names it, so it must answer by then.
+    let csi = tonic::transport::Server::builder()
+        .add_service(IdentityServer::from_arc(driver.clone()))
+        .add_service(NodeServer::from_arc(driver.clone()))
+        .serve_with_incoming(listen(&args.csi_socket)?);
+    let registration_socket = args
+        .registry_dir
+        .join(format!("{}-reg.sock", args.driver_name));
+    let csi = tokio::spawn(csi);
+    let registration = tonic::transport::Server::builder()
+        .add_service(RegistrationServer::from_arc(driver.clone()))
+        .serve_with_incoming_shutdown(listen(&registration_socket)?, async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        });
+    println!(
+        "test-csi-driver {}: CSI on {}, registration on {}",
+        args.driver_name,
+        args.csi_socket.display(),
+        registration_socket.display()
+    );
+    registration.await?;
+    // Stopped on SIGTERM or SIGINT: the registration socket goes, as node-driver-registrar's does, so
+    // that the kubelet deregisters the driver.
+    let _ = std::fs::remove_file(&registration_socket);
+    csi.abort();
+    Ok(())
+}
