@@ -139,6 +139,28 @@ fn csi_driver_object(modes: &[&str]) -> CSIDriver {
     .unwrap()
 }
 
+/// A node with an API server that has the driver's CSIDriver (inline volumes allowed),
+/// the API's pods, and the driver (not started yet).
+async fn start(
+    test: &str,
+    options: NodeOptions,
+) -> (
+    nodeagent_tests::apiserver::ApiServer,
+    Node,
+    Api<Pod>,
+    Driver,
+) {
+    let (server, node) = Node::start_with_api_server(test, options).await;
+    let client = server.client();
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    drivers
+        .create(&PostParams::default(), &csi_driver_object(&["Ephemeral"]))
+        .await
+        .unwrap();
+    let driver = Driver::new(&node, &[]);
+    (server, node, Api::namespaced(client, "default"), driver)
+}
+
 /// A pod whose container prints the driver's file in its inline volume, then sleeps.
 fn csi_pod(name: &str, node: &Node) -> Pod {
     api_pod(
@@ -215,15 +237,8 @@ async fn an_inline_volume_is_published_by_its_registered_driver_and_survives_res
         sync_frequency: Some("2s".into()),
         ..NodeOptions::default()
     };
-    let (server, mut node) = Node::start_with_api_server("csi", options).await;
+    let (server, mut node, pods, mut driver) = start("csi", options).await;
     let client = server.client();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let drivers: Api<CSIDriver> = Api::all(client.clone());
-    drivers
-        .create(&PostParams::default(), &csi_driver_object(&["Ephemeral"]))
-        .await
-        .unwrap();
-    let mut driver = Driver::new(&node, &[]);
 
     // A pod whose driver is not there yet waits, with upstream's FailedMount message; a
     // bystander pod runs meanwhile.
@@ -626,15 +641,7 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     };
     let mut rng = nodeagent_tests::chaos::Rng::new(env("CSI_CHAOS_SEED", 32));
     let cycles = env("CSI_CHAOS_CYCLES", 20);
-    let (server, mut node) = Node::start_with_api_server("csi-kills", NodeOptions::default()).await;
-    let client = server.client();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let drivers: Api<CSIDriver> = Api::all(client.clone());
-    drivers
-        .create(&PostParams::default(), &csi_driver_object(&["Ephemeral"]))
-        .await
-        .unwrap();
-    let mut driver = Driver::new(&node, &[]);
+    let (_server, mut node, pods, mut driver) = start("csi-kills", NodeOptions::default()).await;
     driver.start();
 
     let steady = node.pod_name("steady");
