@@ -10,6 +10,10 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+/// The directory of CSI volumes below a pod's `volumes` (upstream's escaped plugin name).
+pub const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
+/// Where a CSI volume is published inside its volume's directory (`csi` owns it).
+pub const MOUNT_DIR: &str = "mount";
 /// Where subPath bind mounts live, under the pod's directory.
 const SUBPATHS: &str = "volume-subpaths";
 
@@ -225,8 +229,8 @@ impl PodVolumeLayout {
         } else if v.csi.is_some() {
             // Published by the driver before this pass (`server::publish_csi`).
             let target = self
-                .volume_dir(uid, crate::csi::CSI_PLUGIN_DIR, &v.name)?
-                .join(crate::csi::MOUNT_DIR)?;
+                .volume_dir(uid, CSI_PLUGIN_DIR, &v.name)?
+                .join(MOUNT_DIR)?;
             if !subpath::is_mount_point(target.as_path()) {
                 return Err(VolumeError::SetUp {
                     name: v.name,
@@ -295,7 +299,7 @@ impl PodVolumeLayout {
         // a CSI driver's, which only its driver unmounts (`csi::Csi::tear_down_pod`).
         let volumes = dir.join("volumes")?;
         for plugin in std::fs::read_dir(&volumes).into_iter().flatten().flatten() {
-            if plugin.file_name() != crate::csi::CSI_PLUGIN_DIR {
+            if plugin.file_name() != CSI_PLUGIN_DIR {
                 subpath::unmount_under(&plugin.path())?;
             }
         }
@@ -342,8 +346,8 @@ impl PodVolumeLayout {
             .ok_or_else(|| VolumeError::InvalidPod(format!("no volume named {name:?}")))?;
         if v.csi.is_some() {
             return Ok(self
-                .volume_dir(uid, crate::csi::CSI_PLUGIN_DIR, name)?
-                .join(crate::csi::MOUNT_DIR)?
+                .volume_dir(uid, CSI_PLUGIN_DIR, name)?
+                .join(MOUNT_DIR)?
                 .into_path_buf());
         }
         match (&v.empty_dir, &v.host_path, payload::plugin_dir(v)) {

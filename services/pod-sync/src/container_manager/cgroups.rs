@@ -368,7 +368,7 @@ pub fn qos_cgroups<'a>(
         .sum();
     let (burstable_min, pods_min) = match memory_qos {
         true => {
-            let (b, p) = super::memory_qos::qos_memory_min(active.iter().copied());
+            let (b, p) = qos_memory_min(active.iter().copied());
             (Some(b), Some(p))
         }
         false => (None, None),
@@ -540,6 +540,21 @@ fn remove_tree(path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
+}
+
+/// The QoS tiers' `memory.min` over the active pods: `burstable` the requests of its pods,
+/// `kubepods` (where Guaranteed pods sit) those of the Guaranteed and Burstable pods.
+pub fn qos_memory_min<'a>(active: impl IntoIterator<Item = &'a Pod>) -> (i64, i64) {
+    let (mut burstable, mut guaranteed) = (0, 0);
+    for p in active {
+        let memory = crate::node::admission::requests(p).memory;
+        match qos_class(p) {
+            QosClass::Burstable => burstable += memory,
+            QosClass::Guaranteed => guaranteed += memory,
+            QosClass::BestEffort => {}
+        }
+    }
+    (burstable, guaranteed + burstable)
 }
 
 #[cfg(test)]

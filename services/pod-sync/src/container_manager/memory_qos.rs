@@ -11,7 +11,6 @@
 //! a `memory.high` from node allocatable (kubernetes#137685), and a tier whose last pod
 //! with a request went is set back to 0 instead of keeping the old value.
 
-use crate::container_manager::cgroups::{QosClass, qos_class};
 use crate::container_manager::quantity::ContainerResources;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::HashMap;
@@ -97,24 +96,10 @@ pub fn pod_memory_min(pod: &Pod) -> Option<i64> {
     (memory > 0).then_some(memory)
 }
 
-/// The QoS tiers' `memory.min` over the active pods: `burstable` the requests of its pods,
-/// `kubepods` (where Guaranteed pods sit) those of the Guaranteed and Burstable pods.
-pub fn qos_memory_min<'a>(active: impl IntoIterator<Item = &'a Pod>) -> (i64, i64) {
-    let (mut burstable, mut guaranteed) = (0, 0);
-    for p in active {
-        let memory = crate::node::admission::requests(p).memory;
-        match qos_class(p) {
-            QosClass::Burstable => burstable += memory,
-            QosClass::Guaranteed => guaranteed += memory,
-            QosClass::BestEffort => {}
-        }
-    }
-    (burstable, guaranteed + burstable)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::container_manager::cgroups::qos_memory_min;
     use serde_json::json;
 
     const MI: i64 = 1 << 20;

@@ -25,10 +25,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The directory of CSI volumes below a pod's `volumes` (upstream's escaped plugin name).
-pub const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
-/// The published directory inside a volume's directory.
-pub const MOUNT_DIR: &str = "mount";
+pub use crate::layout::{CSI_PLUGIN_DIR, MOUNT_DIR};
 /// What upstream writes beside it.
 const VOL_DATA: &str = "vol_data.json";
 /// Where it is written first (then renamed): a crash may leave it.

@@ -4,7 +4,6 @@
 //! annotation (a JSON map driver -> node ID). The CSINode is owned by the Node, so it goes
 //! with it. A node without an API server (standalone) keeps nothing.
 
-use super::registry::Driver;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeNodeResources};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -30,14 +29,15 @@ impl NodeInfo {
     /// Records a registered driver on the Node and its CSINode.
     pub async fn install(
         &self,
-        driver: &Driver,
+        driver: &str,
+        node_id: &str,
         max_volumes_per_node: i64,
         topology_keys: Option<Vec<String>>,
     ) -> Result<(), String> {
         let Some(client) = &self.client else {
             return Ok(());
         };
-        let (name, id) = (driver.name.clone(), driver.node_id.clone());
+        let (name, id) = (driver.to_string(), node_id.to_string());
         self.annotate(client, |ids| {
             ids.insert(name.clone(), id.clone());
         })
@@ -48,8 +48,8 @@ impl NodeInfo {
             )
         })?;
         let entry = CSINodeDriver {
-            name: driver.name.clone(),
-            node_id: driver.node_id.clone(),
+            name: driver.to_string(),
+            node_id: node_id.to_string(),
             topology_keys,
             allocatable: (max_volumes_per_node > 0).then(|| VolumeNodeResources {
                 // Clamped to an int32, as upstream does.

@@ -360,7 +360,12 @@ impl Registry {
         });
         if let Err(e) = self
             .node
-            .install(&driver, node_info.max_volumes_per_node, topology_keys)
+            .install(
+                &driver.name,
+                &driver.node_id,
+                node_info.max_volumes_per_node,
+                topology_keys,
+            )
             .await
         {
             // Upstream's `unregisterDriver` after a failed install: nothing half-written
