@@ -188,19 +188,26 @@ impl LogReader {
     /// The new file at the path, if the one being read was renamed away, the runtime has
     /// opened a new one, and the old one is read to its end: the runtime may have written
     /// to it between the read that found its end and the reopen (CI caught a line lost in
-    /// that window), and writes nothing to it after the reopen.
+    /// that window, twice), and writes nothing to it after the reopen.
+    ///
+    /// The order of the two checks is what makes that safe: the new file is looked for
+    /// first, and only then is the old one's length read. A record written to the old file
+    /// came before the reopen that made the new one, so a length read after the new file
+    /// was seen counts it. (Read the other way round, a record written after the length
+    /// was read and before the new file appeared was lost: stop 53's CI.)
     fn rotated(&self) -> io::Result<Option<File>> {
-        let current = self.file.metadata()?;
-        if current.len() > self.offset {
-            return Ok(None);
-        }
         let at_path = match std::fs::metadata(&self.path) {
             Ok(m) => m,
             // Renamed, not reopened yet.
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        let current = self.file.metadata()?;
         if (at_path.dev(), at_path.ino()) == (current.dev(), current.ino()) {
+            return Ok(None);
+        }
+        // A new file is there: the old one's length is final now.
+        if current.len() > self.offset {
             return Ok(None);
         }
         match File::open(&self.path) {
