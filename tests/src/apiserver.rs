@@ -4,7 +4,8 @@
 //!
 //! - pods, nodes, leases, events, configmaps, secrets, serviceaccounts and
 //!   runtimeclasses (`node.k8s.io/v1`, with upstream's RuntimeClass admission of pods in
-//!   `apiserver_runtimeclass`), csidrivers and csinodes (`storage.k8s.io/v1`), each object
+//!   `apiserver_runtimeclass`), csidrivers, csinodes, storageclasses and volumeattachments
+//!   (`storage.k8s.io/v1`), persistentvolumes and persistentvolumeclaims, each object
 //!   with a `metadata.resourceVersion` from one cluster-wide counter, a uid and a creation
 //!   time;
 //! - list (with the list's resourceVersion) and watch (`watch=true`) from a
@@ -26,7 +27,9 @@
 //!   service-account tokens from the `serviceaccounts/token` subresource (TokenRequest),
 //!   reviewed as upstream does (`apiserver_serviceaccount`);
 //! - what two controllers keep in every namespace in use: the `default` ServiceAccount and
-//!   the `kube-root-ca.crt` ConfigMap with the server's CA (`apiserver_controllers`);
+//!   the `kube-root-ca.crt` ConfigMap with the server's CA, and the claims the ephemeral
+//!   volume controller makes for a new pod's generic ephemeral volumes
+//!   (`apiserver_controllers`);
 //! - the ServiceAccount admission of a created pod: the `default` service account, which
 //!   must exist (403 Forbidden), and the `kube-api-access-*` token volume mounted in its
 //!   containers (`apiserver_admission`).
@@ -60,7 +63,7 @@ const HISTORY: usize = 1000;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 /// A resource the server knows: (plural, kind, API group version, namespaced).
-pub(crate) const RESOURCES: [(&str, &str, &str, bool); 11] = [
+pub(crate) const RESOURCES: [(&str, &str, &str, bool); 15] = [
     ("pods", "Pod", "v1", true),
     ("nodes", "Node", "v1", false),
     ("configmaps", "ConfigMap", "v1", true),
@@ -73,6 +76,23 @@ pub(crate) const RESOURCES: [(&str, &str, &str, bool); 11] = [
     // and the node's registered drivers, which the node agent keeps (issue 32).
     ("csidrivers", "CSIDriver", "storage.k8s.io/v1", false),
     ("csinodes", "CSINode", "storage.k8s.io/v1", false),
+    // Persistent volumes and their claims, and the attachments an attacher reports
+    // (issue 32); the tests bind claims and attach volumes themselves, as the PV
+    // controller and the external-attacher would.
+    ("persistentvolumes", "PersistentVolume", "v1", false),
+    (
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        "v1",
+        true,
+    ),
+    ("storageclasses", "StorageClass", "storage.k8s.io/v1", false),
+    (
+        "volumeattachments",
+        "VolumeAttachment",
+        "storage.k8s.io/v1",
+        false,
+    ),
     (
         "certificatesigningrequests",
         "CertificateSigningRequest",
@@ -800,11 +820,17 @@ fn list(state: &ApiState, t: &Target, query: &HashMap<String, String>) -> Respon
     )
 }
 
+/// The real server's words: the resource qualified by its group, when it has one
+/// (`volumeattachments.storage.k8s.io "x" not found`, `pods "x" not found`).
 fn not_found(t: &Target, name: &str) -> Response {
+    let resource = match t.api_version.split_once('/') {
+        Some((group, _)) => format!("{}.{group}", t.plural),
+        None => t.plural.clone(),
+    };
     status(
         StatusCode::NOT_FOUND,
         "NotFound",
-        format!("{} \"{name}\" not found", t.plural),
+        format!("{resource} \"{name}\" not found"),
     )
 }
 
@@ -886,6 +912,19 @@ fn create(state: &ApiState, t: &Target, mut body: Value) -> Response {
         );
     }
     let body = insert_new(state, &mut s, t, &name, body);
+    if t.plural == "pods"
+        && let Some(claims) = target("persistentvolumeclaims", t.namespace.clone())
+    {
+        for claim in crate::apiserver_controllers::ephemeral_claims(&body) {
+            let claim_name = claim["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if !s.objects.contains_key(&key(&claims, &claim_name)) {
+                insert_new(state, &mut s, &claims, &claim_name, claim);
+            }
+        }
+    }
     json_response(StatusCode::CREATED, &body)
 }
 

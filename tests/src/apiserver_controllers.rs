@@ -1,11 +1,15 @@
-//! The two controllers of kube-controller-manager whose objects every pod relies on, as
-//! decisions the test API server applies in the same write that uses a namespace:
+//! The controllers of kube-controller-manager whose objects pods rely on, as decisions
+//! the test API server applies in the same write that uses a namespace (the first two) or
+//! creates a pod (the third):
 //!
 //! - the service-account controller (pkg/controller/serviceaccount): a `default`
 //!   ServiceAccount in every namespace, recreated when deleted;
 //! - the root-CA publisher (pkg/controller/certificates/rootcacertpublisher): a ConfigMap
 //!   `kube-root-ca.crt` whose `ca.crt` is the API server's CA, recreated when deleted and
-//!   put back when changed.
+//!   put back when changed;
+//! - the ephemeral volume controller (pkg/controller/volume/ephemeral): for each generic
+//!   ephemeral volume of a new pod, the claim `<pod>-<volume>` from its template, owned by
+//!   the pod (binding it is the test's, as the PV controller's would be).
 //!
 //! The test server has no Namespace objects: a namespace exists once something is written
 //! in it, and the four a cluster starts with exist from the start.
@@ -75,6 +79,36 @@ pub(crate) fn reconcile(
         }
     }
     writes
+}
+
+/// The claims the ephemeral volume controller creates for a new pod: for each generic
+/// ephemeral volume, `<pod>-<volume>` with the template's labels, annotations and spec,
+/// controlled by the pod (upstream's `handleVolume`).
+pub(crate) fn ephemeral_claims(pod: &Value) -> Vec<Value> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+    let volumes = pod["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    volumes
+        .iter()
+        .filter_map(|v| {
+            let template = v.get("ephemeral")?.get("volumeClaimTemplate")?;
+            let volume = v["name"].as_str()?;
+            let mut metadata = json!({
+                "name": format!("{name}-{volume}"),
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                    "uid": uid, "controller": true, "blockOwnerDeletion": true}],
+            });
+            for field in ["labels", "annotations"] {
+                if let Some(value) = template["metadata"].get(field) {
+                    metadata[field] = value.clone();
+                }
+            }
+            Some(json!({"metadata": metadata, "spec": template["spec"].clone()}))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ fn short_names(plural: &str) -> &'static [&'static str] {
         "configmaps" => &["cm"],
         "events" => &["ev"],
         "serviceaccounts" => &["sa"],
+        "persistentvolumes" => &["pv"],
+        "persistentvolumeclaims" => &["pvc"],
+        "storageclasses" => &["sc"],
         _ => &[],
     }
 }

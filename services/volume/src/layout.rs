@@ -135,6 +135,13 @@ impl PodVolumeLayout {
             out.paths.insert(v.name.clone(), PathBuf::new());
         }
         for v in volumes {
+            // A claim not published yet: the caller reports why, the others are set up.
+            if (v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+                && !objects.claimed.contains_key(&v.name)
+            {
+                out.paths.remove(&v.name);
+                continue;
+            }
             // Each volume's set-up is a `volume_mount` operation as upstream counts them
             // (storage_operation_duration_seconds; a payload volume refilled on every pass,
             // as upstream remounts configMap and secret volumes on every pod sync).
@@ -238,15 +245,20 @@ impl PodVolumeLayout {
                 });
             }
             target.into_path_buf()
+        } else if let Some(target) = objects.claimed.get(&v.name) {
+            // Published by its driver before this pass (`server::publish_claims`).
+            if !subpath::is_mount_point(target) {
+                return Err(VolumeError::SetUp {
+                    name: v.name,
+                    reason: "kubernetes.io/csi: the volume is not published".to_string(),
+                });
+            }
+            target.clone()
         } else {
-            let kind = if v.persistent_volume_claim.is_some() {
-                "persistentVolumeClaim"
-            } else if v.ephemeral.is_some() {
-                "ephemeral"
-            } else {
-                "this kind of"
-            };
-            return Err(VolumeError::Unsupported { name: v.name, kind });
+            return Err(VolumeError::Unsupported {
+                name: v.name,
+                kind: "this kind of",
+            });
         })
     }
 
@@ -317,12 +329,16 @@ impl PodVolumeLayout {
         pod: &Pod,
         container: &str,
         mounts: &[(String, String, u32)],
+        claimed: &BTreeMap<String, PathBuf>,
     ) -> Result<BTreeMap<u32, PathBuf>, VolumeError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let mut out = BTreeMap::new();
         for (volume, sub_path, index) in mounts {
             let target = self.sub_path_target(uid, volume, container, *index)?;
-            let volume_dir = self.volume_base(pod, volume)?;
+            let volume_dir = match claimed.get(volume) {
+                Some(target) => target.clone(),
+                None => self.volume_base(pod, volume)?,
+            };
             let fd = SubPath {
                 volume_name: volume,
                 volume_dir: &volume_dir,
@@ -733,7 +749,7 @@ mod tests {
         );
         let p = pod("u6", serde_json::json!([{"name": "d", "emptyDir": {}}]));
         let err = layout
-            .prepare_sub_paths(&p, "../c", &[("d".into(), "s".into(), 0)])
+            .prepare_sub_paths(&p, "../c", &[("d".into(), "s".into(), 0)], &BTreeMap::new())
             .unwrap_err();
         assert!(
             err.to_string().contains("not a safe path component"),
@@ -758,14 +774,19 @@ mod tests {
         );
         layout.ensure(&p, &none()).unwrap();
         let err = layout
-            .prepare_sub_paths(&p, "c", &[("h".into(), "evil".into(), 0)])
+            .prepare_sub_paths(&p, "c", &[("h".into(), "evil".into(), 0)], &BTreeMap::new())
             .unwrap_err();
         assert_eq!(
             err.to_string(),
             "subPath \"evil\" resolves outside of volume \"h\""
         );
         let paths = layout
-            .prepare_sub_paths(&p, "c", &[("h".into(), "ok/new".into(), 1)])
+            .prepare_sub_paths(
+                &p,
+                "c",
+                &[("h".into(), "ok/new".into(), 1)],
+                &BTreeMap::new(),
+            )
             .unwrap();
         let target = root.path().join("r/pods/u7/volume-subpaths/h/c/1");
         assert_eq!(paths[&1], target);

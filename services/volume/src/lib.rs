@@ -41,6 +41,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let api = config.api_client().await?;
     let csi = csi::Csi::new(&config.root_dir, api.clone(), config.node_name.clone());
     tokio::spawn(csi.registry.clone().run(shutdown.clone()));
+    tokio::spawn(csi.clone().unstage_unused_periodically(shutdown.clone()));
     let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
     let service = server::VolumeService::new(layout, fetcher, csi);
     let server = Server::new(

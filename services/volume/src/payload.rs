@@ -199,6 +199,9 @@ pub struct ApiObjects {
     pub tokens: BTreeMap<TokenRequestKey, Result<Vec<u8>, String>>,
     /// The node's allocatable resources, the default of an unset limit.
     pub node_allocatable: BTreeMap<String, Quantity>,
+    /// Where the pod's claimed volumes were published before this pass, by the pod's
+    /// volume name (`server::publish_claims`); a claim not here is not set up yet.
+    pub claimed: BTreeMap<String, std::path::PathBuf>,
 }
 
 /// What a pod's volumes need fetched.

@@ -31,6 +31,9 @@ pub struct VolumeService {
     /// Per pod asked for: its volumes' plugins, and those of the volumes set up
     /// (`volume_manager_total_volumes`' desired and actual states).
     volumes: Mutex<HashMap<String, PodVolumeCounts>>,
+    /// Per pod: where its claimed volumes were published (by the pod's volume name; the
+    /// directory carries the PV's name), for its subPaths.
+    claimed: Mutex<HashMap<String, std::collections::BTreeMap<String, std::path::PathBuf>>>,
 }
 
 /// A pod's volumes by plugin: those it has, and those set up.
@@ -49,6 +52,7 @@ impl VolumeService {
             busy: Mutex::default(),
             reported: Mutex::default(),
             volumes: Mutex::default(),
+            claimed: Mutex::default(),
         }
     }
 
@@ -139,22 +143,38 @@ impl VolumeService {
         let _one_at_a_time = lock.lock().await;
         let mut refs = References::of_pod(&pod);
         refs.node_allocatable |= memory_empty_dir(&pod);
-        let objects = self.fetcher.objects(&pod, &refs).await;
+        let mut objects = self.fetcher.objects(&pod, &refs).await;
         if let Err(e) = self.publish_csi(&pod, &objects).await {
             self.count_volumes(&uid, Some((&pod, false)));
             self.failed_mount(&pod, &e.to_string()).await;
             return Err(to_status(e));
         }
+        // Claimed volumes: those that fail wait, the others are set up meanwhile.
+        let (claimed, claim_errors) = self.publish_claims(&pod).await;
+        self.claimed
+            .lock()
+            .unwrap()
+            .insert(uid.clone(), claimed.clone());
+        objects.claimed = claimed;
         let layout = self.layout.clone();
         let for_layout = pod.clone();
         let ensured = tokio::task::spawn_blocking(move || layout.ensure(&for_layout, &objects))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
-        self.count_volumes(&uid, Some((&pod, ensured.is_ok())));
+        self.count_volumes(
+            &uid,
+            Some((&pod, ensured.is_ok() && claim_errors.is_empty())),
+        );
         match ensured {
             Ok(ensured) => {
                 for message in &ensured.stale {
                     self.failed_mount(&pod, message).await;
+                }
+                if !claim_errors.is_empty() {
+                    for message in &claim_errors {
+                        self.failed_mount(&pod, message).await;
+                    }
+                    return Err(Status::failed_precondition(claim_errors.join("; ")));
                 }
                 Ok(ensured)
             }
@@ -204,6 +224,101 @@ impl VolumeService {
         }
         Ok(())
     }
+}
+
+impl VolumeService {
+    /// Sets up the pod's claimed volumes: where each one set up was published, and the
+    /// FailedMount messages of the others, as upstream's volume manager words them (the
+    /// claims that cannot be used yet together, as `WaitForAttachAndMount` reports them;
+    /// each mount step's failure alone).
+    async fn publish_claims(
+        &self,
+        pod: &Pod,
+    ) -> (
+        std::collections::BTreeMap<String, std::path::PathBuf>,
+        Vec<String>,
+    ) {
+        let mut published = std::collections::BTreeMap::new();
+        let mut not_processed = Vec::new();
+        let mut errors = Vec::new();
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for v in volumes.into_iter().flatten() {
+            let started = Instant::now();
+            let Some(set_up) = self.csi.set_up_claim(pod, v).await else {
+                continue;
+            };
+            if !matches!(set_up, Err(crate::csi::persistent::ClaimError::Process(_))) {
+                nodeagent_telemetry::metrics::kubelet::record_storage_operation(
+                    "kubernetes.io/csi",
+                    "volume_mount",
+                    started.elapsed().as_secs_f64(),
+                    set_up.is_ok(),
+                );
+            }
+            match set_up {
+                Ok(target) => {
+                    published.insert(v.name.clone(), target);
+                }
+                Err(crate::csi::persistent::ClaimError::Process(e)) => {
+                    not_processed.push((v.name.clone(), e));
+                }
+                Err(crate::csi::persistent::ClaimError::Mount(e)) => errors.push(e),
+            }
+        }
+        if !not_processed.is_empty() {
+            let failed: std::collections::BTreeSet<&str> =
+                not_processed.iter().map(|(n, _)| n.as_str()).collect();
+            // The volumes the containers mount that are not mounted: those failing here.
+            let unmounted: Vec<String> = mounted_by_containers(pod)
+                .into_iter()
+                .filter(|n| failed.contains(n.as_str()))
+                .collect();
+            let processed: Vec<&str> = not_processed.iter().map(|(n, _)| n.as_str()).collect();
+            let reasons: Vec<&str> = not_processed.iter().map(|(_, e)| e.as_str()).collect();
+            errors.insert(
+                0,
+                format!(
+                    "Unable to attach or mount volumes: unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
+                    unmounted.join(" "),
+                    sorted(processed).join(" "),
+                    reasons.join("; ")
+                ),
+            );
+        }
+        (published, errors)
+    }
+}
+
+fn sorted(mut list: Vec<&str>) -> Vec<&str> {
+    list.sort_unstable();
+    list.dedup();
+    list
+}
+
+/// The volumes any container of the pod mounts or uses as a device, sorted (upstream's
+/// `GetPodVolumeNames`, the volumes `WaitForAttachAndMount` waits for).
+fn mounted_by_containers(pod: &Pod) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    if let Some(spec) = &pod.spec {
+        let containers = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten());
+        for c in containers {
+            for m in c.volume_mounts.iter().flatten() {
+                names.insert(m.name.clone());
+            }
+            for d in c.volume_devices.iter().flatten() {
+                names.insert(d.name.clone());
+            }
+        }
+        for c in spec.ephemeral_containers.iter().flatten() {
+            for m in c.volume_mounts.iter().flatten() {
+                names.insert(m.name.clone());
+            }
+        }
+    }
+    names.into_iter().collect()
 }
 
 /// Whether the pod has an emptyDir on tmpfs (its size depends on the node's allocatable).
@@ -297,12 +412,19 @@ impl Volume for VolumeService {
             tokio::task::spawn_blocking(move || layout.release(&uid))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(to_status)
+                .map_err(to_status)?;
+            // The staged volumes this pod was the last to use (a failure is retried by the
+            // next release and the periodic pass; it never fails the pod's release).
+            for error in csi.unstage_unused().await {
+                tracing::warn!(%error, "CSI volume not unstaged; retried later");
+            }
+            Ok::<(), Status>(())
         }
         .instrument(span)
         .await?;
         self.fetcher.forget_pod(&req.pod_uid);
         self.count_volumes(&req.pod_uid, None);
+        self.claimed.lock().unwrap().remove(&req.pod_uid);
         self.busy.lock().unwrap().remove(&req.pod_uid);
         self.reported
             .lock()
@@ -332,9 +454,16 @@ impl Volume for VolumeService {
             .map(|m| (m.volume_name, m.sub_path, m.mount_index))
             .collect();
         let container = req.container_name;
+        let claimed = self
+            .claimed
+            .lock()
+            .unwrap()
+            .get(nodeagent_proto::k8s::pod_uid(&pod))
+            .cloned()
+            .unwrap_or_default();
         let paths = async move {
             let prepared = tokio::task::spawn_blocking(move || {
-                layout.prepare_sub_paths(&pod, &container, &mounts)
+                layout.prepare_sub_paths(&pod, &container, &mounts, &claimed)
             })
             .await
             .map_err(|e| Status::internal(e.to_string()))?;

@@ -5,17 +5,22 @@
 //! `<registry-dir>/<driver>-reg.sock`, and the CSI Identity and Node services on
 //! `--csi-socket`.
 //!
-//! A published volume is a directory `<state-dir>/volumes/<volume id>` bind-mounted at the
-//! target path (read-only when asked). A volume attribute `content` is written to the file
-//! `content` in it at the first publish, so a test can tell that the volume a container sees
-//! is this driver's. An ephemeral volume's directory is deleted at unpublish.
+//! A volume is a directory `<state-dir>/volumes/<volume id>`. With `--stage` the driver
+//! offers STAGE_UNSTAGE_VOLUME: `NodeStageVolume` bind-mounts the directory at the staging
+//! path and `NodePublishVolume` bind-mounts the staging path at the target (read-only when
+//! asked); without it, or for a volume published without a staging path, the directory is
+//! bind-mounted at the target directly. A volume attribute `content` is written to the file
+//! `content` in it when it is made, so a test can tell that the volume a container sees is
+//! this driver's. A volume first made by a publish (an inline, ephemeral one: no stage
+//! came first) is deleted at its unpublish, as csi-driver-host-path deletes its ephemeral
+//! volumes; a staged one keeps its data across unstage and stage, as a disk would.
 //!
 //! What a test watches and steers, all in `--state-dir`:
 //! - `calls.log`: one JSON object per CSI call (`rpc`, and the request's fields that matter),
 //!   appended before the call is answered;
 //! - `registration.log`: each `NotifyRegistrationStatus` (`registered`, `error`);
-//! - `fail-publish` / `fail-unpublish`: while such a file exists, that call fails with
-//!   `INTERNAL` and the file's content as the message.
+//! - `fail-publish` / `fail-unpublish` / `fail-stage` / `fail-unstage`: while such a file
+//!   exists, that call fails with `INTERNAL` and the file's content as the message.
 
 use clap::Parser;
 use nodeagent_proto::csi::identity_server::{Identity, IdentityServer};
@@ -52,6 +57,9 @@ struct Args {
     /// The plugin type offered at registration.
     #[arg(long, default_value = "CSIPlugin")]
     plugin_type: String,
+    /// Offer STAGE_UNSTAGE_VOLUME (`NodeStageVolume`, `NodeUnstageVolume`).
+    #[arg(long)]
+    stage: bool,
 }
 
 struct Driver {
@@ -86,6 +94,64 @@ impl Driver {
         }
         Ok(self.args.state_dir.join("volumes").join(id))
     }
+
+    /// Where the driver notes that a volume was made by a publish (ephemeral).
+    fn ephemeral_marker(&self, id: &str) -> PathBuf {
+        self.args.state_dir.join("ephemeral").join(id)
+    }
+
+    /// Makes the volume's directory if it is not there (with the `content` attribute).
+    fn make_volume(
+        &self,
+        data: &Path,
+        context: &std::collections::HashMap<String, String>,
+    ) -> Result<(), Status> {
+        if data.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(data).map_err(|e| internal("create", e))?;
+        if let Some(content) = context.get("content") {
+            std::fs::write(data.join("content"), content).map_err(|e| internal("write", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Bind-mounts `source` at `target` (made if missing), read-only when asked.
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
+    use nix::mount::{MsFlags, mount};
+    std::fs::create_dir_all(target).map_err(|e| internal("create the target", e))?;
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| internal("bind mount", e))?;
+    if read_only {
+        mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .map_err(|e| internal("remount read-only", e))?;
+    }
+    Ok(())
+}
+
+/// Unmounts everything stacked on `target` and removes the directory (gone is fine).
+fn unbind(target: &Path) -> Result<(), Status> {
+    while is_mount_point(target) {
+        nix::mount::umount(target).map_err(|e| internal("unmount", e))?;
+    }
+    match std::fs::remove_dir(target) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(internal("remove the target", e)),
+    }
 }
 
 fn is_mount_point(path: &Path) -> bool {
@@ -96,6 +162,18 @@ fn is_mount_point(path: &Path) -> bool {
     info.lines()
         .filter_map(|l| l.split(' ').nth(4))
         .any(|m| m == wanted)
+}
+
+/// The access mode asked for, by its CSI name.
+fn access_mode(capability: Option<&VolumeCapability>) -> String {
+    capability
+        .and_then(|c| c.access_mode.as_ref())
+        .map(|m| {
+            volume_capability::access_mode::Mode::try_from(m.mode)
+                .map(|m| m.as_str_name().to_string())
+                .unwrap_or_else(|_| m.mode.to_string())
+        })
+        .unwrap_or_default()
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> Status {
@@ -134,16 +212,72 @@ impl Identity for Driver {
 impl Node for Driver {
     async fn node_stage_volume(
         &self,
-        _: Request<NodeStageVolumeRequest>,
+        request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
-        Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"))
+        let req = request.into_inner();
+        let context: BTreeMap<_, _> = req.volume_context.clone().into_iter().collect();
+        let publish_context: BTreeMap<_, _> = req.publish_context.clone().into_iter().collect();
+        let access_mode = access_mode(req.volume_capability.as_ref());
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "NodeStageVolume",
+                "volume_id": req.volume_id,
+                "staging_target_path": req.staging_target_path,
+                "access_mode": access_mode,
+                "volume_context": context,
+                "publish_context": publish_context,
+                "secrets": req.secrets.keys().collect::<std::collections::BTreeSet<_>>(),
+            }),
+        );
+        if !self.args.stage {
+            return Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"));
+        }
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.staging_target_path.is_empty() {
+            return Err(Status::invalid_argument("staging_target_path is required"));
+        }
+        if req.volume_capability.is_none() {
+            return Err(Status::invalid_argument("volume_capability is required"));
+        }
+        self.injected("fail-stage")?;
+        let data = self.volume_dir(&req.volume_id)?;
+        let staging = PathBuf::from(&req.staging_target_path);
+        if is_mount_point(&staging) {
+            return Ok(Response::new(NodeStageVolumeResponse {}));
+        }
+        self.make_volume(&data, &req.volume_context)?;
+        bind(&data, &staging, false)?;
+        Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
     async fn node_unstage_volume(
         &self,
-        _: Request<NodeUnstageVolumeRequest>,
+        request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
-        Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"))
+        let req = request.into_inner();
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "NodeUnstageVolume",
+                "volume_id": req.volume_id,
+                "staging_target_path": req.staging_target_path,
+            }),
+        );
+        if !self.args.stage {
+            return Err(Status::unimplemented("STAGE_UNSTAGE_VOLUME is not offered"));
+        }
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.staging_target_path.is_empty() {
+            return Err(Status::invalid_argument("staging_target_path is required"));
+        }
+        self.injected("fail-unstage")?;
+        unbind(Path::new(&req.staging_target_path))?;
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
     async fn node_publish_volume(
@@ -159,14 +293,7 @@ impl Node for Driver {
             Some(volume_capability::AccessType::Block(_)) => (String::from("block"), vec![]),
             None => (String::new(), vec![]),
         };
-        let access_mode = capability
-            .and_then(|c| c.access_mode.as_ref())
-            .map(|m| {
-                volume_capability::access_mode::Mode::try_from(m.mode)
-                    .map(|m| m.as_str_name().to_string())
-                    .unwrap_or_else(|_| m.mode.to_string())
-            })
-            .unwrap_or_default();
+        let access_mode = access_mode(capability);
         let context: BTreeMap<_, _> = req.volume_context.clone().into_iter().collect();
         let secrets: BTreeMap<_, _> = req
             .secrets
@@ -200,36 +327,30 @@ impl Node for Driver {
             return Err(Status::invalid_argument("volume_capability is required"));
         }
         self.injected("fail-publish")?;
-        let data = self.volume_dir(&req.volume_id)?;
         let target = PathBuf::from(&req.target_path);
         if is_mount_point(&target) {
             return Ok(Response::new(NodePublishVolumeResponse {}));
         }
-        if !data.exists() {
-            std::fs::create_dir_all(&data).map_err(|e| internal("create", e))?;
-            if let Some(content) = req.volume_context.get("content") {
-                std::fs::write(data.join("content"), content).map_err(|e| internal("write", e))?;
+        if req.staging_target_path.is_empty() {
+            let data = self.volume_dir(&req.volume_id)?;
+            if !data.exists() {
+                // Marked first: a kill between the two leaves nothing unmarked.
+                let marker = self.ephemeral_marker(&req.volume_id);
+                std::fs::create_dir_all(marker.parent().expect("under the state dir"))
+                    .and_then(|()| std::fs::write(&marker, b""))
+                    .map_err(|e| internal("mark ephemeral", e))?;
+                self.make_volume(&data, &req.volume_context)?;
             }
-        }
-        std::fs::create_dir_all(&target).map_err(|e| internal("create the target", e))?;
-        use nix::mount::{MsFlags, mount};
-        mount(
-            Some(&data),
-            &target,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| internal("bind mount", e))?;
-        if req.readonly {
-            mount(
-                None::<&str>,
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
-                None::<&str>,
-            )
-            .map_err(|e| internal("remount read-only", e))?;
+            bind(&data, &target, req.readonly)?;
+        } else {
+            let staging = PathBuf::from(&req.staging_target_path);
+            if !is_mount_point(&staging) {
+                return Err(Status::failed_precondition(format!(
+                    "volume {} is not staged at {}",
+                    req.volume_id, req.staging_target_path
+                )));
+            }
+            bind(&staging, &target, req.readonly)?;
         }
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
@@ -254,21 +375,17 @@ impl Node for Driver {
             return Err(Status::invalid_argument("target_path is required"));
         }
         self.injected("fail-unpublish")?;
-        let target = PathBuf::from(&req.target_path);
-        while is_mount_point(&target) {
-            nix::mount::umount(&target).map_err(|e| internal("unmount", e))?;
-        }
-        match std::fs::remove_dir(&target) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("remove the target", e)),
-        }
-        // Every volume here is ephemeral: its data goes with its last publication.
-        let data = self.volume_dir(&req.volume_id)?;
-        match std::fs::remove_dir_all(&data) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("remove the volume", e)),
+        unbind(Path::new(&req.target_path))?;
+        // An ephemeral volume's data goes with its publication; a staged one's stays.
+        let marker = self.ephemeral_marker(&req.volume_id);
+        if marker.exists() {
+            let data = self.volume_dir(&req.volume_id)?;
+            match std::fs::remove_dir_all(&data) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal("remove the volume", e)),
+            }
+            let _ = std::fs::remove_file(marker);
         }
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
@@ -292,9 +409,17 @@ impl Node for Driver {
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
         self.record("calls.log", json!({"rpc": "NodeGetCapabilities"}));
-        Ok(Response::new(NodeGetCapabilitiesResponse {
-            capabilities: vec![],
-        }))
+        use node_service_capability::{Rpc, Type, rpc};
+        let capabilities = if self.args.stage {
+            vec![NodeServiceCapability {
+                r#type: Some(Type::Rpc(Rpc {
+                    r#type: rpc::Type::StageUnstageVolume as i32,
+                })),
+            }]
+        } else {
+            vec![]
+        };
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
     async fn node_get_info(

@@ -622,12 +622,28 @@ async fn kill_and_restart(node: &mut Node, driver: &mut Driver, victim: Victim) 
     }
 }
 
+/// A pod with its inline volume (`csi_pod`) and the claim `shared` mounted at /shared.
+fn csi_pod_with_claim(name: &str, node: &Node) -> Pod {
+    let mut pod = serde_json::to_value(csi_pod(name, node)).unwrap();
+    pod["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}}));
+    pod["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "shared", "mountPath": "/shared"}));
+    serde_json::from_value(pod).unwrap()
+}
+
 /// SIGKILLs of the volume service, pod-sync and the driver at random moments of mount
 /// and unmount cycles (a fixed seed in CI; `CSI_CHAOS_SEED` and `CSI_CHAOS_CYCLES` for a
 /// longer run by hand). Upstream's volume reconstruction has had long-lived bugs here
 /// (volumes unmounted under running pods, mounts left behind after a restart): a pod
-/// that keeps running keeps its volume, mounted and never unpublished, and every other
-/// pod's volume is unpublished through the driver, with nothing left mounted.
+/// that keeps running keeps its volumes, mounted and never unpublished, its claimed
+/// volume is never unstaged while it runs (every pod of the cycles shares that claim),
+/// and every other pod's volumes are unpublished through the driver, with nothing left
+/// mounted; once the last pod goes, the claimed volume is unstaged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     if !require_runtime("csi") {
@@ -641,11 +657,29 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     };
     let mut rng = nodeagent_tests::chaos::Rng::new(env("CSI_CHAOS_SEED", 32));
     let cycles = env("CSI_CHAOS_CYCLES", 20);
-    let (_server, mut node, pods, mut driver) = start("csi-kills", NodeOptions::default()).await;
+    let (server, mut node, pods, driver) = start("csi-kills", NodeOptions::default()).await;
+    drop(driver);
+    let client = server.client();
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    drivers
+        .delete(DRIVER, &DeleteParams::default())
+        .await
+        .unwrap();
+    drivers
+        .create(&PostParams::default(), &claims::persistent_driver(false))
+        .await
+        .unwrap();
+    let shared_handle = format!("vol-{}", node.name);
+    claims::bound_claim(&client, "shared", "pv-shared", &shared_handle).await;
+    let staging = node.path(&format!(
+        "root/plugins/kubernetes.io/csi/{DRIVER}/{}/globalmount",
+        claims::sha256_hex(&shared_handle)
+    ));
+    let mut driver = Driver::new(&node, &["--stage"]);
     driver.start();
 
     let steady = node.pod_name("steady");
-    pods.create(&PostParams::default(), &csi_pod(&steady, &node))
+    pods.create(&PostParams::default(), &csi_pod_with_claim(&steady, &node))
         .await
         .unwrap();
     eventually("the steady pod Ready", DEADLINE, || ready(&pods, &steady)).await;
@@ -655,11 +689,14 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         "root/pods/{steady_uid}/volumes/kubernetes.io~csi/data/mount"
     ));
     let steady_id = node.container_id("steady", "c").await.unwrap();
+    let steady_shared = node.path(&format!(
+        "root/pods/{steady_uid}/volumes/kubernetes.io~csi/pv-shared/mount"
+    ));
 
     let victims = [Victim::Volume, Victim::PodSync, Victim::Driver];
     for cycle in 0..cycles {
         let name = node.pod_name(&format!("cycle{cycle}"));
-        pods.create(&PostParams::default(), &csi_pod(&name, &node))
+        pods.create(&PostParams::default(), &csi_pod_with_claim(&name, &node))
             .await
             .unwrap();
         tokio::time::sleep(rng.millis(0, 2500)).await;
@@ -690,22 +727,35 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
             .await
             .unwrap();
         assert_eq!(seen, format!("hello from {steady}"));
+        assert!(mount_points_under(&steady_shared).contains(&steady_shared));
+        assert!(mount_points_under(&staging).contains(&staging));
+        let seen = node
+            .exec(&steady_id, &["cat", "/shared/content"])
+            .await
+            .unwrap();
+        assert_eq!(seen, "made for shared");
+        let unstages = driver.calls("NodeUnstageVolume");
+        assert!(unstages.is_empty(), "unstaged while in use: {unstages:?}");
     }
 
     // Every publish but the steady pod's was followed by an unpublish of the same volume,
     // the steady one never; the driver keeps only the steady pod's data; nothing of the
     // cycles' pods is mounted.
+    // Each inline volume has its own handle; the shared claim's publications are told
+    // apart by their target paths.
     let mut last: std::collections::BTreeMap<String, String> = Default::default();
     for call in driver.log_lines("calls.log") {
         let rpc = call["rpc"].as_str().unwrap_or_default();
         if rpc == "NodePublishVolume" || rpc == "NodeUnpublishVolume" {
-            last.insert(
-                call["volume_id"].as_str().unwrap().to_string(),
-                rpc.to_string(),
-            );
+            let key = if call["volume_id"] == shared_handle.as_str() {
+                call["target_path"].as_str().unwrap().to_string()
+            } else {
+                call["volume_id"].as_str().unwrap().to_string()
+            };
+            last.insert(key, rpc.to_string());
         }
     }
-    assert_eq!(last.len() as u64, cycles + 1, "{last:?}");
+    assert_eq!(last.len() as u64, 2 * (cycles + 1), "{last:?}");
     let steady_unpublished = driver
         .calls("NodeUnpublishVolume")
         .into_iter()
@@ -715,23 +765,48 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         steady_unpublished, 0,
         "the steady pod's volume was never unpublished"
     );
-    for (handle, rpc) in &last {
-        let want = if *handle == steady_handle {
+    let steady_shared_key = steady_shared.display().to_string();
+    for (key, rpc) in &last {
+        let want = if *key == steady_handle || *key == steady_shared_key {
             "NodePublishVolume"
         } else {
             "NodeUnpublishVolume"
         };
-        assert_eq!(rpc, want, "{handle}");
+        assert_eq!(rpc, want, "{key}");
     }
-    let kept: Vec<String> = std::fs::read_dir(driver.state_dir.join("volumes"))
+    let mut kept: Vec<String> = std::fs::read_dir(driver.state_dir.join("volumes"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(kept, vec![steady_handle.clone()]);
-    let csi_mounts: Vec<PathBuf> = mount_points_under(&node.path("root/pods"))
+    kept.sort();
+    let mut want_kept = vec![steady_handle.clone(), shared_handle.clone()];
+    want_kept.sort();
+    assert_eq!(kept, want_kept);
+    let mut csi_mounts: Vec<PathBuf> = mount_points_under(&node.path("root/pods"))
         .into_iter()
         .filter(|p| p.to_string_lossy().contains("kubernetes.io~csi"))
         .collect();
-    assert_eq!(csi_mounts, vec![steady_target]);
+    csi_mounts.sort();
+    let mut want_mounts = vec![steady_target, steady_shared];
+    want_mounts.sort();
+    assert_eq!(csi_mounts, want_mounts);
+
+    // The last pod goes: the claimed volume is unstaged, once, and nothing stays mounted.
+    pods.delete(&steady, &DeleteParams::default())
+        .await
+        .unwrap();
+    let staging_dir = staging.parent().unwrap().to_path_buf();
+    eventually("the shared volume unstaged", DEADLINE, || async {
+        let left: Vec<PathBuf> = mount_points_under(&node.path("root"))
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("csi"))
+            .collect();
+        let unstages = driver.calls("NodeUnstageVolume").len();
+        (left.is_empty() && unstages == 1 && !staging_dir.exists())
+            .then_some(())
+            .ok_or_else(|| format!("{left:?}, {unstages} unstages"))
+    })
+    .await;
     node.stop().await;
 }
+mod claims;

@@ -1,6 +1,7 @@
 //! CSI volumes (issue 32): upstream's CSI volume plugin (`pkg/volume/csi`) for inline
-//! ephemeral volumes (`csi:` in the pod), with the drivers found by [`registry`] and the
-//! node's CSINode kept by [`nodeinfo`].
+//! ephemeral volumes (`csi:` in the pod) and, in [`persistent`], for the CSI persistent
+//! volumes a pod claims, with the drivers found by [`registry`] and the node's CSINode kept
+//! by [`nodeinfo`].
 //!
 //! An inline volume is published straight to its target path (upstream skips staging for
 //! them: `CanDeviceMount` is false), `<root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`,
@@ -10,6 +11,7 @@
 //! knows every publication from disk.
 
 pub mod nodeinfo;
+pub mod persistent;
 pub mod registry;
 
 use k8s_openapi::api::core::v1::{CSIVolumeSource, Pod, Secret};
@@ -115,11 +117,54 @@ fn go_quoted(list: &[String]) -> String {
     format!("[{}]", items.join(" "))
 }
 
-/// What the driver's CSIDriver object says (its defaults when there is none).
+/// What the driver's CSIDriver object says (upstream's defaults when there is none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct DriverPolicy {
+    /// Whether there is a CSIDriver object at all.
+    exists: bool,
+    volume_lifecycle_modes: Vec<String>,
+    attach_required: bool,
     pod_info_on_mount: bool,
     fs_group_policy: String,
+}
+
+impl DriverPolicy {
+    /// Upstream's `supportsVolumeLifecycleMode`: without a CSIDriver only `Persistent`.
+    fn supports(&self, driver: &str, mode: &str) -> Result<(), String> {
+        if !self.exists && mode != "Persistent" {
+            return Err(format!(
+                "volume mode {mode:?} not supported by driver {driver} (no CSIDriver object)"
+            ));
+        }
+        if !self.volume_lifecycle_modes.iter().any(|m| m == mode) {
+            return Err(format!(
+                "volume mode {mode:?} not supported by driver {driver} (only supports {})",
+                go_quoted(&self.volume_lifecycle_modes)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one `NodePublishVolume` asks of a driver: an inline volume's or a persistent
+/// volume's.
+struct Publication {
+    driver: String,
+    handle: String,
+    /// The volume directory's name: the pod's volume name (inline), the PV's name.
+    spec_name: String,
+    /// `Ephemeral` or `Persistent` (`vol_data.json`'s `volumeLifecycleMode`).
+    mode: &'static str,
+    fs_type: String,
+    mount_flags: Vec<String>,
+    read_only: bool,
+    /// The PV's access modes (an inline volume is `ReadWriteOnce`).
+    access_modes: Vec<String>,
+    volume_context: HashMap<String, String>,
+    publish_context: HashMap<String, String>,
+    secrets: HashMap<String, String>,
+    /// The staging path, when the driver staged the volume.
+    staging: Option<PathBuf>,
 }
 
 #[derive(Clone)]
@@ -127,7 +172,11 @@ pub struct Csi {
     pub registry: Registry,
     client: Option<kube::Client>,
     node_name: String,
+    root: PathBuf,
     layout: crate::PodVolumeLayout,
+    /// One stage, set-up or unstage of a staged volume at a time (`persistent`).
+    stage_locks:
+        std::sync::Arc<std::sync::Mutex<HashMap<PathBuf, std::sync::Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl Csi {
@@ -137,7 +186,9 @@ impl Csi {
             registry: Registry::new(root, node),
             client,
             node_name,
+            root: root.to_path_buf(),
             layout: crate::PodVolumeLayout::new(root.to_path_buf()),
+            stage_locks: Default::default(),
         }
     }
 
@@ -160,33 +211,22 @@ impl Csi {
         let uid = nodeagent_proto::k8s::pod_uid(pod);
         let dir = self.volume_dir(uid, name)?;
         let target = dir.as_path().join(MOUNT_DIR);
+        let fs_type = source.fs_type.clone().unwrap_or_default();
+        let read_only = source.read_only.unwrap_or(false);
+        // Upstream's access mode for an inline volume.
+        let access_modes = vec!["ReadWriteOnce".to_string()];
+        let handle = volume_handle(uid, name);
         if crate::subpath::is_mount_point(&target) {
-            // Published before. Its fsGroup ownership is made again if a crash or a failure
-            // came between the publish and the ownership (upstream would SetUp again).
-            if let Some(group) = crate::layout::fs_group(pod)
-                && !owned_by_group(&target, group)
-            {
-                let policy = self.policy(&source.driver).await.map_err(|e| {
-                    format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}")
-                })?;
-                let fs_type = source.fs_type.clone().unwrap_or_default();
-                let read_only = source.read_only.unwrap_or(false);
-                if applies_fs_group(&policy.fs_group_policy, &fs_type, read_only) {
-                    let driver = self.registry.driver(&source.driver).map_err(|e| {
-                        format!("{PREFIX}mounter.SetUpAt failed to get CSI client: {e}")
-                    })?;
-                    if !self.capabilities(&driver).await.volume_mount_group {
-                        apply_fs_group(&target, group, read_only, pod)
-                            .await
-                            .map_err(|e| {
-                                format!(
-                                    "applyFSGroup failed for vol {}: {e}",
-                                    volume_handle(uid, name)
-                                )
-                            })?;
-                    }
-                }
-            }
+            self.keep_fs_group(
+                pod,
+                &target,
+                &source.driver,
+                &fs_type,
+                read_only,
+                &access_modes,
+                &handle,
+            )
+            .await?;
             return Ok(target);
         }
         // Upstream's NewMounter needs a client: a standalone node has no CSIDriver to read.
@@ -197,10 +237,13 @@ impl Csi {
             .registry
             .driver(&source.driver)
             .map_err(|e| format!("{PREFIX}mounter.SetUpAt failed to get CSI client: {e}"))?;
-        let policy = self.policy(&source.driver).await.map_err(|e| {
-            format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}")
-        })?;
-        let handle = volume_handle(uid, name);
+        let policy = self
+            .policy(&source.driver)
+            .await
+            .and_then(|p| p.supports(&source.driver, "Ephemeral").map(|()| p))
+            .map_err(|e| {
+                format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}")
+            })?;
         let mut context: HashMap<String, String> = source
             .volume_attributes
             .clone()
@@ -208,7 +251,7 @@ impl Csi {
             .into_iter()
             .collect();
         if policy.pod_info_on_mount {
-            context.extend(pod_info(pod));
+            context.extend(pod_info(pod, true));
         }
         let publish_secrets = match &source.node_publish_secret_ref {
             Some(r) => {
@@ -231,62 +274,119 @@ impl Csi {
             }
             None => HashMap::new(),
         };
-        // Written first: a crash past this point leaves a record of whom to ask to unpublish.
-        // Only the volume's directory is made (0750, as upstream's): the driver makes the
-        // target.
+        let capabilities = self.capabilities(&driver).await;
+        self.publish(
+            pod,
+            dir.as_path(),
+            &driver,
+            &policy,
+            capabilities,
+            Publication {
+                driver: source.driver.clone(),
+                handle,
+                spec_name: name.to_string(),
+                mode: "Ephemeral",
+                fs_type,
+                mount_flags: vec![],
+                read_only,
+                access_modes,
+                volume_context: context,
+                publish_context: HashMap::new(),
+                secrets: publish_secrets,
+                staging: None,
+            },
+        )
+        .await
+    }
+
+    /// A published volume's fsGroup ownership, made again if a crash or a failure came
+    /// between the publish and the ownership (upstream would SetUp again).
+    #[allow(clippy::too_many_arguments)]
+    async fn keep_fs_group(
+        &self,
+        pod: &Pod,
+        target: &Path,
+        driver_name: &str,
+        fs_type: &str,
+        read_only: bool,
+        access_modes: &[String],
+        handle: &str,
+    ) -> Result<(), String> {
+        let Some(group) = crate::layout::fs_group(pod) else {
+            return Ok(());
+        };
+        if owned_by_group(target, group) {
+            return Ok(());
+        }
+        let policy = self.policy(driver_name).await.map_err(|e| {
+            format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}")
+        })?;
+        if !applies_fs_group(&policy.fs_group_policy, fs_type, read_only, access_modes) {
+            return Ok(());
+        }
+        let driver = self
+            .registry
+            .driver(driver_name)
+            .map_err(|e| format!("{PREFIX}mounter.SetUpAt failed to get CSI client: {e}"))?;
+        if self.capabilities(&driver).await.volume_mount_group {
+            return Ok(());
+        }
+        apply_fs_group(target, group, read_only, pod)
+            .await
+            .map_err(|e| format!("applyFSGroup failed for vol {handle}: {e}"))
+    }
+
+    /// Upstream's `SetUpAt`: the volume's directory (0750; the driver makes the target)
+    /// and its `vol_data.json` first, so that whatever a crash interrupts, the teardown
+    /// knows whom to ask to unpublish; then `NodePublishVolume`, then the fsGroup.
+    async fn publish(
+        &self,
+        pod: &Pod,
+        dir: &Path,
+        driver: &registry::Driver,
+        policy: &DriverPolicy,
+        capabilities: NodeCapabilities,
+        p: Publication,
+    ) -> Result<PathBuf, String> {
+        let target = dir.join(MOUNT_DIR);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o750)
-            .create(dir.as_path())
-            .map_err(|e| {
-                format!(
-                    "{PREFIX}mounter.SetUpAt failed to create dir {:?}:  {e}",
-                    dir.as_path()
-                )
-            })?;
+            .create(dir)
+            .map_err(|e| format!("{PREFIX}mounter.SetUpAt failed to create dir {dir:?}:  {e}"))?;
         let data = VolData {
-            attachment_id: attachment_name(&handle, &source.driver, &self.node_name),
-            spec_vol_id: name.to_string(),
-            volume_handle: handle.clone(),
-            driver_name: source.driver.clone(),
+            attachment_id: attachment_name(&p.handle, &p.driver, &self.node_name),
+            spec_vol_id: p.spec_name.clone(),
+            volume_handle: p.handle.clone(),
+            driver_name: p.driver.clone(),
             node_name: self.node_name.clone(),
-            volume_lifecycle_mode: "Ephemeral".to_string(),
+            volume_lifecycle_mode: p.mode.to_string(),
         };
-        write_vol_data(dir.as_path(), &data)?;
-        let fs_type = source.fs_type.clone().unwrap_or_default();
-        let read_only = source.read_only.unwrap_or(false);
-        let capabilities = self.capabilities(&driver).await;
+        write_vol_data(dir, &data)?;
         let fs_group = crate::layout::fs_group(pod);
-        // Upstream's access mode mapper: an inline volume is ReadWriteOnce, which a driver
-        // with SINGLE_NODE_MULTI_WRITER gets as that.
-        let mode = if capabilities.single_node_multi_writer {
-            volume_capability::access_mode::Mode::SingleNodeMultiWriter
-        } else {
-            volume_capability::access_mode::Mode::SingleNodeWriter
-        };
         // A driver with VOLUME_MOUNT_GROUP applies the fsGroup itself.
         let volume_mount_group = match fs_group {
             Some(g) if capabilities.volume_mount_group => g.to_string(),
             _ => String::new(),
         };
         let request = NodePublishVolumeRequest {
-            volume_id: handle,
-            publish_context: HashMap::new(),
-            staging_target_path: String::new(),
+            volume_id: p.handle.clone(),
+            publish_context: p.publish_context,
+            staging_target_path: p
+                .staging
+                .as_ref()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             target_path: target.to_string_lossy().into_owned(),
-            volume_capability: Some(VolumeCapability {
-                access_type: Some(volume_capability::AccessType::Mount(
-                    volume_capability::MountVolume {
-                        fs_type: fs_type.clone(),
-                        mount_flags: vec![],
-                        volume_mount_group,
-                    },
-                )),
-                access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
-            }),
-            readonly: read_only,
-            secrets: publish_secrets,
-            volume_context: context,
+            volume_capability: Some(capability(
+                &p.fs_type,
+                p.mount_flags,
+                access_mode(&p.access_modes, capabilities),
+                volume_mount_group,
+            )),
+            readonly: p.read_only,
+            secrets: p.secrets,
+            volume_context: p.volume_context,
         };
         let published = tokio::time::timeout(
             CSI_TIMEOUT,
@@ -300,7 +400,7 @@ impl Csi {
             Ok(Ok(_)) => {}
             Ok(Err(status)) => {
                 if !uncertain(&status) {
-                    remove_volume_dir(dir.as_path());
+                    remove_volume_dir(dir);
                 }
                 return Err(go_rpc_error(&status));
             }
@@ -313,8 +413,13 @@ impl Csi {
         }
         if let Some(group) = fs_group
             && !capabilities.volume_mount_group
-            && applies_fs_group(&policy.fs_group_policy, &fs_type, read_only)
-            && let Err(e) = apply_fs_group(&target, group, read_only, pod).await
+            && applies_fs_group(
+                &policy.fs_group_policy,
+                &p.fs_type,
+                p.read_only,
+                &p.access_modes,
+            )
+            && let Err(e) = apply_fs_group(&target, group, p.read_only, pod).await
         {
             // Uncertain, as upstream: kept published, the teardown unpublishes it.
             return Err(format!(
@@ -322,12 +427,12 @@ impl Csi {
                 data.volume_handle
             ));
         }
-        tracing::info!(volume = %name, driver = %source.driver, target = %target.display(), "CSI volume published");
+        tracing::info!(volume = %p.spec_name, driver = %p.driver, mode = p.mode, target = %target.display(), "CSI volume published");
         Ok(target)
     }
 
-    /// The driver's CSIDriver (upstream's `supportsVolumeLifecycleMode`: an inline volume
-    /// needs a CSIDriver that lists `Ephemeral`).
+    /// The driver's CSIDriver, or upstream's defaults when it has none (attach
+    /// required, `Persistent` only).
     async fn policy(&self, driver: &str) -> Result<DriverPolicy, String> {
         let Some(client) = &self.client else {
             return Err("no API server".to_string());
@@ -338,23 +443,23 @@ impl Csi {
             .await
             .map_err(|e| format!("cannot get CSIDriver {driver}: {e}"))?;
         let Some(found) = found else {
-            return Err(format!(
-                "volume mode \"Ephemeral\" not supported by driver {driver} (no CSIDriver object)"
-            ));
+            return Ok(DriverPolicy {
+                exists: false,
+                volume_lifecycle_modes: vec!["Persistent".to_string()],
+                attach_required: true,
+                pod_info_on_mount: false,
+                fs_group_policy: "ReadWriteOnceWithFSType".to_string(),
+            });
         };
-        // The API server defaults an unset list to Persistent; `[]` when it is not.
-        let modes = found
-            .spec
-            .volume_lifecycle_modes
-            .clone()
-            .unwrap_or_default();
-        if !modes.iter().any(|m| m == "Ephemeral") {
-            return Err(format!(
-                "volume mode \"Ephemeral\" not supported by driver {driver} (only supports {})",
-                go_quoted(&modes)
-            ));
-        }
         Ok(DriverPolicy {
+            exists: true,
+            // The API server defaults an unset list to Persistent; `[]` when it is not.
+            volume_lifecycle_modes: found
+                .spec
+                .volume_lifecycle_modes
+                .clone()
+                .unwrap_or_default(),
+            attach_required: found.spec.attach_required.unwrap_or(true),
             pod_info_on_mount: found.spec.pod_info_on_mount.unwrap_or(false),
             fs_group_policy: found
                 .spec
@@ -387,6 +492,7 @@ impl Csi {
         NodeCapabilities {
             single_node_multi_writer: has(rpc::Type::SingleNodeMultiWriter),
             volume_mount_group: has(rpc::Type::VolumeMountGroup),
+            stage_unstage: has(rpc::Type::StageUnstageVolume),
         }
     }
 
@@ -508,10 +614,52 @@ impl Csi {
 struct NodeCapabilities {
     single_node_multi_writer: bool,
     volume_mount_group: bool,
+    stage_unstage: bool,
+}
+
+/// Upstream's `asCSIAccessModeV1` of the volume's first access mode (`ReadWriteOnce`
+/// when it has none).
+fn access_mode(
+    access_modes: &[String],
+    capabilities: NodeCapabilities,
+) -> volume_capability::access_mode::Mode {
+    use volume_capability::access_mode::Mode;
+    match access_modes.first().map(String::as_str) {
+        None | Some("ReadWriteOnce") if capabilities.single_node_multi_writer => {
+            Mode::SingleNodeMultiWriter
+        }
+        None | Some("ReadWriteOnce") => Mode::SingleNodeWriter,
+        Some("ReadOnlyMany") => Mode::MultiNodeReaderOnly,
+        Some("ReadWriteMany") => Mode::MultiNodeMultiWriter,
+        Some("ReadWriteOncePod") if capabilities.single_node_multi_writer => {
+            Mode::SingleNodeSingleWriter
+        }
+        Some("ReadWriteOncePod") => Mode::SingleNodeWriter,
+        Some(_) => Mode::Unknown,
+    }
+}
+
+/// A mounted volume's capability.
+fn capability(
+    fs_type: &str,
+    mount_flags: Vec<String>,
+    mode: volume_capability::access_mode::Mode,
+    volume_mount_group: String,
+) -> VolumeCapability {
+    VolumeCapability {
+        access_type: Some(volume_capability::AccessType::Mount(
+            volume_capability::MountVolume {
+                fs_type: fs_type.to_string(),
+                mount_flags,
+                volume_mount_group,
+            },
+        )),
+        access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
+    }
 }
 
 /// The pod attributes a driver with `podInfoOnMount` gets (upstream's `podAttributes`).
-fn pod_info(pod: &Pod) -> Vec<(String, String)> {
+fn pod_info(pod: &Pod, ephemeral: bool) -> Vec<(String, String)> {
     let service_account = pod
         .spec
         .as_ref()
@@ -534,7 +682,7 @@ fn pod_info(pod: &Pod) -> Vec<(String, String)> {
             "csi.storage.k8s.io/serviceAccount.name".into(),
             service_account,
         ),
-        ("csi.storage.k8s.io/ephemeral".into(), "true".into()),
+        ("csi.storage.k8s.io/ephemeral".into(), ephemeral.to_string()),
     ]
 }
 
@@ -582,17 +730,17 @@ fn read_vol_data(dir: &Path) -> Result<VolData, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("cannot parse {path:?}: {e}"))
 }
 
-/// Upstream's `supportsFSGroup` for an inline volume (mounted read-write-once): never
-/// read-only or under `None`; always under `File`; under the default
-/// `ReadWriteOnceWithFSType` only with an fsType.
-fn applies_fs_group(policy: &str, fs_type: &str, read_only: bool) -> bool {
+/// Upstream's `supportsFSGroup`: never read-only or under `None`; always under `File`;
+/// under the default `ReadWriteOnceWithFSType` only with an fsType and a volume that is
+/// `ReadWriteOnce` (an inline one is).
+fn applies_fs_group(policy: &str, fs_type: &str, read_only: bool, access_modes: &[String]) -> bool {
     if read_only {
         return false;
     }
     match policy {
         "None" => false,
         "File" => true,
-        _ => !fs_type.is_empty(),
+        _ => !fs_type.is_empty() && access_modes.iter().any(|m| m == "ReadWriteOnce"),
     }
 }
 
@@ -746,10 +894,66 @@ mod tests {
 
     #[test]
     fn fs_group_follows_the_drivers_policy() {
-        assert!(!applies_fs_group("ReadWriteOnceWithFSType", "", false));
-        assert!(applies_fs_group("ReadWriteOnceWithFSType", "ext4", false));
-        assert!(applies_fs_group("File", "", false));
-        assert!(!applies_fs_group("None", "ext4", false));
-        assert!(!applies_fs_group("File", "", true));
+        let rwo = ["ReadWriteOnce".to_string()];
+        let rwx = ["ReadWriteMany".to_string()];
+        assert!(!applies_fs_group(
+            "ReadWriteOnceWithFSType",
+            "",
+            false,
+            &rwo
+        ));
+        assert!(applies_fs_group(
+            "ReadWriteOnceWithFSType",
+            "ext4",
+            false,
+            &rwo
+        ));
+        // Upstream's TestMounterSetUpWithFSGroup: ReadWriteMany with an fsType, no.
+        assert!(!applies_fs_group(
+            "ReadWriteOnceWithFSType",
+            "ext4",
+            false,
+            &rwx
+        ));
+        assert!(applies_fs_group("File", "", false, &rwx));
+        assert!(!applies_fs_group("None", "ext4", false, &rwo));
+        assert!(!applies_fs_group("File", "", true, &rwo));
+    }
+
+    /// Upstream's `asCSIAccessModeV1`.
+    #[test]
+    fn access_modes_map_as_upstreams() {
+        use volume_capability::access_mode::Mode;
+        let plain = NodeCapabilities::default();
+        let multi = NodeCapabilities {
+            single_node_multi_writer: true,
+            ..plain
+        };
+        let m = |s: &str| vec![s.to_string()];
+        assert_eq!(
+            access_mode(&m("ReadWriteOnce"), plain),
+            Mode::SingleNodeWriter
+        );
+        assert_eq!(
+            access_mode(&m("ReadWriteOnce"), multi),
+            Mode::SingleNodeMultiWriter
+        );
+        assert_eq!(
+            access_mode(&m("ReadOnlyMany"), plain),
+            Mode::MultiNodeReaderOnly
+        );
+        assert_eq!(
+            access_mode(&m("ReadWriteMany"), plain),
+            Mode::MultiNodeMultiWriter
+        );
+        assert_eq!(
+            access_mode(&m("ReadWriteOncePod"), multi),
+            Mode::SingleNodeSingleWriter
+        );
+        assert_eq!(
+            access_mode(&m("ReadWriteOncePod"), plain),
+            Mode::SingleNodeWriter
+        );
+        assert_eq!(access_mode(&[], plain), Mode::SingleNodeWriter);
     }
 }

@@ -477,6 +477,7 @@ fn objects() -> ApiObjects {
         ]
         .into(),
         node_allocatable: allocatable(),
+        claimed: Default::default(),
     }
 }
 

@@ -1,0 +1,703 @@
+//! Persistent CSI volumes (issue 32): a pod's `persistentVolumeClaim` resolved to its
+//! PersistentVolume as upstream's desired-state populator does (`getPVCExtractPV`,
+//! `getPVSpec`), its attachment checked as `csi_attacher.go`'s `WaitForAttach` does, staged
+//! once per node (`MountDevice`: `NodeStageVolume` at
+//! `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`, with
+//! `vol_data.json` beside it) and published per pod at
+//! `pods/<uid>/volumes/kubernetes.io~csi/<pv name>/mount`.
+//!
+//! Unstaging (`UnmountDevice`) is decided from disk alone: a staged volume that no pod's
+//! `vol_data.json` names any more is unstaged ([`Csi::unstage_unused`]). A pod's record is
+//! written before its `NodePublishVolume`, under the volume's stage lock, so a volume a pod
+//! uses (or is being set up to use) is never unstaged, whatever was killed when.
+
+use super::{Csi, PREFIX, Publication, VOL_DATA, VOL_DATA_TMP, go_rpc_error};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Volume};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use nodeagent_proto::csi::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Under the plugins directory: upstream's `GetPluginDir("kubernetes.io/csi")`.
+pub const STAGING_DIR: &str = "plugins/kubernetes.io/csi";
+const GLOBAL_MOUNT: &str = "globalmount";
+/// Upstream's block volumes live beside the drivers' directories (not a driver name).
+const VOLUME_DEVICES: &str = "volumeDevices";
+/// How often staged volumes no pod uses are looked for, besides at each pod's release
+/// (a release interrupted by a kill, a driver that was away).
+const UNSTAGE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why a claimed volume is not set up, as upstream words it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimError {
+    /// The claim or its volume cannot be used yet (`error processing PVC ns/name: ...`);
+    /// the volume is not in the desired state at all.
+    Process(String),
+    /// A step of the mount failed; the whole message (`MountVolume.<step> failed for
+    /// volume "<pv>" : ...`).
+    Mount(String),
+}
+
+/// The staged record beside `globalmount` (upstream writes these two keys).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct DeviceData {
+    #[serde(rename = "driverName")]
+    driver_name: String,
+    #[serde(rename = "volumeHandle")]
+    volume_handle: String,
+}
+
+/// Upstream's `makeDeviceMountPath`: the staging path of a volume.
+pub fn staging_path(root: &Path, driver: &str, handle: &str) -> PathBuf {
+    use sha2::Digest;
+    let sha = format!("{:x}", sha2::Sha256::digest(handle.as_bytes()));
+    root.join(STAGING_DIR)
+        .join(driver)
+        .join(sha)
+        .join(GLOBAL_MOUNT)
+}
+
+/// A kube-rs error as client-go prints the API's answer (`persistentvolumeclaims "x" not
+/// found`).
+fn api_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl Csi {
+    /// Upstream's `getPVCExtractPV` and `getPVSpec`: the claim, bound, and its volume,
+    /// bound to it.
+    async fn claimed_volume(
+        &self,
+        namespace: &str,
+        claim: &str,
+    ) -> Result<(PersistentVolumeClaim, PersistentVolume), String> {
+        let Some(client) = &self.client else {
+            return Err("failed to fetch PVC from API server: no API server".to_string());
+        };
+        let claims: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(client.clone(), namespace);
+        let pvc = claims
+            .get(claim)
+            .await
+            .map_err(|e| format!("failed to fetch PVC from API server: {}", api_error(&e)))?;
+        if pvc.metadata.deletion_timestamp.is_some() {
+            return Err("PVC is being deleted".to_string());
+        }
+        if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+            return Err("PVC is not bound".to_string());
+        }
+        let volume_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        if volume_name.is_empty() {
+            return Err("PVC has empty pvc.Spec.VolumeName".to_string());
+        }
+        let volumes: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
+        let pv = volumes.get(&volume_name).await.map_err(|e| {
+            format!(
+                "failed to fetch PV {volume_name} from API server: {}",
+                api_error(&e)
+            )
+        })?;
+        let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+        let Some(claim_ref) = claim_ref else {
+            return Err(format!(
+                "found PV object {volume_name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+            ));
+        };
+        let claim_uid = pvc.metadata.uid.clone().unwrap_or_default();
+        let ref_uid = claim_ref.uid.clone().unwrap_or_default();
+        if ref_uid != claim_uid {
+            return Err(format!(
+                "found PV object {volume_name} but its pv.Spec.ClaimRef.UID {ref_uid} does not point to claim.UID {claim_uid}"
+            ));
+        }
+        Ok((pvc, pv))
+    }
+
+    /// Sets up the pod's volume `volume` (a `persistentVolumeClaim`, or a generic
+    /// `ephemeral` one, whose claim is `<pod>-<volume>`) unless it is published already;
+    /// its target path. None for other kinds.
+    pub async fn set_up_claim(
+        &self,
+        pod: &Pod,
+        volume: &Volume,
+    ) -> Option<Result<PathBuf, ClaimError>> {
+        let pod_name = nodeagent_proto::k8s::pod_name(pod);
+        let (claim_name, read_only, ephemeral) =
+            match (&volume.persistent_volume_claim, &volume.ephemeral) {
+                (Some(c), _) => (c.claim_name.clone(), c.read_only.unwrap_or(false), false),
+                // Upstream's `ephemeral.VolumeClaimName`.
+                (None, Some(_)) => (format!("{pod_name}-{}", volume.name), false, true),
+                (None, None) => return None,
+            };
+        Some(
+            self.set_up_claimed(pod, &claim_name, read_only, ephemeral)
+                .await,
+        )
+    }
+
+    async fn set_up_claimed(
+        &self,
+        pod: &Pod,
+        claim_name: &str,
+        claim_read_only: bool,
+        ephemeral: bool,
+    ) -> Result<PathBuf, ClaimError> {
+        let namespace = nodeagent_proto::k8s::pod_namespace(pod);
+        let (pvc, pv) = self
+            .claimed_volume(namespace, claim_name)
+            .await
+            .map_err(|e| {
+                ClaimError::Process(format!(
+                    "error processing PVC {namespace}/{claim_name}: {e}"
+                ))
+            })?;
+        // Upstream's `ephemeral.VolumeIsForPod`: the claim must be controlled by this pod
+        // (not wrapped, as upstream's populator does not wrap it).
+        if ephemeral {
+            let pod_uid = nodeagent_proto::k8s::pod_uid(pod);
+            let controlled = pvc
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == pod_uid);
+            let claim_ns = pvc.metadata.namespace.as_deref().unwrap_or(namespace);
+            if claim_ns != namespace || !controlled {
+                return Err(ClaimError::Process(format!(
+                    "PVC {claim_ns}/{claim_name} was not created for pod {namespace}/{} (pod is not owner)",
+                    nodeagent_proto::k8s::pod_name(pod)
+                )));
+            }
+        }
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let spec = pv.spec.clone().unwrap_or_default();
+        let Some(source) = spec.csi.clone() else {
+            return Err(ClaimError::Process(format!(
+                "error processing PVC {namespace}/{claim_name}: failed to get Plugin from volumeSpec for volume {pv_name:?} err=no volume plugin matched (this node agent serves CSI persistent volumes only)"
+            )));
+        };
+        if spec.volume_mode.as_deref() == Some("Block") {
+            return Err(ClaimError::Process(format!(
+                "error processing PVC {namespace}/{claim_name}: volume {pv_name} has volumeMode Block, which this node agent does not serve yet"
+            )));
+        }
+        let step = |step: &str, e: String| {
+            ClaimError::Mount(format!(
+                "MountVolume.{step} failed for volume {pv_name:?} : {e}"
+            ))
+        };
+        let uid = nodeagent_proto::k8s::pod_uid(pod);
+        let dir = self
+            .volume_dir(uid, &pv_name)
+            .map_err(|e| step("SetUp", e))?;
+        let read_only = claim_read_only || source.read_only.unwrap_or(false);
+        let fs_type = source.fs_type.clone().unwrap_or_default();
+        let access_modes = spec.access_modes.clone().unwrap_or_default();
+        let target = dir.as_path().join(super::MOUNT_DIR);
+        if crate::subpath::is_mount_point(&target) {
+            self.keep_fs_group(
+                pod,
+                &target,
+                &source.driver,
+                &fs_type,
+                read_only,
+                &access_modes,
+                &source.volume_handle,
+            )
+            .await
+            .map_err(|e| step("SetUp", e))?;
+            return Ok(target);
+        }
+        let policy = self.policy(&source.driver).await.map_err(|e| {
+            step(
+                "SetUp",
+                format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}"),
+            )
+        })?;
+        policy.supports(&source.driver, "Persistent").map_err(|e| {
+            step(
+                "SetUp",
+                format!("{PREFIX}mounter.SetupAt failed to check volume lifecycle mode: {e}"),
+            )
+        })?;
+        let publish_context = if policy.attach_required {
+            self.wait_for_attach(&source.volume_handle, &source.driver)
+                .await
+                .map_err(|e| step("WaitForAttach", e))?
+        } else {
+            HashMap::new()
+        };
+        let driver = self.registry.driver(&source.driver).map_err(|e| {
+            step(
+                "MountDevice",
+                format!("{PREFIX}attacher.MountDevice failed to create newCsiDriverClient: {e}"),
+            )
+        })?;
+        let capabilities = self.capabilities(&driver).await;
+        let mut context: HashMap<String, String> = source
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let staging = staging_path(&self.root, &source.driver, &source.volume_handle);
+        // One set-up or unstage of a volume at a time: the pod's record is written under
+        // it, before the publish, so that `unstage_unused` sees the volume in use.
+        let lock = self.stage_lock(&staging);
+        let _staging = lock.lock().await;
+        let stage_secrets = self
+            .secret_ref("NodeStageSecretRef", source.node_stage_secret_ref.as_ref())
+            .await
+            .map_err(|e| step("MountDevice", e))?;
+        self.stage(
+            &driver,
+            &staging,
+            &source.driver,
+            &source.volume_handle,
+            capabilities.stage_unstage,
+            NodeStageVolumeRequest {
+                volume_id: source.volume_handle.clone(),
+                publish_context: publish_context.clone(),
+                staging_target_path: staging.to_string_lossy().into_owned(),
+                volume_capability: Some(super::capability(
+                    &fs_type,
+                    spec.mount_options.clone().unwrap_or_default(),
+                    super::access_mode(&access_modes, capabilities),
+                    String::new(),
+                )),
+                secrets: stage_secrets,
+                volume_context: context.clone(),
+            },
+        )
+        .await
+        .map_err(|e| step("MountDevice", e))?;
+        if policy.pod_info_on_mount {
+            context.extend(super::pod_info(pod, false));
+        }
+        let publish_secrets = self
+            .secret_ref(
+                "NodePublishSecretRef",
+                source.node_publish_secret_ref.as_ref(),
+            )
+            .await
+            .map_err(|e| step("SetUp", e))?;
+        self.publish(
+            pod,
+            dir.as_path(),
+            &driver,
+            &policy,
+            capabilities,
+            Publication {
+                driver: source.driver.clone(),
+                handle: source.volume_handle.clone(),
+                spec_name: pv_name.clone(),
+                mode: "Persistent",
+                fs_type,
+                mount_flags: spec.mount_options.clone().unwrap_or_default(),
+                read_only,
+                access_modes,
+                volume_context: context,
+                publish_context,
+                secrets: publish_secrets,
+                staging: capabilities.stage_unstage.then_some(staging),
+            },
+        )
+        .await
+        .map_err(|e| step("SetUp", e))
+    }
+
+    /// The secret a PersistentVolume names (any namespace), as the driver gets it.
+    async fn secret_ref(
+        &self,
+        which: &str,
+        reference: Option<&k8s_openapi::api::core::v1::SecretReference>,
+    ) -> Result<HashMap<String, String>, String> {
+        let Some(reference) = reference else {
+            return Ok(HashMap::new());
+        };
+        let name = reference.name.clone().unwrap_or_default();
+        let ns = reference.namespace.clone().unwrap_or_default();
+        let Some(client) = &self.client else {
+            return Err(format!(
+                "fetching {which} {ns}/{name} failed: no API server"
+            ));
+        };
+        let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &ns);
+        let secret = secrets
+            .get(&name)
+            .await
+            .map_err(|e| format!("fetching {which} {ns}/{name} failed: {}", api_error(&e)))?;
+        Ok(super::secret_data(&secret))
+    }
+
+    /// Upstream's `WaitForAttach`, one look: the volume's VolumeAttachment must say it is
+    /// attached; its `attachmentMetadata` is the publish context. Not yet attached is an
+    /// error here and the pod's next pass looks again.
+    async fn wait_for_attach(
+        &self,
+        handle: &str,
+        driver: &str,
+    ) -> Result<HashMap<String, String>, String> {
+        let id = super::attachment_name(handle, driver, &self.node_name);
+        let Some(client) = &self.client else {
+            return Err(format!(
+                "volume {handle} has GET error for volume attachment {id}: no API server"
+            ));
+        };
+        let attachments: kube::Api<VolumeAttachment> = kube::Api::all(client.clone());
+        let attachment = attachments.get(&id).await.map_err(|e| {
+            format!(
+                "volume {handle} has GET error for volume attachment {id}: {}",
+                api_error(&e)
+            )
+        })?;
+        if attachment.metadata.deletion_timestamp.is_some() {
+            return Err("volume attachment is being deleted".to_string());
+        }
+        let status = attachment.status.unwrap_or_default();
+        if status.attached {
+            return Ok(status
+                .attachment_metadata
+                .unwrap_or_default()
+                .into_iter()
+                .collect());
+        }
+        match status.attach_error.and_then(|e| e.message) {
+            Some(message) => Err(message),
+            None => Err(format!("attachment timeout for volume {handle}")),
+        }
+    }
+
+    fn stage_lock(&self, staging: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        self.stage_locks
+            .lock()
+            .unwrap()
+            .entry(staging.to_path_buf())
+            .or_default()
+            .clone()
+    }
+
+    /// Upstream's `MountDevice`: the staging directory (0750) and its record first, then
+    /// `NodeStageVolume` when the driver stages. A volume staged already, for another pod
+    /// (its record names it and something is mounted there), is not staged again:
+    /// upstream's actual state of the world says "device mounted" then.
+    async fn stage(
+        &self,
+        driver: &super::registry::Driver,
+        staging: &Path,
+        driver_name: &str,
+        handle: &str,
+        stages: bool,
+        request: NodeStageVolumeRequest,
+    ) -> Result<(), String> {
+        let data_dir = staging.parent().expect("globalmount has a parent");
+        let record = DeviceData {
+            driver_name: driver_name.to_string(),
+            volume_handle: handle.to_string(),
+        };
+        if stages
+            && crate::subpath::is_mount_point(staging)
+            && read_device_data(data_dir).as_ref() == Ok(&record)
+        {
+            return Ok(());
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(staging)
+            .map_err(|e| {
+                format!("{PREFIX}attacher.MountDevice failed to create dir {staging:?}:  {e}")
+            })?;
+        write_device_data(data_dir, &record)?;
+        if !stages {
+            return Ok(());
+        }
+        let staged = tokio::time::timeout(
+            super::CSI_TIMEOUT,
+            driver.node_client().node_stage_volume(request),
+        )
+        .await;
+        match staged {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(go_rpc_error(&status)),
+            Err(_) => {
+                Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into())
+            }
+        }
+    }
+
+    /// The volumes (driver, handle) some pod's record names as published persistent.
+    fn persistent_in_use(&self) -> BTreeSet<(String, String)> {
+        let mut used = BTreeSet::new();
+        let pods = self.root.join("pods");
+        for pod in std::fs::read_dir(pods).into_iter().flatten().flatten() {
+            let base = pod.path().join("volumes").join(super::CSI_PLUGIN_DIR);
+            for volume in std::fs::read_dir(base).into_iter().flatten().flatten() {
+                if let Ok(data) = super::read_vol_data(&volume.path())
+                    && data.volume_lifecycle_mode == "Persistent"
+                {
+                    used.insert((data.driver_name, data.volume_handle));
+                }
+            }
+        }
+        used
+    }
+
+    /// Unstages every staged volume no pod's record names (upstream's `UnmountDevice`
+    /// once the last pod is gone), and removes its directory. A volume whose driver is
+    /// not registered, or whose unstage fails, stays staged and is named in the errors:
+    /// called again later (each pod's release, and periodically).
+    pub async fn unstage_unused(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        let base = self.root.join(STAGING_DIR);
+        for driver_dir in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            if driver_dir.file_name() == VOLUME_DEVICES {
+                continue;
+            }
+            for volume in std::fs::read_dir(driver_dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let staging = volume.path().join(GLOBAL_MOUNT);
+                let lock = self.stage_lock(&staging);
+                let _staging = lock.lock().await;
+                let record = read_device_data(&volume.path());
+                if let Ok(record) = &record
+                    && self
+                        .persistent_in_use()
+                        .contains(&(record.driver_name.clone(), record.volume_handle.clone()))
+                {
+                    continue;
+                }
+                match self.unstage(&volume.path(), record).await {
+                    Ok(()) => {
+                        tracing::info!(staging = %staging.display(), "CSI volume unstaged: no pod uses it");
+                        self.stage_locks.lock().unwrap().remove(&staging);
+                    }
+                    Err(e) => errors.push(format!(
+                        "UnmountDevice failed for {}: {e}",
+                        volume.path().display()
+                    )),
+                }
+            }
+            // Gone once its last volume is.
+            let _ = std::fs::remove_dir(driver_dir.path());
+        }
+        errors
+    }
+
+    /// [`Self::unstage_unused`] every [`UNSTAGE_EVERY`] until `shutdown`.
+    pub async fn unstage_unused_periodically(self, shutdown: nodeagent_transport::Shutdown) {
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = tokio::time::sleep(UNSTAGE_EVERY) => {}
+            }
+            for error in self.unstage_unused().await {
+                tracing::warn!(%error, "CSI volume not unstaged; retried later");
+            }
+        }
+    }
+
+    async fn unstage(&self, dir: &Path, record: Result<DeviceData, String>) -> Result<(), String> {
+        let staging = dir.join(GLOBAL_MOUNT);
+        match record {
+            Ok(record) => {
+                let driver = self.registry.driver(&record.driver_name).map_err(|e| {
+                    format!(
+                        "{PREFIX}attacher.UnmountDevice failed to create newCsiDriverClient: {e}"
+                    )
+                })?;
+                if self.capabilities(&driver).await.stage_unstage {
+                    let request = NodeUnstageVolumeRequest {
+                        volume_id: record.volume_handle.clone(),
+                        staging_target_path: staging.to_string_lossy().into_owned(),
+                    };
+                    match tokio::time::timeout(
+                        super::CSI_TIMEOUT,
+                        driver.node_client().node_unstage_volume(request),
+                    )
+                    .await
+                    {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(status)) => {
+                            return Err(format!(
+                                "{PREFIX}attacher.UnmountDevice failed: {}",
+                                go_rpc_error(&status)
+                            ));
+                        }
+                        Err(_) => {
+                            return Err(format!(
+                                "{PREFIX}attacher.UnmountDevice failed: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+                            ));
+                        }
+                    }
+                }
+            }
+            // No record: only a directory nothing is mounted on can go.
+            Err(e) if crate::subpath::is_mount_point(&staging) => {
+                return Err(format!("{staging:?} is mounted and {e}"));
+            }
+            Err(_) => {}
+        }
+        if crate::subpath::is_mount_point(&staging) {
+            return Err(format!("the driver left {staging:?} mounted"));
+        }
+        for (path, is_dir) in [
+            (staging.clone(), true),
+            (dir.join(VOL_DATA), false),
+            (dir.join(VOL_DATA_TMP), false),
+            (dir.to_path_buf(), true),
+        ] {
+            let removed = if is_dir {
+                std::fs::remove_dir(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            match removed {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(format!("failed to clean up global mount {dir:?}: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_device_data(dir: &Path, data: &DeviceData) -> Result<(), String> {
+    let map: BTreeMap<&str, &str> = [
+        ("driverName", data.driver_name.as_str()),
+        ("volumeHandle", data.volume_handle.as_str()),
+    ]
+    .into();
+    let mut bytes = serde_json::to_vec(&map).expect("plain strings");
+    bytes.push(b'\n');
+    let tmp = dir.join(VOL_DATA_TMP);
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, dir.join(VOL_DATA)))
+        .map_err(|e| format!("{PREFIX}attacher.MountDevice failed to save volume info data: {e}"))
+}
+
+fn read_device_data(dir: &Path) -> Result<DeviceData, String> {
+    let path = dir.join(VOL_DATA);
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("cannot parse {path:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Upstream's `makeDeviceMountPath` (csi_attacher.go): the plugin directory, the
+    /// driver's name, sha256 of the volume handle in hex, `globalmount`.
+    #[test]
+    fn the_staging_path_is_upstreams() {
+        let path = staging_path(
+            Path::new("/var/lib/kubelet"),
+            "hostpath.csi.k8s.io",
+            "vol-1",
+        );
+        // sha256("vol-1"), computed outside the project (Python's hashlib).
+        assert_eq!(
+            path,
+            Path::new(
+                "/var/lib/kubelet/plugins/kubernetes.io/csi/hostpath.csi.k8s.io/d2e8363faaac7ae76def3b14091d8eb5755f6b92e9531627aeec833a8731cc49/globalmount"
+            )
+        );
+    }
+
+    /// The staged record as upstream writes it: the two keys, sorted, one line.
+    #[test]
+    fn the_staged_record_has_upstreams_two_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = DeviceData {
+            driver_name: "d".into(),
+            volume_handle: "h".into(),
+        };
+        write_device_data(dir.path(), &record).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(VOL_DATA)).unwrap(),
+            "{\"driverName\":\"d\",\"volumeHandle\":\"h\"}\n"
+        );
+        assert_eq!(read_device_data(dir.path()).unwrap(), record);
+    }
+
+    fn record(root: &Path, uid: &str, pv: &str, mode: &str, handle: &str) {
+        let dir = root
+            .join("pods")
+            .join(uid)
+            .join("volumes")
+            .join(super::super::CSI_PLUGIN_DIR)
+            .join(pv);
+        std::fs::create_dir_all(&dir).unwrap();
+        super::super::write_vol_data(
+            &dir,
+            &super::super::VolData {
+                attachment_id: String::new(),
+                spec_vol_id: pv.into(),
+                volume_handle: handle.into(),
+                driver_name: "d".into(),
+                node_name: "n".into(),
+                volume_lifecycle_mode: mode.into(),
+            },
+        )
+        .unwrap();
+    }
+
+    /// A staged volume a pod's record names stays; one no record names is unstaged (its
+    /// driver stages nothing here: no driver is needed to remove an unmounted directory
+    /// with no record) and its directories go; an inline volume's record keeps nothing.
+    #[tokio::test]
+    async fn only_a_volume_no_pod_names_is_unstaged() {
+        let root = tempfile::tempdir().unwrap();
+        let csi = Csi::new(root.path(), None, "n".into());
+        record(root.path(), "uid-1", "pv-1", "Persistent", "used");
+        record(root.path(), "uid-2", "inline", "Ephemeral", "inline-handle");
+        let used = staging_path(root.path(), "d", "used");
+        let unused = staging_path(root.path(), "d", "inline-handle");
+        let unrecorded = staging_path(root.path(), "d", "unrecorded");
+        for path in [&used, &unused, &unrecorded] {
+            std::fs::create_dir_all(path).unwrap();
+        }
+        for (path, handle) in [(&used, "used"), (&unused, "inline-handle")] {
+            write_device_data(
+                path.parent().unwrap(),
+                &DeviceData {
+                    driver_name: "d".into(),
+                    volume_handle: handle.into(),
+                },
+            )
+            .unwrap();
+        }
+        let errors = csi.unstage_unused().await;
+        // The unused one has a record and a driver that is not registered: it stays, and
+        // the error says why; the one without a record and nothing mounted goes.
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("driver name d not found in the list of registered CSI drivers"),
+            "{errors:?}"
+        );
+        assert!(used.is_dir());
+        assert!(unused.is_dir());
+        assert!(!unrecorded.parent().unwrap().exists());
+        assert!(
+            csi.persistent_in_use()
+                .contains(&("d".into(), "used".into()))
+        );
+        assert!(
+            !csi.persistent_in_use()
+                .contains(&("d".into(), "inline-handle".into()))
+        );
+    }
+}

@@ -1,0 +1,671 @@
+//! Persistent CSI volumes claimed by pods (issue 32), against the real containerd and the
+//! test CSI driver offering STAGE_UNSTAGE_VOLUME. Judged by upstream's words and paths:
+//! - the desired-state populator's claim checks and `WaitForAttachAndMount`'s FailedMount
+//!   text (`Unable to attach or mount volumes: unmounted volumes=[...], unattached
+//!   volumes=[...], failed to process volumes=[...]: error processing PVC ns/name: ...`),
+//!   as `kubectl describe pod` shows it;
+//! - `csi_attacher.go`: the VolumeAttachment `csi-` + sha256(handle + driver + node) that
+//!   must say attached when the CSIDriver requires attach (its `attachmentMetadata` is the
+//!   publish context), the staging path `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`
+//!   with `vol_data.json` (`driverName`, `volumeHandle`) beside it, `UnmountDevice` only
+//!   once no pod uses the volume;
+//! - `csi_mounter.go`: the target `pods/<uid>/volumes/kubernetes.io~csi/<pv name>/mount`,
+//!   `volumeLifecycleMode: Persistent`, `csi.storage.k8s.io/ephemeral: "false"`.
+//!
+//! Attacked: the data must outlive every pod that wrote it; a second pod on the same volume
+//! keeps it staged while the first goes; the volume service SIGKILLed while a pod uses the
+//! volume (nothing unstaged, unpublished or published again).
+
+use super::*;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Patch, PatchParams};
+
+/// sha256 in hex, computed here independently of the product.
+pub(super) fn sha256_hex(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A CSIDriver for persistent volumes, attach required or not.
+pub(super) fn persistent_driver(attach_required: bool) -> CSIDriver {
+    serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": DRIVER},
+        "spec": {"attachRequired": attach_required, "podInfoOnMount": true,
+                 "volumeLifecycleModes": ["Persistent", "Ephemeral"], "fsGroupPolicy": "File"},
+    }))
+    .unwrap()
+}
+
+/// A node, its API server with the driver's CSIDriver replaced by `csidriver`, and the
+/// staging driver registered.
+async fn start_with(
+    test: &str,
+    csidriver: CSIDriver,
+) -> (
+    nodeagent_tests::apiserver::ApiServer,
+    Node,
+    Api<Pod>,
+    Driver,
+) {
+    let (server, node, pods, _) = start(test, NodeOptions::default()).await;
+    let client = server.client();
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    drivers
+        .delete(DRIVER, &DeleteParams::default())
+        .await
+        .unwrap();
+    drivers
+        .create(&PostParams::default(), &csidriver)
+        .await
+        .unwrap();
+    let mut driver = Driver::new(&node, &["--stage"]);
+    driver.start();
+    let node_id = format!("id-of-{}", node.name);
+    eventually("the driver registered", DEADLINE, || async {
+        let (drivers, _) = registered(&client, &node).await;
+        (drivers == vec![(DRIVER.to_string(), node_id.clone())])
+            .then_some(())
+            .ok_or_else(|| format!("{drivers:?}"))
+    })
+    .await;
+    (server, node, pods, driver)
+}
+
+/// A claim `claim` bound to a new PV `pv` of the driver with volume handle `handle`, as
+/// the PV controller binds them (the claim's `volumeName` and phase Bound, the PV's
+/// `claimRef` with the claim's UID).
+pub(super) async fn bound_claim(client: &kube::Client, claim: &str, pv: &str, handle: &str) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    bind(client, claim, pv, handle).await;
+}
+
+/// Binds the existing claim `claim` to a new PV `pv` of the driver, as the PV controller
+/// does.
+async fn bind(client: &kube::Client, claim: &str, pv: &str, handle: &str) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let created = claims
+        .patch(
+            claim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"volumeName": pv}})),
+        )
+        .await
+        .unwrap();
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    volumes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": pv},
+                "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+                         "persistentVolumeReclaimPolicy": "Retain",
+                         "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default",
+                                      "name": claim, "uid": created.metadata.uid},
+                         "csi": {"driver": DRIVER, "volumeHandle": handle,
+                                 "volumeAttributes": {"content": format!("made for {claim}")}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    claims
+        .patch_status(
+            claim,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"],
+                                            "capacity": {"storage": "1Gi"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+/// A pod that runs `script` with the claim mounted at /data.
+fn claim_pod(name: &str, node: &Node, claim: &str, script: &str) -> Pod {
+    api_pod(
+        name,
+        &node.name,
+        json!({"spec": {
+            "securityContext": {"fsGroup": 2345},
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", format!("{script}; trap 'exit 0' TERM; while true; do sleep 0.2; done")],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        }}),
+    )
+}
+
+/// The mounts under the node's root directory (what the note lists), relative to it.
+fn mounts(node: &Node) -> Vec<String> {
+    let root = node.path("root");
+    mount_points_under(&root)
+        .into_iter()
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .filter(|p| p.contains("csi"))
+        .collect()
+}
+
+async fn kubectl_describe(
+    server: &nodeagent_tests::apiserver::ApiServer,
+    node: &Node,
+    pod: &str,
+) -> String {
+    let kubeconfig = node.path("kubectl.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["describe", "pod", pod])
+        .env("HOME", node.path(""))
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("kubectl runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `kubectl describe` lists a Warning FailedMount event whose message is `want`.
+fn describes_failed_mount(described: &str, want: &str) -> bool {
+    described.lines().any(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.first() == Some(&"Warning")
+            && words.get(1) == Some(&"FailedMount")
+            && l.trim_end().ends_with(want)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
+    if !require_runtime("csi") {
+        return;
+    }
+    let (server, mut node, pods, driver) = start_with("csi-claim", persistent_driver(false)).await;
+    let client = server.client();
+    let pv = format!("pv-{}", node.name);
+    let handle = format!("vol-{}", node.name);
+    bound_claim(&client, "data", &pv, &handle).await;
+    let staging = node.path(&format!(
+        "root/plugins/kubernetes.io/csi/{DRIVER}/{}/globalmount",
+        sha256_hex(&handle)
+    ));
+    eprintln!("mounts before any pod: {:?}", mounts(&node));
+
+    // The writer: staged once, published at the PV's directory, sees the driver's volume.
+    let writer = node.pod_name("writer");
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(
+            &writer,
+            &node,
+            "data",
+            "cat /data/content; echo; echo written-by-writer > /data/file",
+        ),
+    )
+    .await
+    .unwrap();
+    eventually("the writer Ready", DEADLINE, || ready(&pods, &writer)).await;
+    let writer_uid = uid_of(&pods, &writer).await;
+    let writer_target = node.path(&format!(
+        "root/pods/{writer_uid}/volumes/kubernetes.io~csi/{pv}/mount"
+    ));
+    let id = node.container_id("writer", "c").await.unwrap();
+    eventually("the writer's file", DEADLINE, || async {
+        node.exec(&id, &["cat", "/data/file"]).await
+    })
+    .await;
+    let seen = node.exec(&id, &["cat", "/data/content"]).await.unwrap();
+    assert_eq!(seen, "made for data");
+    let stages = driver.calls("NodeStageVolume");
+    assert_eq!(stages.len(), 1, "{stages:?}");
+    assert_eq!(stages[0]["volume_id"], handle);
+    assert_eq!(
+        stages[0]["staging_target_path"],
+        staging.display().to_string()
+    );
+    assert_eq!(stages[0]["access_mode"], "SINGLE_NODE_WRITER");
+    assert_eq!(
+        stages[0]["publish_context"],
+        json!({}),
+        "no attach, no publish context"
+    );
+    let publishes = driver.calls("NodePublishVolume");
+    assert_eq!(publishes.len(), 1, "{publishes:?}");
+    assert_eq!(
+        publishes[0]["staging_target_path"],
+        staging.display().to_string()
+    );
+    assert_eq!(
+        publishes[0]["target_path"],
+        writer_target.display().to_string()
+    );
+    assert_eq!(
+        publishes[0]["volume_context"]["csi.storage.k8s.io/ephemeral"],
+        "false"
+    );
+    assert_eq!(
+        publishes[0]["volume_context"]["csi.storage.k8s.io/pod.name"],
+        writer.as_str()
+    );
+    let staged: Value = serde_json::from_slice(
+        &std::fs::read(staging.parent().unwrap().join("vol_data.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        staged,
+        json!({"driverName": DRIVER, "volumeHandle": handle})
+    );
+    let published: Value = serde_json::from_slice(
+        &std::fs::read(writer_target.parent().unwrap().join("vol_data.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(published["specVolID"], pv.as_str());
+    assert_eq!(published["volumeLifecycleMode"], "Persistent");
+    assert_eq!(published["volumeHandle"], handle.as_str());
+    let with_writer = mounts(&node);
+    eprintln!("mounts with the writer: {with_writer:?}");
+    let root = node.path("root");
+    let rel = |p: &std::path::Path| p.strip_prefix(&root).unwrap().display().to_string();
+    assert!(with_writer.contains(&rel(&staging)), "{with_writer:?}");
+    assert!(
+        with_writer.contains(&rel(&writer_target)),
+        "{with_writer:?}"
+    );
+
+    // A reader on the same claim: not staged again; the writer's file is there.
+    let reader = node.pod_name("reader");
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&reader, &node, "data", "cat /data/file"),
+    )
+    .await
+    .unwrap();
+    eventually("the reader Ready", DEADLINE, || ready(&pods, &reader)).await;
+    let reader_id = node.container_id("reader", "c").await.unwrap();
+    let seen = node.exec(&reader_id, &["cat", "/data/file"]).await.unwrap();
+    assert_eq!(seen.trim(), "written-by-writer");
+    assert_eq!(driver.calls("NodeStageVolume").len(), 1, "staged once");
+
+    // The writer goes: its publication goes, the staging stays (the reader uses it).
+    pods.delete(&writer, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the writer's volume unpublished", DEADLINE, || async {
+        let now = mounts(&node);
+        (!now.contains(&rel(&writer_target)))
+            .then_some(())
+            .ok_or_else(|| format!("{now:?}"))
+    })
+    .await;
+    eventually("the writer gone", DEADLINE, || async {
+        match pods.get_opt(&writer).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.map(|p| p.status)))),
+        }
+    })
+    .await;
+    consistently(
+        "the reader keeps the staged volume",
+        Duration::from_secs(3),
+        Duration::from_millis(200),
+        || async {
+            ready(&pods, &reader).await?;
+            let unstages = driver.calls("NodeUnstageVolume").len();
+            let staged = mount_points_under(&staging).contains(&staging);
+            (unstages == 0 && staged)
+                .then_some(())
+                .ok_or_else(|| format!("{unstages} unstages, staged: {staged}"))
+        },
+    )
+    .await;
+    let seen = node.exec(&reader_id, &["cat", "/data/file"]).await.unwrap();
+    assert_eq!(seen.trim(), "written-by-writer");
+    eprintln!("mounts with the reader alone: {:?}", mounts(&node));
+
+    // The last one goes: unstaged, its directories gone, nothing of the volume mounted.
+    pods.delete(&reader, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the volume unstaged", DEADLINE, || async {
+        let now = mounts(&node);
+        let unstages = driver.calls("NodeUnstageVolume");
+        (now.is_empty() && unstages.len() == 1 && !staging.parent().unwrap().exists())
+            .then_some(())
+            .ok_or_else(|| format!("{now:?} {unstages:?}"))
+    })
+    .await;
+    let unstage = driver.calls("NodeUnstageVolume").pop().unwrap();
+    assert_eq!(unstage["volume_id"], handle.as_str());
+    assert_eq!(
+        unstage["staging_target_path"],
+        staging.display().to_string()
+    );
+    eprintln!("mounts after both pods: {:?}", mounts(&node));
+
+    // A new pod on the claim: the data is there.
+    let again = node.pod_name("again");
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&again, &node, "data", "cat /data/file"),
+    )
+    .await
+    .unwrap();
+    eventually("the new pod Ready", DEADLINE, || ready(&pods, &again)).await;
+    let again_id = node.container_id("again", "c").await.unwrap();
+    let seen = node.exec(&again_id, &["cat", "/data/file"]).await.unwrap();
+    assert_eq!(
+        seen.trim(),
+        "written-by-writer",
+        "the data outlived its pods"
+    );
+    eprintln!("mounts with the new pod: {:?}", mounts(&node));
+
+    // The volume service SIGKILLed under it: nothing staged, published or unstaged again.
+    let calls_before = driver.log_lines("calls.log").len();
+    node.signal(Service::Volume, Signal::SIGKILL).await;
+    node.spawn(Service::Volume);
+    node.wait_serving(Service::Volume).await;
+    consistently(
+        "the new pod Ready, its volume kept",
+        Duration::from_secs(12),
+        Duration::from_millis(300),
+        || async {
+            ready(&pods, &again).await?;
+            let changing: Vec<Value> = driver.log_lines("calls.log")[calls_before..]
+                .iter()
+                .filter(|c| c["rpc"] != "NodeGetCapabilities" && c["rpc"] != "NodeGetInfo")
+                .cloned()
+                .collect();
+            if !changing.is_empty() {
+                return Err(format!("calls after the restart: {changing:?}"));
+            }
+            let now = mounts(&node);
+            (now.len() == 2)
+                .then_some(())
+                .ok_or_else(|| format!("{now:?}"))
+        },
+    )
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_failed_mount() {
+    if !require_runtime("csi") {
+        return;
+    }
+    let (server, node, pods, driver) = start_with("csi-wait", persistent_driver(true)).await;
+    let client = server.client();
+    let pod = node.pod_name("waiter");
+    let claim = format!("claim-{}", node.name);
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&pod, &node, &claim, "cat /data/content"),
+    )
+    .await
+    .unwrap();
+
+    // No claim: upstream's populator error, wrapped by WaitForAttachAndMount.
+    let want = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/{claim}: failed to fetch PVC from API server: persistentvolumeclaims \"{claim}\" not found"
+    );
+    eventually_event(
+        &client,
+        "default",
+        "FailedMount for the missing claim",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message.as_deref() == Some(want.as_str())
+        },
+    )
+    .await;
+    let described = kubectl_describe(&server, &node, &pod).await;
+    assert!(
+        describes_failed_mount(&described, &want),
+        "kubectl describe pod:\n{described}"
+    );
+
+    // A claim that is not bound yet.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}},
+                "status": {"phase": "Pending"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let want = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/{claim}: PVC is not bound"
+    );
+    eventually_event(
+        &client,
+        "default",
+        "FailedMount for the unbound claim",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message.as_deref() == Some(want.as_str())
+        },
+    )
+    .await;
+    claims
+        .delete(&claim, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Bound, but the driver requires attach and nothing attached it yet: WaitForAttach.
+    let pv = format!("pv-{}", node.name);
+    let handle = format!("vol-{}", node.name);
+    bound_claim(&client, &claim, &pv, &handle).await;
+    let attachment = format!(
+        "csi-{}",
+        sha256_hex(&format!("{handle}{DRIVER}{}", node.name))
+    );
+    let want = format!(
+        "MountVolume.WaitForAttach failed for volume \"{pv}\" : volume {handle} has GET error for volume attachment {attachment}: volumeattachments.storage.k8s.io \"{attachment}\" not found"
+    );
+    eventually_event(
+        &client,
+        "default",
+        "FailedMount while unattached",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message.as_deref() == Some(want.as_str())
+        },
+    )
+    .await;
+    let phase = pods.get(&pod).await.unwrap().status.and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Pending"));
+    assert!(
+        driver.calls("NodeStageVolume").is_empty(),
+        "nothing staged before attach"
+    );
+
+    // The attacher reports it attached: staged with its metadata as publish context.
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    attachments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": attachment},
+                "spec": {"attacher": DRIVER, "nodeName": node.name,
+                         "source": {"persistentVolumeName": pv}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    attachments
+        .patch_status(
+            &attachment,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"attached": true,
+                                            "attachmentMetadata": {"devicePath": "/dev/test-disk"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the pod Ready", DEADLINE, || ready(&pods, &pod)).await;
+    let stages = driver.calls("NodeStageVolume");
+    assert_eq!(stages.len(), 1, "{stages:?}");
+    assert_eq!(
+        stages[0]["publish_context"],
+        json!({"devicePath": "/dev/test-disk"})
+    );
+    node.stop().await;
+}
+
+/// A generic ephemeral volume: the claim `<pod>-<volume>` the API side made for the pod,
+/// owned by it (the test API server's ephemeral volume controller), used once bound; a
+/// claim of that name not made for the pod is refused with upstream's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_ephemeral_volume_uses_only_the_claim_made_for_its_pod() {
+    if !require_runtime("csi") {
+        return;
+    }
+    let (server, node, pods, driver) = start_with("csi-ephemeral", persistent_driver(false)).await;
+    let client = server.client();
+    let ephemeral_pod = |name: &str| -> Pod {
+        api_pod(
+            name,
+            &node.name,
+            json!({"spec": {
+                "containers": [{"name": "c", "image": "busybox:1.36",
+                    "command": ["sh", "-c", "cat /data/content; trap 'exit 0' TERM; while true; do sleep 0.2; done"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "data", "ephemeral": {"volumeClaimTemplate": {
+                    "metadata": {"labels": {"made-by": "template"}},
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "1Gi"}}}}}}],
+            }}),
+        )
+    };
+
+    // A claim by that name that someone else made: refused, not used.
+    let squatted = node.pod_name("squatted");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": format!("{squatted}-data"), "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    bind(
+        &client,
+        &format!("{squatted}-data"),
+        &format!("pv-squatted-{}", node.name),
+        "vol-squatted",
+    )
+    .await;
+    pods.create(&PostParams::default(), &ephemeral_pod(&squatted))
+        .await
+        .unwrap();
+    let want = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: PVC default/{squatted}-data was not created for pod default/{squatted} (pod is not owner)"
+    );
+    eventually_event(
+        &client,
+        "default",
+        "FailedMount for the claim not the pod's",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message.as_deref() == Some(want.as_str())
+        },
+    )
+    .await;
+
+    // The pod's own claim: made by the API side, owned by the pod; bound, it is used.
+    let owned = node.pod_name("owned");
+    pods.create(&PostParams::default(), &ephemeral_pod(&owned))
+        .await
+        .unwrap();
+    let uid = uid_of(&pods, &owned).await;
+    let claim = claims.get(&format!("{owned}-data")).await.unwrap();
+    let owner = &claim.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("Pod", uid.as_str(), Some(true))
+    );
+    let want = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/{owned}-data: PVC is not bound"
+    );
+    eventually_event(
+        &client,
+        "default",
+        "FailedMount until bound",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message.as_deref() == Some(want.as_str())
+        },
+    )
+    .await;
+    let pv = format!("pv-owned-{}", node.name);
+    bind(
+        &client,
+        &format!("{owned}-data"),
+        &pv,
+        &format!("vol-owned-{}", node.name),
+    )
+    .await;
+    eventually("the pod Ready", DEADLINE, || ready(&pods, &owned)).await;
+    let id = node.container_id("owned", "c").await.unwrap();
+    let seen = node.exec(&id, &["cat", "/data/content"]).await.unwrap();
+    assert_eq!(seen, format!("made for {owned}-data"));
+    let target = node.path(&format!(
+        "root/pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount"
+    ));
+    assert!(mount_points_under(&target).contains(&target));
+    let phase = pods
+        .get(&squatted)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.phase);
+    assert_eq!(
+        phase.as_deref(),
+        Some("Pending"),
+        "the squatted claim is never used"
+    );
+    assert!(
+        !driver
+            .calls("NodePublishVolume")
+            .iter()
+            .any(|c| c["volume_id"] == "vol-squatted"),
+        "the squatted claim's volume was never published"
+    );
+    node.stop().await;
+}
