@@ -246,8 +246,9 @@ impl PodVolumeLayout {
             }
             target.into_path_buf()
         } else if let Some(target) = objects.claimed.get(&v.name) {
-            // Published by its driver before this pass (`server::publish_claims`).
-            if !subpath::is_mount_point(target) {
+            // Published by its driver before this pass (`server::publish_claims`), or a
+            // hostPath or local volume's own directory (outside the pods' directories).
+            if target.starts_with(self.root.join("pods")) && !subpath::is_mount_point(target) {
                 return Err(VolumeError::SetUp {
                     name: v.name,
                     reason: "kubernetes.io/csi: the volume is not published".to_string(),
@@ -533,7 +534,7 @@ fn hugepages_refusal() -> String {
 /// Checks (and for the *OrCreate types, creates) a hostPath as upstream's `checkType`
 /// does, with its messages: a Socket, CharDevice or BlockDevice is checked for its type
 /// (after following symlinks, as upstream's `stat`), not only for its existence.
-fn ensure_host_path(name: &str, path: &str, kind: &str) -> Result<PathBuf, VolumeError> {
+pub(crate) fn ensure_host_path(name: &str, path: &str, kind: &str) -> Result<PathBuf, VolumeError> {
     let p = PathBuf::from(path);
     let fail = |reason: String| VolumeError::SetUp {
         name: name.into(),

@@ -179,16 +179,18 @@ impl Csi {
         }
         let pv_name = pv.metadata.name.clone().unwrap_or_default();
         let spec = pv.spec.clone().unwrap_or_default();
-        let Some(source) = spec.csi.clone() else {
-            return Err(ClaimError::Process(format!(
-                "error processing PVC {namespace}/{claim_name}: failed to get Plugin from volumeSpec for volume {pv_name:?} err=no volume plugin matched (this node agent serves CSI persistent volumes only)"
-            )));
-        };
         if spec.volume_mode.as_deref() == Some("Block") {
             return Err(ClaimError::Process(format!(
                 "error processing PVC {namespace}/{claim_name}: volume {pv_name} has volumeMode Block, which this node agent does not serve yet"
             )));
         }
+        let Some(source) = spec.csi.clone() else {
+            return host_volume(&pv_name, &spec).unwrap_or_else(|| {
+                Err(ClaimError::Process(format!(
+                    "error processing PVC {namespace}/{claim_name}: failed to get Plugin from volumeSpec for volume {pv_name:?} err=no volume plugin matched (this node agent serves CSI, hostPath and local persistent volumes only)"
+                )))
+            });
+        };
         let step = |step: &str, e: String| {
             ClaimError::Mount(format!(
                 "MountVolume.{step} failed for volume {pv_name:?} : {e}"
@@ -573,6 +575,36 @@ impl Csi {
         }
         Ok(())
     }
+}
+
+/// A `hostPath` or `local` PersistentVolume (what local-path provisioners make): the
+/// host's directory itself, a hostPath's `type` checked as for a pod's hostPath volume, a
+/// local volume's path required to exist (upstream's local plugin bind-mounts it; the
+/// container runtime's bind gives the container the same directory). None for other kinds.
+fn host_volume(
+    pv_name: &str,
+    spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec,
+) -> Option<Result<PathBuf, ClaimError>> {
+    if let Some(host) = &spec.host_path {
+        return Some(
+            crate::layout::ensure_host_path(
+                pv_name,
+                &host.path,
+                host.type_.as_deref().unwrap_or_default(),
+            )
+            .map_err(|e| ClaimError::Mount(e.to_string())),
+        );
+    }
+    let local = spec.local.as_ref()?;
+    let path = Path::new(&local.path);
+    Some(if path.is_absolute() && path.exists() {
+        Ok(path.to_path_buf())
+    } else {
+        Err(ClaimError::Mount(format!(
+            "MountVolume.NewMounter initialization failed for volume {pv_name:?} : path {:?} does not exist",
+            local.path
+        )))
+    })
 }
 
 fn write_device_data(dir: &Path, data: &DeviceData) -> Result<(), String> {

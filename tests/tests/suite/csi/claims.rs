@@ -77,6 +77,12 @@ async fn start_with(
 /// the PV controller binds them (the claim's `volumeName` and phase Bound, the PV's
 /// `claimRef` with the claim's UID).
 pub(super) async fn bound_claim(client: &kube::Client, claim: &str, pv: &str, handle: &str) {
+    new_claim(client, claim).await;
+    bind(client, claim, pv, handle).await;
+}
+
+/// A new claim, not bound.
+async fn new_claim(client: &kube::Client, claim: &str) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     claims
         .create(
@@ -91,12 +97,19 @@ pub(super) async fn bound_claim(client: &kube::Client, claim: &str, pv: &str, ha
         )
         .await
         .unwrap();
-    bind(client, claim, pv, handle).await;
 }
 
 /// Binds the existing claim `claim` to a new PV `pv` of the driver, as the PV controller
 /// does.
 async fn bind(client: &kube::Client, claim: &str, pv: &str, handle: &str) {
+    let source = json!({"csi": {"driver": DRIVER, "volumeHandle": handle,
+        "volumeAttributes": {"content": format!("made for {claim}")}}});
+    bind_to(client, claim, pv, source).await;
+}
+
+/// Binds the existing claim `claim` to a new PV `pv` whose volume source is `source`
+/// (`{"csi": ...}`, `{"hostPath": ...}`, ...).
+async fn bind_to(client: &kube::Client, claim: &str, pv: &str, source: Value) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let created = claims
         .patch(
@@ -106,19 +119,20 @@ async fn bind(client: &kube::Client, claim: &str, pv: &str, handle: &str) {
         )
         .await
         .unwrap();
+    let mut spec = json!({"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+        "persistentVolumeReclaimPolicy": "Retain",
+        "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default",
+                     "name": claim, "uid": created.metadata.uid}});
+    for (k, v) in source.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     volumes
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "PersistentVolume",
-                "metadata": {"name": pv},
-                "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
-                         "persistentVolumeReclaimPolicy": "Retain",
-                         "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default",
-                                      "name": claim, "uid": created.metadata.uid},
-                         "csi": {"driver": DRIVER, "volumeHandle": handle,
-                                 "volumeAttributes": {"content": format!("made for {claim}")}}},
+                "metadata": {"name": pv}, "spec": spec,
             }))
             .unwrap(),
         )
@@ -667,5 +681,98 @@ async fn a_generic_ephemeral_volume_uses_only_the_claim_made_for_its_pod() {
             .any(|c| c["volume_id"] == "vol-squatted"),
         "the squatted claim's volume was never published"
     );
+    node.stop().await;
+}
+
+/// A claim bound to a `hostPath` PV, as local-path provisioners make them: the pod gets the
+/// host's directory (made by `DirectoryOrCreate`), what it writes stays on the host after
+/// it goes and a new pod reads it; a `local` PV whose path is missing waits with
+/// upstream's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_bound_to_a_host_path_volume_gets_the_hosts_directory() {
+    if !require_runtime("csi") {
+        return;
+    }
+    let (server, node, pods, _driver) = start("csi-hostpath", NodeOptions::default()).await;
+    let client = server.client();
+    let dir = node.path("local-path/pvc-1");
+    new_claim(&client, "local-data").await;
+    bind_to(
+        &client,
+        "local-data",
+        &format!("pv-local-{}", node.name),
+        json!({"hostPath": {"path": dir, "type": "DirectoryOrCreate"}}),
+    )
+    .await;
+    let first = node.pod_name("first");
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&first, &node, "local-data", "echo from-first > /data/file"),
+    )
+    .await
+    .unwrap();
+    eventually("the first pod Ready", DEADLINE, || ready(&pods, &first)).await;
+    eventually("the file on the host", DEADLINE, || async {
+        std::fs::read_to_string(dir.join("file")).map_err(|e| e.to_string())
+    })
+    .await;
+    pods.delete(&first, &DeleteParams::default()).await.unwrap();
+    eventually("the first pod gone", DEADLINE, || async {
+        match pods.get_opt(&first).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.is_some()))),
+        }
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(dir.join("file")).unwrap(),
+        "from-first\n"
+    );
+    let second = node.pod_name("second");
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&second, &node, "local-data", "true"),
+    )
+    .await
+    .unwrap();
+    eventually("the second pod Ready", DEADLINE, || ready(&pods, &second)).await;
+    let id = node.container_id("second", "c").await.unwrap();
+    let seen = node.exec(&id, &["cat", "/data/file"]).await.unwrap();
+    assert_eq!(seen, "from-first\n");
+
+    // A local PV whose directory is not there.
+    let missing = node.path("local-path/missing");
+    new_claim(&client, "local-missing").await;
+    let pv = format!("pv-missing-{}", node.name);
+    bind_to(
+        &client,
+        "local-missing",
+        &pv,
+        json!({"local": {"path": missing}}),
+    )
+    .await;
+    let waiting = node.pod_name("waiting");
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&waiting, &node, "local-missing", "true"),
+    )
+    .await
+    .unwrap();
+    let want = format!(
+        "MountVolume.NewMounter initialization failed for volume \"{pv}\" : path {:?} does not exist",
+        missing.display().to_string()
+    );
+    eventually_event(
+        &client,
+        "default",
+        "FailedMount for the missing local path",
+        DEADLINE,
+        |e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message.as_deref() == Some(want.as_str())
+        },
+    )
+    .await;
+    ready(&pods, &second).await.unwrap();
     node.stop().await;
 }
