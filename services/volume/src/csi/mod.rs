@@ -97,6 +97,19 @@ pub fn go_rpc_error(status: &tonic::Status) -> String {
     format!("rpc error: code = {code} desc = {}", status.message())
 }
 
+/// A CSI call with upstream's timeout (`csiTimeout`); running out of it reads as gRPC's
+/// own deadline error.
+async fn call<T>(
+    request: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(CSI_TIMEOUT, request).await {
+        Ok(answer) => answer.map(tonic::Response::into_inner),
+        Err(_) => Err(tonic::Status::deadline_exceeded(
+            "context deadline exceeded",
+        )),
+    }
+}
+
 /// Whether a failed publish may have left something published (upstream's "uncertain"
 /// codes): the volume is then kept for the teardown to unpublish.
 fn uncertain(status: &tonic::Status) -> bool {
@@ -388,28 +401,14 @@ impl Csi {
             secrets: p.secrets,
             volume_context: p.volume_context,
         };
-        let published = tokio::time::timeout(
-            CSI_TIMEOUT,
-            driver.node_client().node_publish_volume(request),
-        )
-        .await;
         // Upstream returns the driver's error as it is. A final one removes what was made
-        // for the volume; an uncertain one (the publish may have happened) keeps it, so
-        // that the teardown unpublishes.
-        match published {
-            Ok(Ok(_)) => {}
-            Ok(Err(status)) => {
-                if !uncertain(&status) {
-                    remove_volume_dir(dir);
-                }
-                return Err(go_rpc_error(&status));
+        // for the volume; an uncertain one (the publish may have happened, or the call ran
+        // out of time) keeps it, so that the teardown unpublishes.
+        if let Err(status) = call(driver.node_client().node_publish_volume(request)).await {
+            if !uncertain(&status) {
+                remove_volume_dir(dir);
             }
-            Err(_) => {
-                return Err(
-                    "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-                        .to_string(),
-                );
-            }
+            return Err(go_rpc_error(&status));
         }
         if let Some(group) = fs_group
             && !capabilities.volume_mount_group
@@ -472,19 +471,17 @@ impl Csi {
     /// none when the driver cannot say.
     async fn capabilities(&self, driver: &registry::Driver) -> NodeCapabilities {
         use nodeagent_proto::csi::node_service_capability::{Type, rpc};
-        let asked = tokio::time::timeout(
-            CSI_TIMEOUT,
+        let asked = call(
             driver
                 .node_client()
                 .node_get_capabilities(nodeagent_proto::csi::NodeGetCapabilitiesRequest {}),
         )
         .await;
-        let Ok(Ok(answer)) = asked else {
+        let Ok(answer) = asked else {
             return NodeCapabilities::default();
         };
         let has = |want: rpc::Type| {
             answer
-                .get_ref()
                 .capabilities
                 .iter()
                 .any(|c| matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == want as i32))
@@ -506,21 +503,15 @@ impl Csi {
             volume_id: handle.to_string(),
             target_path: target.to_string_lossy().into_owned(),
         };
-        match tokio::time::timeout(
-            CSI_TIMEOUT,
-            driver.node_client().node_unpublish_volume(request),
-        )
-        .await
-        {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => Err(format!(
-                "{PREFIX}Unmounter.TearDownAt failed: {}",
-                go_rpc_error(&status)
-            )),
-            Err(_) => Err(format!(
-                "{PREFIX}Unmounter.TearDownAt failed: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-            )),
-        }
+        call(driver.node_client().node_unpublish_volume(request))
+            .await
+            .map(|_| ())
+            .map_err(|status| {
+                format!(
+                    "{PREFIX}Unmounter.TearDownAt failed: {}",
+                    go_rpc_error(&status)
+                )
+            })
     }
 
     /// Unpublishes every CSI volume of the pod `uid` found on disk and removes its
@@ -710,24 +701,32 @@ fn remove_volume_dir(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
-fn write_vol_data(dir: &Path, data: &VolData) -> Result<(), String> {
-    let path = dir.join(VOL_DATA);
-    let tmp = dir.join(VOL_DATA_TMP);
-    // Through a map: sorted keys, as Go encodes a map[string]string; then a newline.
+/// Writes a record as upstream's `saveVolumeData` does: a JSON map of strings (keys
+/// sorted, as Go encodes a `map[string]string`) and a newline, through a temporary file.
+fn write_record(dir: &Path, record: &impl Serialize) -> std::io::Result<()> {
     let map: BTreeMap<String, String> =
-        serde_json::from_value(serde_json::to_value(data).expect("plain strings"))
+        serde_json::from_value(serde_json::to_value(record).expect("plain strings"))
             .expect("plain strings");
     let mut bytes = serde_json::to_vec(&map).expect("plain strings");
     bytes.push(b'\n');
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, &path))
+    let tmp = dir.join(VOL_DATA_TMP);
+    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, dir.join(VOL_DATA)))
+}
+
+/// The record in `dir`'s `vol_data.json`.
+fn read_record<T: serde::de::DeserializeOwned>(dir: &Path) -> Result<T, String> {
+    let path = dir.join(VOL_DATA);
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("cannot parse {path:?}: {e}"))
+}
+
+fn write_vol_data(dir: &Path, data: &VolData) -> Result<(), String> {
+    write_record(dir, data)
         .map_err(|e| format!("{PREFIX}mounter.SetUpAt failed to save volume info data: {e}"))
 }
 
 fn read_vol_data(dir: &Path) -> Result<VolData, String> {
-    let path = dir.join(VOL_DATA);
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("cannot parse {path:?}: {e}"))
+    read_record(dir)
 }
 
 /// Upstream's `supportsFSGroup`: never read-only or under `None`; always under `File`;

@@ -15,7 +15,7 @@ use super::{Csi, PREFIX, Publication, VOL_DATA, VOL_DATA_TMP, go_rpc_error};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Volume};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use nodeagent_proto::csi::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -422,18 +422,10 @@ impl Csi {
         if !stages {
             return Ok(());
         }
-        let staged = tokio::time::timeout(
-            super::CSI_TIMEOUT,
-            driver.node_client().node_stage_volume(request),
-        )
-        .await;
-        match staged {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => Err(go_rpc_error(&status)),
-            Err(_) => {
-                Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into())
-            }
-        }
+        super::call(driver.node_client().node_stage_volume(request))
+            .await
+            .map(|_| ())
+            .map_err(|status| go_rpc_error(&status))
     }
 
     /// The volumes (driver, handle) some pod's record names as published persistent.
@@ -524,25 +516,14 @@ impl Csi {
                         volume_id: record.volume_handle.clone(),
                         staging_target_path: staging.to_string_lossy().into_owned(),
                     };
-                    match tokio::time::timeout(
-                        super::CSI_TIMEOUT,
-                        driver.node_client().node_unstage_volume(request),
-                    )
-                    .await
-                    {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(status)) => {
-                            return Err(format!(
+                    super::call(driver.node_client().node_unstage_volume(request))
+                        .await
+                        .map_err(|status| {
+                            format!(
                                 "{PREFIX}attacher.UnmountDevice failed: {}",
                                 go_rpc_error(&status)
-                            ));
-                        }
-                        Err(_) => {
-                            return Err(format!(
-                                "{PREFIX}attacher.UnmountDevice failed: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-                            ));
-                        }
-                    }
+                            )
+                        })?;
                 }
             }
             // No record: only a directory nothing is mounted on can go.
@@ -608,23 +589,12 @@ fn host_volume(
 }
 
 fn write_device_data(dir: &Path, data: &DeviceData) -> Result<(), String> {
-    let map: BTreeMap<&str, &str> = [
-        ("driverName", data.driver_name.as_str()),
-        ("volumeHandle", data.volume_handle.as_str()),
-    ]
-    .into();
-    let mut bytes = serde_json::to_vec(&map).expect("plain strings");
-    bytes.push(b'\n');
-    let tmp = dir.join(VOL_DATA_TMP);
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, dir.join(VOL_DATA)))
+    super::write_record(dir, data)
         .map_err(|e| format!("{PREFIX}attacher.MountDevice failed to save volume info data: {e}"))
 }
 
 fn read_device_data(dir: &Path) -> Result<DeviceData, String> {
-    let path = dir.join(VOL_DATA);
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("cannot parse {path:?}: {e}"))
+    super::read_record(dir)
 }
 
 #[cfg(test)]
