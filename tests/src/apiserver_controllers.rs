@@ -151,4 +151,29 @@ mod tests {
         assert_eq!(next["data"], json!({"ca.crt": "PEM"}));
         assert_eq!(next["metadata"]["uid"], "u");
     }
+
+    /// Upstream's ephemeral controller (`TestSyncHandler`'s "create" case): the claim is
+    /// `<pod>-<volume>`, controlled by the pod, with the template's labels and spec; other
+    /// volumes get none.
+    #[test]
+    fn a_pods_generic_ephemeral_volume_gets_its_claim() {
+        let pod = json!({
+            "metadata": {"name": "web", "uid": "pod-uid"},
+            "spec": {"volumes": [
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"accessModes": ["ReadWriteOnce"]}}}},
+                {"name": "cfg", "configMap": {"name": "c"}},
+            ]},
+        });
+        assert_eq!(
+            ephemeral_claims(&pod),
+            vec![json!({
+                "metadata": {"name": "web-scratch", "labels": {"app": "web"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web",
+                        "uid": "pod-uid", "controller": true, "blockOwnerDeletion": true}]},
+                "spec": {"accessModes": ["ReadWriteOnce"]},
+            })]
+        );
+    }
 }
