@@ -247,22 +247,26 @@ impl VolumeService {
             let Some(set_up) = self.csi.set_up_claim(pod, v).await else {
                 continue;
             };
-            if !matches!(set_up, Err(crate::csi::persistent::ClaimError::Process(_))) {
+            use crate::csi::persistent::ClaimError;
+            let plugin = match &set_up {
+                Ok((plugin, _)) | Err(ClaimError::Mount { plugin, .. }) => Some(plugin),
+                // Not in the desired state at all: no operation was tried.
+                Err(ClaimError::Process(_)) => None,
+            };
+            if let Some(plugin) = plugin {
                 nodeagent_telemetry::metrics::kubelet::record_storage_operation(
-                    "kubernetes.io/csi",
+                    plugin,
                     "volume_mount",
                     started.elapsed().as_secs_f64(),
                     set_up.is_ok(),
                 );
             }
             match set_up {
-                Ok(target) => {
+                Ok((_, target)) => {
                     published.insert(v.name.clone(), target);
                 }
-                Err(crate::csi::persistent::ClaimError::Process(e)) => {
-                    not_processed.push((v.name.clone(), e));
-                }
-                Err(crate::csi::persistent::ClaimError::Mount(e)) => errors.push(e),
+                Err(ClaimError::Process(e)) => not_processed.push((v.name.clone(), e)),
+                Err(ClaimError::Mount { message, .. }) => errors.push(message),
             }
         }
         if !not_processed.is_empty() {

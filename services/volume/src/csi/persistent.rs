@@ -34,10 +34,15 @@ pub enum ClaimError {
     /// The claim or its volume cannot be used yet (`error processing PVC ns/name: ...`);
     /// the volume is not in the desired state at all.
     Process(String),
-    /// A step of the mount failed; the whole message (`MountVolume.<step> failed for
-    /// volume "<pv>" : ...`).
-    Mount(String),
+    /// A step of the mount failed: the volume's plugin (as upstream's operation metrics
+    /// name it) and the whole message (`MountVolume.<step> failed for volume "<pv>" :
+    /// ...`).
+    Mount { plugin: String, message: String },
 }
+
+/// A claimed volume set up: its plugin (as upstream's operation metrics name it) and the
+/// path the containers get.
+pub type ClaimedVolume = (String, PathBuf);
 
 /// The staged record beside `globalmount` (upstream writes these two keys).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -128,7 +133,7 @@ impl Csi {
         &self,
         pod: &Pod,
         volume: &Volume,
-    ) -> Option<Result<PathBuf, ClaimError>> {
+    ) -> Option<Result<ClaimedVolume, ClaimError>> {
         let pod_name = nodeagent_proto::k8s::pod_name(pod);
         let (claim_name, read_only, ephemeral) =
             match (&volume.persistent_volume_claim, &volume.ephemeral) {
@@ -149,7 +154,7 @@ impl Csi {
         claim_name: &str,
         claim_read_only: bool,
         ephemeral: bool,
-    ) -> Result<PathBuf, ClaimError> {
+    ) -> Result<ClaimedVolume, ClaimError> {
         let namespace = nodeagent_proto::k8s::pod_namespace(pod);
         let (pvc, pv) = self
             .claimed_volume(namespace, claim_name)
@@ -191,10 +196,10 @@ impl Csi {
                 )))
             });
         };
-        let step = |step: &str, e: String| {
-            ClaimError::Mount(format!(
-                "MountVolume.{step} failed for volume {pv_name:?} : {e}"
-            ))
+        let plugin = format!("kubernetes.io/csi:{}", source.driver);
+        let step = |step: &str, e: String| ClaimError::Mount {
+            plugin: plugin.clone(),
+            message: format!("MountVolume.{step} failed for volume {pv_name:?} : {e}"),
         };
         let uid = nodeagent_proto::k8s::pod_uid(pod);
         let dir = self
@@ -216,7 +221,7 @@ impl Csi {
             )
             .await
             .map_err(|e| step("SetUp", e))?;
-            return Ok(target);
+            return Ok((plugin, target));
         }
         let policy = self.policy(&source.driver).await.map_err(|e| {
             step(
@@ -313,6 +318,7 @@ impl Csi {
             },
         )
         .await
+        .map(|target| (plugin.clone(), target))
         .map_err(|e| step("SetUp", e))
     }
 
@@ -565,26 +571,36 @@ impl Csi {
 fn host_volume(
     pv_name: &str,
     spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec,
-) -> Option<Result<PathBuf, ClaimError>> {
+) -> Option<Result<ClaimedVolume, ClaimError>> {
     if let Some(host) = &spec.host_path {
+        let plugin = "kubernetes.io/host-path".to_string();
         return Some(
-            crate::layout::ensure_host_path(
+            match crate::layout::ensure_host_path(
                 pv_name,
                 &host.path,
                 host.type_.as_deref().unwrap_or_default(),
-            )
-            .map_err(|e| ClaimError::Mount(e.to_string())),
+            ) {
+                Ok(path) => Ok((plugin, path)),
+                Err(e) => Err(ClaimError::Mount {
+                    plugin,
+                    message: e.to_string(),
+                }),
+            },
         );
     }
     let local = spec.local.as_ref()?;
+    let plugin = "kubernetes.io/local-volume".to_string();
     let path = Path::new(&local.path);
     Some(if path.is_absolute() && path.exists() {
-        Ok(path.to_path_buf())
+        Ok((plugin, path.to_path_buf()))
     } else {
-        Err(ClaimError::Mount(format!(
-            "MountVolume.NewMounter initialization failed for volume {pv_name:?} : path {:?} does not exist",
-            local.path
-        )))
+        Err(ClaimError::Mount {
+            plugin,
+            message: format!(
+                "MountVolume.NewMounter initialization failed for volume {pv_name:?} : path {:?} does not exist",
+                local.path
+            ),
+        })
     })
 }
 

@@ -195,6 +195,27 @@ async fn kubectl_describe(
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether `/metrics` counts a `volume_mount` of `plugin` ending in `status`
+/// (`storage_operation_duration_seconds`; upstream's operation generator names a CSI
+/// volume's plugin `kubernetes.io/csi:<driver>`, a hostPath one `kubernetes.io/host-path`,
+/// a local one `kubernetes.io/local-volume`).
+async fn mount_counted(node: &Node, plugin: &str, status: &str) -> Result<(), String> {
+    let r = node.api.get("/metrics").await?;
+    let text = r.text();
+    let counted = text.lines().any(|l| {
+        l.starts_with("storage_operation_duration_seconds_count{")
+            && l.contains(&format!("volume_plugin=\"{plugin}\""))
+            && l.contains("operation_name=\"volume_mount\"")
+            && l.contains(&format!("status=\"{status}\""))
+    });
+    counted.then_some(()).ok_or_else(|| {
+        format!(
+            "no {status} volume_mount of {plugin} in /metrics ({})",
+            r.status
+        )
+    })
+}
+
 /// Whether `kubectl describe` lists a Warning FailedMount event whose message is `want`.
 fn describes_failed_mount(described: &str, want: &str) -> bool {
     described.lines().any(|l| {
@@ -246,6 +267,11 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
     .await;
     let seen = node.exec(&id, &["cat", "/data/content"]).await.unwrap();
     assert_eq!(seen, "made for data");
+    let plugin = format!("kubernetes.io/csi:{DRIVER}");
+    eventually("the CSI mount counted", DEADLINE, || {
+        mount_counted(&node, &plugin, "success")
+    })
+    .await;
     let stages = driver.calls("NodeStageVolume");
     assert_eq!(stages.len(), 1, "{stages:?}");
     assert_eq!(stages[0]["volume_id"], handle);
@@ -716,6 +742,10 @@ async fn a_claim_bound_to_a_host_path_volume_gets_the_hosts_directory() {
         std::fs::read_to_string(dir.join("file")).map_err(|e| e.to_string())
     })
     .await;
+    eventually("the hostPath mount counted", DEADLINE, || {
+        mount_counted(&node, "kubernetes.io/host-path", "success")
+    })
+    .await;
     pods.delete(&first, &DeleteParams::default()).await.unwrap();
     eventually("the first pod gone", DEADLINE, || async {
         match pods.get_opt(&first).await {
@@ -772,6 +802,10 @@ async fn a_claim_bound_to_a_host_path_volume_gets_the_hosts_directory() {
                 && e.message.as_deref() == Some(want.as_str())
         },
     )
+    .await;
+    eventually("the local volume's failure counted", DEADLINE, || {
+        mount_counted(&node, "kubernetes.io/local-volume", "fail-unknown")
+    })
     .await;
     ready(&pods, &second).await.unwrap();
     node.stop().await;
