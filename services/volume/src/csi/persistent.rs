@@ -481,7 +481,13 @@ impl Csi {
                 match self.unstage(&volume.path(), record).await {
                     Ok(()) => {
                         tracing::info!(staging = %staging.display(), "CSI volume unstaged: no pod uses it");
-                        self.stage_locks.lock().unwrap().remove(&staging);
+                        // Forgotten only if nobody else holds or waits for it (every clone
+                        // is taken under the map's lock): a set-up waiting on this lock
+                        // must not find a new one beside it.
+                        let mut locks = self.stage_locks.lock().unwrap();
+                        if std::sync::Arc::strong_count(&lock) == 2 {
+                            locks.remove(&staging);
+                        }
                     }
                     Err(e) => errors.push(format!(
                         "UnmountDevice failed for {}: {e}",
