@@ -241,6 +241,13 @@ impl VolumeService {
         let mut published = std::collections::BTreeMap::new();
         let mut not_processed = Vec::new();
         let mut errors = Vec::new();
+        let previous = self
+            .claimed
+            .lock()
+            .unwrap()
+            .get(nodeagent_proto::k8s::pod_uid(pod))
+            .cloned()
+            .unwrap_or_default();
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         for v in volumes.into_iter().flatten() {
             let started = Instant::now();
@@ -264,6 +271,13 @@ impl VolumeService {
             match set_up {
                 Ok((_, target)) => {
                     published.insert(v.name.clone(), target);
+                }
+                // Set up before, and still there: a claim that cannot be read now (the API
+                // server away, the claim being deleted) keeps what the containers see, as
+                // upstream's populator never processes a running pod's volumes twice.
+                Err(e) if previous.get(&v.name).is_some_and(|p| still_set_up(p)) => {
+                    tracing::warn!(volume = %v.name, error = ?e, "claimed volume kept as it was set up");
+                    published.insert(v.name.clone(), previous[&v.name].clone());
                 }
                 Err(ClaimError::Process(e)) => not_processed.push((v.name.clone(), e)),
                 Err(ClaimError::Mount { message, .. }) => errors.push(message),
@@ -290,6 +304,19 @@ impl VolumeService {
             );
         }
         (published, errors)
+    }
+}
+
+/// Whether a claimed volume's path is still what the containers were given: a CSI
+/// publication still mounted, a hostPath or local volume's directory still there.
+fn still_set_up(path: &std::path::Path) -> bool {
+    let csi = path
+        .components()
+        .any(|c| c.as_os_str() == crate::csi::CSI_PLUGIN_DIR);
+    if csi {
+        crate::subpath::is_mount_point(path)
+    } else {
+        path.exists()
     }
 }
 

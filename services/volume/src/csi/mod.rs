@@ -468,29 +468,35 @@ impl Csi {
     }
 
     /// The driver's node capabilities that change a publish (upstream asks before each);
-    /// none when the driver cannot say.
+    /// none when the driver cannot say (for an inline volume's publish).
     async fn capabilities(&self, driver: &registry::Driver) -> NodeCapabilities {
+        self.try_capabilities(driver).await.unwrap_or_default()
+    }
+
+    /// The driver's node capabilities, or why it could not say (where a wrong guess
+    /// would skip a stage or an unstage, upstream fails instead).
+    async fn try_capabilities(
+        &self,
+        driver: &registry::Driver,
+    ) -> Result<NodeCapabilities, tonic::Status> {
         use nodeagent_proto::csi::node_service_capability::{Type, rpc};
-        let asked = call(
+        let answer = call(
             driver
                 .node_client()
                 .node_get_capabilities(nodeagent_proto::csi::NodeGetCapabilitiesRequest {}),
         )
-        .await;
-        let Ok(answer) = asked else {
-            return NodeCapabilities::default();
-        };
+        .await?;
         let has = |want: rpc::Type| {
             answer
                 .capabilities
                 .iter()
                 .any(|c| matches!(&c.r#type, Some(Type::Rpc(r)) if r.r#type == want as i32))
         };
-        NodeCapabilities {
+        Ok(NodeCapabilities {
             single_node_multi_writer: has(rpc::Type::SingleNodeMultiWriter),
             volume_mount_group: has(rpc::Type::VolumeMountGroup),
             stage_unstage: has(rpc::Type::StageUnstageVolume),
-        }
+        })
     }
 
     async fn unpublish(

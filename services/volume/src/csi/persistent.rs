@@ -205,7 +205,9 @@ impl Csi {
         let dir = self
             .volume_dir(uid, &pv_name)
             .map_err(|e| step("SetUp", e))?;
-        let read_only = claim_read_only || source.read_only.unwrap_or(false);
+        // Upstream's `getReadOnlyFromSpec`: the claim's `readOnly` (the PV's `csi.readOnly`
+        // is for ControllerPublishVolume only).
+        let read_only = claim_read_only;
         let fs_type = source.fs_type.clone().unwrap_or_default();
         let access_modes = spec.access_modes.clone().unwrap_or_default();
         let target = dir.as_path().join(super::MOUNT_DIR);
@@ -248,7 +250,15 @@ impl Csi {
                 format!("{PREFIX}attacher.MountDevice failed to create newCsiDriverClient: {e}"),
             )
         })?;
-        let capabilities = self.capabilities(&driver).await;
+        let capabilities = self.try_capabilities(&driver).await.map_err(|status| {
+            step(
+                "MountDevice",
+                format!(
+                    "{PREFIX}attacher.MountDevice failed to check STAGE_UNSTAGE_VOLUME: {}",
+                    go_rpc_error(&status)
+                ),
+            )
+        })?;
         let mut context: HashMap<String, String> = source
             .volume_attributes
             .clone()
@@ -434,21 +444,33 @@ impl Csi {
             .map_err(|status| go_rpc_error(&status))
     }
 
-    /// The volumes (driver, handle) some pod's record names as published persistent.
-    fn persistent_in_use(&self) -> BTreeSet<(String, String)> {
+    /// The volumes (driver, handle) some pod's record names as published persistent. Any
+    /// directory or record that cannot be read is an error: nothing is then known unused.
+    fn persistent_in_use(&self) -> Result<BTreeSet<(String, String)>, String> {
+        fn entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, String> {
+            match std::fs::read_dir(dir) {
+                Ok(read) => read
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("cannot read {dir:?}: {e}")),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                Err(e) => Err(format!("cannot read {dir:?}: {e}")),
+            }
+        }
         let mut used = BTreeSet::new();
-        let pods = self.root.join("pods");
-        for pod in std::fs::read_dir(pods).into_iter().flatten().flatten() {
+        for pod in entries(&self.root.join("pods"))? {
             let base = pod.path().join("volumes").join(super::CSI_PLUGIN_DIR);
-            for volume in std::fs::read_dir(base).into_iter().flatten().flatten() {
-                if let Ok(data) = super::read_vol_data(&volume.path())
-                    && data.volume_lifecycle_mode == "Persistent"
-                {
+            for volume in entries(&base)? {
+                // No record: nothing was ever published there.
+                if !volume.path().join(VOL_DATA).exists() {
+                    continue;
+                }
+                let data = super::read_vol_data(&volume.path())?;
+                if data.volume_lifecycle_mode == "Persistent" {
                     used.insert((data.driver_name, data.volume_handle));
                 }
             }
         }
-        used
+        Ok(used)
     }
 
     /// Unstages every staged volume no pod's record names (upstream's `UnmountDevice`
@@ -470,11 +492,16 @@ impl Csi {
                 let staging = volume.path().join(GLOBAL_MOUNT);
                 let lock = self.stage_lock(&staging);
                 let _staging = lock.lock().await;
+                let in_use = match self.persistent_in_use() {
+                    Ok(in_use) => in_use,
+                    Err(e) => {
+                        errors.push(format!("nothing unstaged: {e}"));
+                        return errors;
+                    }
+                };
                 let record = read_device_data(&volume.path());
                 if let Ok(record) = &record
-                    && self
-                        .persistent_in_use()
-                        .contains(&(record.driver_name.clone(), record.volume_handle.clone()))
+                    && in_use.contains(&(record.driver_name.clone(), record.volume_handle.clone()))
                 {
                     continue;
                 }
@@ -523,7 +550,13 @@ impl Csi {
                         "{PREFIX}attacher.UnmountDevice failed to create newCsiDriverClient: {e}"
                     )
                 })?;
-                if self.capabilities(&driver).await.stage_unstage {
+                let capabilities = self.try_capabilities(&driver).await.map_err(|status| {
+                    format!(
+                        "{PREFIX}attacher.UnmountDevice failed to check whether STAGE_UNSTAGE_VOLUME set: {}",
+                        go_rpc_error(&status)
+                    )
+                })?;
+                if capabilities.stage_unstage {
                     let request = NodeUnstageVolumeRequest {
                         volume_id: record.volume_handle.clone(),
                         staging_target_path: staging.to_string_lossy().into_owned(),
@@ -715,13 +748,8 @@ mod tests {
         assert!(used.is_dir());
         assert!(unused.is_dir());
         assert!(!unrecorded.parent().unwrap().exists());
-        assert!(
-            csi.persistent_in_use()
-                .contains(&("d".into(), "used".into()))
-        );
-        assert!(
-            !csi.persistent_in_use()
-                .contains(&("d".into(), "inline-handle".into()))
-        );
+        let in_use = csi.persistent_in_use().unwrap();
+        assert!(in_use.contains(&("d".into(), "used".into())));
+        assert!(!in_use.contains(&("d".into(), "inline-handle".into())));
     }
 }
