@@ -37,21 +37,27 @@ impl EventType {
 
 /// The core/v1 Event about `pod` (not yet posted).
 pub fn pod_event(pod: &Pod, ty: EventType, reason: &str, message: &str, node: &str) -> Event {
-    let ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let object = ObjectReference {
+    let object = pod_reference(pod);
+    let ns = object.namespace.clone().unwrap_or_default();
+    let name = object.name.clone().unwrap_or_default();
+    event(object, &ns, &name, ty, reason, message, node)
+}
+
+/// The reference to `pod` an event carries (namespace `default` when it has none).
+fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
         kind: Some("Pod".into()),
         api_version: Some("v1".into()),
-        name: Some(name.clone()),
-        namespace: Some(ns.clone()),
+        name: Some(pod.metadata.name.clone().unwrap_or_default()),
+        namespace: Some(
+            pod.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
         uid: pod.metadata.uid.clone(),
         ..Default::default()
-    };
-    event(object, &ns, &name, ty, reason, message, node)
+    }
 }
 
 /// An Event about `object` in `namespace`, named after `name`, from the kubelet on `node`.
@@ -86,6 +92,25 @@ fn event(
     }
 }
 
+/// Posts an event about `object` (in its namespace, `default` when it has none); a failure
+/// is logged, never returned.
+pub async fn post_about(
+    client: &kube::Client,
+    object: ObjectReference,
+    ty: EventType,
+    reason: &str,
+    message: &str,
+    node: &str,
+) {
+    let ns = object.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = object.name.clone().unwrap_or_default();
+    let event = event(object, &ns, &name, ty, reason, message, node);
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    if let Err(e) = events.create(&PostParams::default(), &event).await {
+        tracing::warn!(error = %e, %reason, "cannot record the event");
+    }
+}
+
 /// Posts an event about `pod`; a failure is logged, never returned (an event is advice).
 pub async fn post(
     client: &kube::Client,
@@ -95,12 +120,7 @@ pub async fn post(
     message: &str,
     node: &str,
 ) {
-    let event = pod_event(pod, ty, reason, message, node);
-    let ns = event.metadata.namespace.clone().unwrap_or_default();
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    if let Err(e) = events.create(&PostParams::default(), &event).await {
-        tracing::warn!(error = %e, %reason, "cannot record the event");
-    }
+    post_about(client, pod_reference(pod), ty, reason, message, node).await;
 }
 
 /// `spec.containers{name}` or `spec.initContainers{name}`: upstream's field path of a

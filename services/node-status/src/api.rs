@@ -104,9 +104,17 @@ impl NodeReporter {
         if repeat && existing.status.is_some() {
             return Ok(uid);
         }
+        let mut ours = node.status.clone().unwrap_or_default();
+        if !self.service.volumes_in_use_known() {
+            // The volume service has not answered yet: the Node's list stays.
+            ours.volumes_in_use = existing
+                .status
+                .as_ref()
+                .and_then(|s| s.volumes_in_use.clone());
+        }
         let status = crate::merged_status(
             existing.status.as_ref(),
-            node.status.clone().unwrap_or_default(),
+            ours,
             self.service.external_cloud_provider,
         );
         let diff = nodeagent_config::status_patch::two_way(

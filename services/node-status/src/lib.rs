@@ -23,9 +23,10 @@ use nodeagent_cri::Cri;
 use nodeagent_proto::api::node_status_server::{NodeStatus as NodeStatusApi, NodeStatusServer};
 use nodeagent_proto::api::pleg_client::PlegClient;
 use nodeagent_proto::api::pod_sync_client::PodSyncClient;
+use nodeagent_proto::api::volume_client::VolumeClient;
 use nodeagent_proto::api::{
     DeviceResourcesRequest, DeviceResourcesResponse, GetNodeRequest, GetNodeResponse,
-    PlegHealthRequest,
+    PlegHealthRequest, VolumesInUseRequest,
 };
 use nodeagent_transport::{Channel, Server, Shutdown, WithLimits};
 use std::collections::BTreeMap;
@@ -39,6 +40,11 @@ pub struct NodeStatusService {
     pod_sync: PodSyncClient<Channel>,
     /// What pod-sync said of them last, kept while it restarts.
     devices: std::sync::Mutex<DeviceResourcesResponse>,
+    /// The volume service, for the volumes in use.
+    volume: VolumeClient<Channel>,
+    /// What it said of them last, kept while it restarts; None before its first answer
+    /// (the Node's list is then left as it is).
+    volumes_in_use: std::sync::Mutex<Option<Vec<String>>>,
     node_name: String,
     port: u16,
     max_pods: u32,
@@ -121,6 +127,11 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         ))
         .with_limits(),
         devices: Default::default(),
+        volume: VolumeClient::new(nodeagent_transport::connect(
+            config.endpoint(Service::Volume),
+        ))
+        .with_limits(),
+        volumes_in_use: Default::default(),
         node_name: config.node_name.clone(),
         port: config.kubelet.port,
         max_pods: config.kubelet.max_pods,
@@ -213,6 +224,9 @@ pub fn merged_status(
         }
     }
     ours.conditions = Some(conditions);
+    // The attach/detach controller's (its `nodestatusupdater` writes it; the kubelet
+    // never does).
+    ours.volumes_attached = existing.volumes_attached.clone();
     let theirs = existing.addresses.clone().unwrap_or_default();
     if external && !theirs.is_empty() {
         ours.addresses = Some(theirs);
@@ -277,6 +291,39 @@ impl NodeStatusService {
             }
         }
         last.clone()
+    }
+
+    /// The volume service's volumes in use (upstream's `GetVolumesInUse`), or what it said
+    /// last while it does not answer: a restart of the volume service must not empty the
+    /// list, or the attach/detach controller could detach a volume still mounted. None
+    /// before its first answer.
+    async fn volumes_in_use(&self) -> Option<Vec<String>> {
+        let mut client = self.volume.clone();
+        let asked = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            client.volumes_in_use(VolumesInUseRequest {}),
+        )
+        .await;
+        let mut last = self
+            .volumes_in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match asked {
+            Ok(Ok(r)) => *last = Some(r.into_inner().names),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e.message(), "volumes in use: keeping the last known")
+            }
+            Err(_) => tracing::debug!("volumes in use: timed out, keeping the last known"),
+        }
+        last.clone()
+    }
+
+    /// Whether the volume service has answered since the start.
+    fn volumes_in_use_known(&self) -> bool {
+        self.volumes_in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// A condition stamped now (lastHeartbeatTime), with the time it last changed status.
@@ -364,6 +411,7 @@ impl NodeStatusService {
         let runtime_version = version
             .map(|v| format!("{}://{}", v.runtime_name, v.runtime_version))
             .unwrap_or_default();
+        let volumes_in_use = self.volumes_in_use().await.filter(|v| !v.is_empty());
         Node {
             metadata: ObjectMeta {
                 name: Some(self.node_name.clone()),
@@ -403,6 +451,7 @@ impl NodeStatusService {
                     system_uuid: machine.system_uuid,
                     ..Default::default()
                 }),
+                volumes_in_use,
                 ..Default::default()
             }),
         }
@@ -575,5 +624,45 @@ mod device_resource_tests {
         );
         assert_eq!(cap["example.com/dev"], q("3"), "ours wins");
         assert!(!cap.contains_key("memory") && !cap.contains_key("hugepages-2Mi"));
+    }
+
+    /// `volumesAttached` is the attach/detach controller's (pkg/controller/volume/
+    /// attachdetach/statusupdater writes it): our status patch leaves it as it is, and
+    /// sets `volumesInUse`, the kubelet's, to ours (removing it when none is in use).
+    #[test]
+    fn the_attach_detach_controllers_volumes_attached_stay_and_volumes_in_use_are_ours() {
+        use k8s_openapi::api::core::v1::AttachedVolume;
+        let attached = vec![AttachedVolume {
+            name: "kubernetes.io/csi/d^h1".into(),
+            device_path: String::new(),
+        }];
+        let existing = NodeStatus {
+            volumes_attached: Some(attached.clone()),
+            volumes_in_use: Some(vec!["kubernetes.io/csi/d^h0".into()]),
+            conditions: Some(Vec::new()),
+            addresses: Some(Vec::new()),
+            ..Default::default()
+        };
+        let ours = NodeStatus {
+            volumes_in_use: Some(vec!["kubernetes.io/csi/d^h1".into()]),
+            ..Default::default()
+        };
+        let merged = merged_status(Some(&existing), ours, false);
+        assert_eq!(merged.volumes_attached, Some(attached));
+        let patch = nodeagent_config::status_patch::two_way(
+            &serde_json::to_value(&existing).unwrap(),
+            &serde_json::to_value(&merged).unwrap(),
+        );
+        assert_eq!(
+            patch,
+            serde_json::json!({"volumesInUse": ["kubernetes.io/csi/d^h1"]})
+        );
+        // None in use any more: the field goes.
+        let merged = merged_status(Some(&existing), NodeStatus::default(), false);
+        let patch = nodeagent_config::status_patch::two_way(
+            &serde_json::to_value(&existing).unwrap(),
+            &serde_json::to_value(&merged).unwrap(),
+        );
+        assert_eq!(patch, serde_json::json!({"volumesInUse": null}));
     }
 }

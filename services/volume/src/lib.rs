@@ -42,8 +42,10 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let csi = csi::Csi::new(&config.root_dir, api.clone(), config.node_name.clone());
     tokio::spawn(csi.registry.clone().run(shutdown.clone()));
     tokio::spawn(csi.clone().unstage_unused_periodically(shutdown.clone()));
+    let stats = csi::stats::VolumeStats::new(csi.clone(), config.kubelet.volume_stats_agg_period);
+    tokio::spawn(stats.clone().run(shutdown.clone()));
     let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
-    let service = server::VolumeService::new(layout, fetcher, csi);
+    let service = server::VolumeService::new(layout, fetcher, csi, stats);
     let server = Server::new(
         config.endpoint(Service::Volume).clone(),
         tonic::service::Routes::new(VolumeServer::new(service).with_limits()),

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use nodeagent_proto::api::{
     EmptyDirOverLimit, EnsurePodVolumesRequest, EnsurePodVolumesResponse, ListVolumesRequest,
     ListVolumesResponse, PodVolume, PrepareSubPathsRequest, PrepareSubPathsResponse,
-    ReleasePodRequest, ReleasePodResponse, volume_server::Volume,
+    ReleasePodRequest, ReleasePodResponse, VolumeStatsRequest, VolumeStatsResponse,
+    VolumesInUseRequest, VolumesInUseResponse, volume_server::Volume,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,10 +32,15 @@ pub struct VolumeService {
     /// Per pod asked for: its volumes' plugins, and those of the volumes set up
     /// (`volume_manager_total_volumes`' desired and actual states).
     volumes: Mutex<HashMap<String, PodVolumeCounts>>,
-    /// Per pod: where its claimed volumes were published (by the pod's volume name; the
-    /// directory carries the PV's name), for its subPaths.
-    claimed: Mutex<HashMap<String, std::collections::BTreeMap<String, std::path::PathBuf>>>,
+    /// Per pod: its claimed volumes' plugins and where they were published (by the pod's
+    /// volume name; the directory carries the PV's name), for its subPaths and stats.
+    claimed: Mutex<HashMap<String, Claimed>>,
+    /// The persistent volumes' stats, measured in the background.
+    pub stats: crate::csi::stats::VolumeStats,
 }
+
+/// A pod's claimed volumes set up: the pod's volume name -> (plugin, published path).
+type Claimed = std::collections::BTreeMap<String, (String, std::path::PathBuf)>;
 
 /// A pod's volumes by plugin: those it has, and those set up.
 #[derive(Default)]
@@ -44,11 +50,17 @@ struct PodVolumeCounts {
 }
 
 impl VolumeService {
-    pub fn new(layout: PodVolumeLayout, fetcher: Fetcher, csi: crate::csi::Csi) -> Self {
+    pub fn new(
+        layout: PodVolumeLayout,
+        fetcher: Fetcher,
+        csi: crate::csi::Csi,
+        stats: crate::csi::stats::VolumeStats,
+    ) -> Self {
         Self {
             layout,
             fetcher,
             csi,
+            stats,
             busy: Mutex::default(),
             reported: Mutex::default(),
             volumes: Mutex::default(),
@@ -144,18 +156,20 @@ impl VolumeService {
         let mut refs = References::of_pod(&pod);
         refs.node_allocatable |= memory_empty_dir(&pod);
         let mut objects = self.fetcher.objects(&pod, &refs).await;
-        if let Err(e) = self.publish_csi(&pod, &objects).await {
-            self.count_volumes(&uid, Some((&pod, false)));
-            self.failed_mount(&pod, &e.to_string()).await;
-            return Err(to_status(e));
-        }
+        let inline = match self.publish_csi(&pod, &objects).await {
+            Ok(inline) => inline,
+            Err(e) => {
+                self.count_volumes(&uid, Some((&pod, false)));
+                self.failed_mount(&pod, &e.to_string()).await;
+                return Err(to_status(e));
+            }
+        };
         // Claimed volumes: those that fail wait, the others are set up meanwhile.
         let (claimed, claim_errors) = self.publish_claims(&pod).await;
-        self.claimed
-            .lock()
-            .unwrap()
-            .insert(uid.clone(), claimed.clone());
-        objects.claimed = claimed;
+        self.stats
+            .set_pod(&pod, crate::csi::stats::sources(&pod, &claimed, &inline));
+        objects.claimed = paths(&claimed);
+        self.claimed.lock().unwrap().insert(uid.clone(), claimed);
         let layout = self.layout.clone();
         let for_layout = pod.clone();
         let ensured = tokio::task::spawn_blocking(move || layout.ensure(&for_layout, &objects))
@@ -171,10 +185,16 @@ impl VolumeService {
                     self.failed_mount(&pod, message).await;
                 }
                 if !claim_errors.is_empty() {
-                    for message in &claim_errors {
+                    for message in &claim_errors.errors {
                         self.failed_mount(&pod, message).await;
                     }
-                    return Err(Status::failed_precondition(claim_errors.join("; ")));
+                    let all: Vec<&str> = claim_errors
+                        .errors
+                        .iter()
+                        .chain(&claim_errors.waiting)
+                        .map(String::as_str)
+                        .collect();
+                    return Err(Status::failed_precondition(all.join("; ")));
                 }
                 Ok(ensured)
             }
@@ -193,12 +213,14 @@ impl VolumeService {
 
 impl VolumeService {
     /// Publishes the pod's inline CSI volumes not yet published (before the other kinds,
-    /// which `layout` sets up on the blocking pool); each is a `volume_mount` operation.
+    /// which `layout` sets up on the blocking pool), each a `volume_mount` operation; their
+    /// targets by name.
     async fn publish_csi(
         &self,
         pod: &Pod,
         objects: &crate::payload::ApiObjects,
-    ) -> Result<(), VolumeError> {
+    ) -> Result<std::collections::BTreeMap<String, std::path::PathBuf>, VolumeError> {
+        let mut targets = std::collections::BTreeMap::new();
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         for v in volumes.into_iter().flatten() {
             let Some(source) = &v.csi else {
@@ -217,12 +239,13 @@ impl VolumeService {
                     published.is_ok(),
                 );
             }
-            published.map_err(|reason| VolumeError::SetUp {
+            let target = published.map_err(|reason| VolumeError::SetUp {
                 name: v.name.clone(),
                 reason,
             })?;
+            targets.insert(v.name.clone(), target);
         }
-        Ok(())
+        Ok(targets)
     }
 }
 
@@ -231,16 +254,11 @@ impl VolumeService {
     /// FailedMount messages of the others, as upstream's volume manager words them (the
     /// claims that cannot be used yet together, as `WaitForAttachAndMount` reports them;
     /// each mount step's failure alone).
-    async fn publish_claims(
-        &self,
-        pod: &Pod,
-    ) -> (
-        std::collections::BTreeMap<String, std::path::PathBuf>,
-        Vec<String>,
-    ) {
+    async fn publish_claims(&self, pod: &Pod) -> (Claimed, ClaimErrors) {
         let mut published = std::collections::BTreeMap::new();
         let mut not_processed = Vec::new();
         let mut errors = Vec::new();
+        let mut waiting = Vec::new();
         let previous = self
             .claimed
             .lock()
@@ -257,8 +275,9 @@ impl VolumeService {
             use crate::csi::persistent::ClaimError;
             let plugin = match &set_up {
                 Ok((plugin, _)) | Err(ClaimError::Mount { plugin, .. }) => Some(plugin),
-                // Not in the desired state at all: no operation was tried.
-                Err(ClaimError::Process(_)) => None,
+                // Not in the desired state at all, or not yet to be mounted: no operation
+                // was tried.
+                Err(ClaimError::Process(_) | ClaimError::NotReportedInUse(_)) => None,
             };
             if let Some(plugin) = plugin {
                 nodeagent_telemetry::metrics::kubelet::record_storage_operation(
@@ -269,18 +288,22 @@ impl VolumeService {
                 );
             }
             match set_up {
-                Ok((_, target)) => {
-                    published.insert(v.name.clone(), target);
+                Ok(set_up) => {
+                    published.insert(v.name.clone(), set_up);
                 }
                 // Set up before, and still there: a claim that cannot be read now (the API
                 // server away, the claim being deleted) keeps what the containers see, as
                 // upstream's populator never processes a running pod's volumes twice.
-                Err(e) if previous.get(&v.name).is_some_and(|p| still_set_up(p)) => {
+                Err(e) if previous.get(&v.name).is_some_and(|(_, p)| still_set_up(p)) => {
                     tracing::warn!(volume = %v.name, error = ?e, "claimed volume kept as it was set up");
                     published.insert(v.name.clone(), previous[&v.name].clone());
                 }
                 Err(ClaimError::Process(e)) => not_processed.push((v.name.clone(), e)),
                 Err(ClaimError::Mount { message, .. }) => errors.push(message),
+                Err(ClaimError::NotReportedInUse(message)) => {
+                    tracing::info!(volume = %v.name, %message, "waiting for the volume to be reported in use");
+                    waiting.push(message);
+                }
             }
         }
         if !not_processed.is_empty() {
@@ -303,8 +326,30 @@ impl VolumeService {
                 ),
             );
         }
-        (published, errors)
+        (published, ClaimErrors { errors, waiting })
     }
+}
+
+/// Why some claimed volumes of a pod are not set up.
+struct ClaimErrors {
+    /// FailedMount messages.
+    errors: Vec<String>,
+    /// Reasons to wait that upstream only logs.
+    waiting: Vec<String>,
+}
+
+impl ClaimErrors {
+    fn is_empty(&self) -> bool {
+        self.errors.is_empty() && self.waiting.is_empty()
+    }
+}
+
+/// The published paths of a pod's claimed volumes, by the pod's volume name.
+fn paths(claimed: &Claimed) -> std::collections::BTreeMap<String, std::path::PathBuf> {
+    claimed
+        .iter()
+        .map(|(name, (_, path))| (name.clone(), path.clone()))
+        .collect()
 }
 
 /// Whether a claimed volume's path is still what the containers were given: a CSI
@@ -456,6 +501,8 @@ impl Volume for VolumeService {
         self.fetcher.forget_pod(&req.pod_uid);
         self.count_volumes(&req.pod_uid, None);
         self.claimed.lock().unwrap().remove(&req.pod_uid);
+        self.stats.forget_pod(&req.pod_uid);
+        self.csi.forget_wanted(&req.pod_uid);
         self.busy.lock().unwrap().remove(&req.pod_uid);
         self.reported
             .lock()
@@ -490,7 +537,7 @@ impl Volume for VolumeService {
             .lock()
             .unwrap()
             .get(nodeagent_proto::k8s::pod_uid(&pod))
-            .cloned()
+            .map(paths)
             .unwrap_or_default();
         let paths = async move {
             let prepared = tokio::task::spawn_blocking(move || {
@@ -510,6 +557,24 @@ impl Volume for VolumeService {
                 .into_iter()
                 .map(|(k, v)| (k, v.to_string_lossy().into_owned()))
                 .collect(),
+        }))
+    }
+
+    async fn volume_stats(
+        &self,
+        _request: Request<VolumeStatsRequest>,
+    ) -> Result<Response<VolumeStatsResponse>, Status> {
+        Ok(Response::new(VolumeStatsResponse {
+            volumes: self.stats.measured(),
+        }))
+    }
+
+    async fn volumes_in_use(
+        &self,
+        _request: Request<VolumesInUseRequest>,
+    ) -> Result<Response<VolumesInUseResponse>, Status> {
+        Ok(Response::new(VolumesInUseResponse {
+            names: self.csi.volumes_in_use().await,
         }))
     }
 

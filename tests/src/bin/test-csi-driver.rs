@@ -19,8 +19,9 @@
 //! - `calls.log`: one JSON object per CSI call (`rpc`, and the request's fields that matter),
 //!   appended before the call is answered;
 //! - `registration.log`: each `NotifyRegistrationStatus` (`registered`, `error`);
-//! - `fail-publish` / `fail-unpublish` / `fail-stage` / `fail-unstage`: while such a file
-//!   exists, that call fails with `INTERNAL` and the file's content as the message.
+//! - `fail-publish` / `fail-unpublish` / `fail-stage` / `fail-unstage` / `fail-expand`:
+//!   while such a file exists, that call fails with `INTERNAL` and the file's content as
+//!   the message.
 
 use clap::Parser;
 use nodeagent_proto::csi::identity_server::{Identity, IdentityServer};
@@ -60,7 +61,20 @@ struct Args {
     /// Offer STAGE_UNSTAGE_VOLUME (`NodeStageVolume`, `NodeUnstageVolume`).
     #[arg(long)]
     stage: bool,
+    /// Offer GET_VOLUME_STATS (`NodeGetVolumeStats`).
+    #[arg(long)]
+    volume_stats: bool,
+    /// Offer EXPAND_VOLUME (`NodeExpandVolume`: the volume's quota becomes the required
+    /// bytes, which its stats then report).
+    #[arg(long)]
+    expand: bool,
 }
+
+/// The capacity the driver gives a volume until it is expanded, and its inodes (a quota, as
+/// a real driver's volume has one of its own, so that its numbers are the volume's, not
+/// the host filesystem's).
+const CAPACITY_BYTES: i64 = 1 << 30;
+const CAPACITY_INODES: i64 = 100_000;
 
 struct Driver {
     args: Args,
@@ -93,6 +107,18 @@ impl Driver {
             return Err(Status::invalid_argument(format!("bad volume id {id:?}")));
         }
         Ok(self.args.state_dir.join("volumes").join(id))
+    }
+
+    /// Where the driver keeps a volume's quota once expanded.
+    fn quota_file(&self, id: &str) -> PathBuf {
+        self.args.state_dir.join("quota").join(id)
+    }
+
+    fn quota(&self, id: &str) -> i64 {
+        std::fs::read_to_string(self.quota_file(id))
+            .ok()
+            .and_then(|q| q.trim().parse().ok())
+            .unwrap_or(CAPACITY_BYTES)
     }
 
     /// Where the driver notes that a volume was made by a publish (ephemeral).
@@ -174,6 +200,26 @@ fn access_mode(capability: Option<&VolumeCapability>) -> String {
                 .unwrap_or_else(|_| m.mode.to_string())
         })
         .unwrap_or_default()
+}
+
+/// The bytes of the files under `dir` and its entries (the directory itself counted), not
+/// following symlinks.
+fn usage(dir: &Path) -> std::io::Result<(u64, u64)> {
+    let mut bytes = 0;
+    let mut entries = 1;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            let (b, e) = usage(&entry.path())?;
+            bytes += b;
+            entries += e;
+        } else {
+            bytes += entry.metadata()?.len();
+            entries += 1;
+        }
+    }
+    Ok((bytes, entries))
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> Status {
@@ -390,18 +436,97 @@ impl Node for Driver {
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
+    /// The volume's usage under its quota: the bytes of its files and its entries (as
+    /// csi-driver-host-path measures a volume), recorded with the request in `calls.log`.
     async fn node_get_volume_stats(
         &self,
-        _: Request<NodeGetVolumeStatsRequest>,
+        request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented("GET_VOLUME_STATS is not offered"))
+        let req = request.into_inner();
+        if !self.args.volume_stats {
+            return Err(Status::unimplemented("GET_VOLUME_STATS is not offered"));
+        }
+        if req.volume_id.is_empty() || req.volume_path.is_empty() {
+            return Err(Status::invalid_argument(
+                "volume_id and volume_path are required",
+            ));
+        }
+        let path = PathBuf::from(&req.volume_path);
+        if !is_mount_point(&path) {
+            return Err(Status::not_found(format!(
+                "volume {} is not published at {}",
+                req.volume_id, req.volume_path
+            )));
+        }
+        let (bytes, entries) = usage(&path).map_err(|e| internal("measure", e))?;
+        let (bytes, entries) = (bytes as i64, entries as i64);
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "NodeGetVolumeStats",
+                "volume_id": req.volume_id,
+                "volume_path": req.volume_path,
+                "staging_target_path": req.staging_target_path,
+                "used_bytes": bytes,
+                "used_inodes": entries,
+            }),
+        );
+        let usage = |unit: volume_usage::Unit, total: i64, used: i64| VolumeUsage {
+            available: total - used,
+            total,
+            used,
+            unit: unit as i32,
+        };
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage: vec![
+                usage(volume_usage::Unit::Bytes, self.quota(&req.volume_id), bytes),
+                usage(volume_usage::Unit::Inodes, CAPACITY_INODES, entries),
+            ],
+            volume_condition: None,
+        }))
     }
 
+    /// Grows the volume's quota to the required bytes (never shrinks it).
     async fn node_expand_volume(
         &self,
-        _: Request<NodeExpandVolumeRequest>,
+        request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented("EXPAND_VOLUME is not offered"))
+        let req = request.into_inner();
+        if !self.args.expand {
+            return Err(Status::unimplemented("EXPAND_VOLUME is not offered"));
+        }
+        let required = req.capacity_range.as_ref().map_or(0, |c| c.required_bytes);
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "NodeExpandVolume",
+                "volume_id": req.volume_id,
+                "volume_path": req.volume_path,
+                "staging_target_path": req.staging_target_path,
+                "required_bytes": required,
+                "access_mode": access_mode(req.volume_capability.as_ref()),
+            }),
+        );
+        if req.volume_id.is_empty() || req.volume_path.is_empty() {
+            return Err(Status::invalid_argument(
+                "volume_id and volume_path are required",
+            ));
+        }
+        self.injected("fail-expand")?;
+        if !is_mount_point(Path::new(&req.volume_path)) {
+            return Err(Status::not_found(format!(
+                "volume {} is not published at {}",
+                req.volume_id, req.volume_path
+            )));
+        }
+        let quota = self.quota(&req.volume_id).max(required);
+        let file = self.quota_file(&req.volume_id);
+        std::fs::create_dir_all(file.parent().expect("under the state dir"))
+            .and_then(|()| std::fs::write(&file, quota.to_string()))
+            .map_err(|e| internal("write the quota", e))?;
+        Ok(Response::new(NodeExpandVolumeResponse {
+            capacity_bytes: quota,
+        }))
     }
 
     async fn node_get_capabilities(
@@ -410,15 +535,18 @@ impl Node for Driver {
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
         self.record("calls.log", json!({"rpc": "NodeGetCapabilities"}));
         use node_service_capability::{Rpc, Type, rpc};
-        let capabilities = if self.args.stage {
-            vec![NodeServiceCapability {
-                r#type: Some(Type::Rpc(Rpc {
-                    r#type: rpc::Type::StageUnstageVolume as i32,
-                })),
-            }]
-        } else {
-            vec![]
-        };
+        let offered = [
+            (self.args.stage, rpc::Type::StageUnstageVolume),
+            (self.args.volume_stats, rpc::Type::GetVolumeStats),
+            (self.args.expand, rpc::Type::ExpandVolume),
+        ];
+        let capabilities = offered
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, t)| NodeServiceCapability {
+                r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+            })
+            .collect();
         Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 

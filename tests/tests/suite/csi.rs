@@ -313,13 +313,23 @@ async fn an_inline_volume_is_published_by_its_registered_driver_and_survives_res
         },
     )
     .await;
-    let statuses: Vec<Value> = driver
-        .log_lines("registration.log")
-        .into_iter()
-        .filter(|l| l["rpc"] == "NotifyRegistrationStatus")
-        .collect();
+    // The CSINode is written before the driver is told (upstream's plugin manager
+    // notifies after its handler returns): wait for the notification itself.
+    let notified = || {
+        driver
+            .log_lines("registration.log")
+            .into_iter()
+            .filter(|l| l["rpc"] == "NotifyRegistrationStatus")
+            .collect::<Vec<Value>>()
+    };
+    eventually("the registration notified", DEADLINE, || async {
+        (!notified().is_empty())
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
     assert_eq!(
-        statuses,
+        notified(),
         vec![json!({"rpc": "NotifyRegistrationStatus", "registered": true, "error": ""})]
     );
     let csinode: Api<CSINode> = Api::all(client.clone());
@@ -810,3 +820,4 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     node.stop().await;
 }
 mod claims;
+mod volume_stats;

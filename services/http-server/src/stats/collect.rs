@@ -2,8 +2,9 @@
 //! CRI (`ListPodSandbox`, `ListContainers`, `ListContainerStats`, `ImageFsInfo`), CPU,
 //! memory and process counts from the pod and container cgroups (v1 or v2; CRI's numbers
 //! when a cgroup cannot be read), pod network counters from the sandbox's network
-//! namespace, emptyDir volumes as last measured in the background (`volumes`), the
-//! node's numbers from /proc and statvfs, and its system containers (`pods` from the pods'
+//! namespace, emptyDir volumes as last measured in the background (`volumes`), persistent
+//! and CSI volumes as the volume service last measured them (`VolumeStats`), the node's
+//! numbers from /proc and statvfs, and its system containers (`pods` from the pods'
 //! cgroup, `kubelet` and `runtime` as `system` finds them).
 //!
 //! `usageNanoCores` is a rate: as upstream's CRI stats provider, the previous sample of
@@ -58,6 +59,8 @@ struct RuntimeView {
     containers: Vec<api::Container>,
     stats: StatsById,
     image_fs: Option<api::ImageFsInfoResponse>,
+    /// The volume service's last measurements of persistent and CSI volumes, by pod UID.
+    persistent: HashMap<String, Vec<nodeagent_proto::api::MeasuredVolume>>,
 }
 
 /// How long `ListContainerStats` answers are reused. containerd asks every container's shim
@@ -179,6 +182,7 @@ async fn runtime_view(state: &AppState, with_fs: bool) -> Result<RuntimeView, to
         containers,
         stats,
         image_fs: image_fs.and_then(|r| r.ok()).map(|r| r.into_inner()),
+        persistent: HashMap::new(),
     })
 }
 
@@ -187,7 +191,11 @@ pub async fn collect(
     state: &AppState,
     only_cpu_and_memory: bool,
 ) -> Result<Collected, tonic::Status> {
-    let view = runtime_view(state, !only_cpu_and_memory).await?;
+    let mut view = runtime_view(state, !only_cpu_and_memory).await?;
+    let volume_stats = !state.config.kubelet.volume_stats_agg_period.is_zero();
+    if !only_cpu_and_memory && volume_stats {
+        view.persistent = persistent_volumes(state).await;
+    }
     let settings = Settings {
         node_name: state.config.node_name.clone(),
         cgroup_root: state.config.kubelet.cgroup_root.clone(),
@@ -195,7 +203,7 @@ pub async fn collect(
         root_dir: state.config.root_dir.clone(),
         pod_logs_dir: state.config.kubelet.pod_logs_dir.clone(),
         only_cpu_and_memory,
-        volume_stats: !state.config.kubelet.volume_stats_agg_period.is_zero(),
+        volume_stats,
         system: system_settings(&state.config),
     };
     let (collected, volume_paths) =
@@ -208,6 +216,62 @@ pub async fn collect(
         volumes::refresh(volume_paths, period);
     }
     Ok(collected)
+}
+
+/// How long the Summary waits for the volume service's measurements.
+const VOLUME_STATS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The volume service's last measurements, by pod UID; none while it is away (its
+/// volumes are then left out, as upstream leaves out a volume it cannot measure).
+async fn persistent_volumes(
+    state: &AppState,
+) -> HashMap<String, Vec<nodeagent_proto::api::MeasuredVolume>> {
+    use nodeagent_proto::api::{VolumeStatsRequest, volume_client::VolumeClient};
+    let Some(channel) = state.peers.get(&nodeagent_config::Service::Volume) else {
+        return HashMap::new();
+    };
+    let mut client = VolumeClient::new(channel.clone());
+    let answer = tokio::time::timeout(
+        VOLUME_STATS_TIMEOUT,
+        client.volume_stats(VolumeStatsRequest {}),
+    )
+    .await;
+    let volumes = match answer {
+        Ok(Ok(r)) => r.into_inner().volumes,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e.message(), "persistent volume stats unavailable");
+            Vec::new()
+        }
+        Err(_) => {
+            tracing::debug!("persistent volume stats timed out");
+            Vec::new()
+        }
+    };
+    let mut by_pod: HashMap<String, Vec<_>> = HashMap::new();
+    for v in volumes {
+        by_pod.entry(v.pod_uid.clone()).or_default().push(v);
+    }
+    by_pod
+}
+
+/// A persistent or CSI volume's stats as the Summary shows them, with its claim.
+fn persistent_volume_stats(m: &nodeagent_proto::api::MeasuredVolume) -> VolumeStats {
+    VolumeStats {
+        fs: FsStats {
+            time: time_from_nanos(m.time_ns),
+            available_bytes: Some(m.available_bytes),
+            capacity_bytes: Some(m.capacity_bytes),
+            used_bytes: Some(m.used_bytes),
+            inodes_free: Some(m.inodes_free),
+            inodes: Some(m.inodes),
+            inodes_used: Some(m.inodes_used),
+        },
+        name: m.name.clone(),
+        pvc_ref: (!m.pvc_name.is_empty()).then(|| PvcReference {
+            name: m.pvc_name.clone(),
+            namespace: m.pvc_namespace.clone(),
+        }),
+    }
 }
 
 /// Where the `kubelet` and `runtime` system containers are read from.
@@ -492,10 +556,15 @@ fn assemble(
                             Some(m.usage.inodes),
                         ),
                         name,
+                        pvc_ref: None,
                     });
                 }
                 volume_paths.push(path);
             }
+            // Then the persistent ones (upstream's ephemeral stats first, then the
+            // persistent), which do not count towards ephemeral storage.
+            let persistent = view.persistent.get(&md.uid).into_iter().flatten();
+            volume.extend(persistent.map(persistent_volume_stats));
         }
         let pod_key = format!("pod/{}", md.uid);
         seen.insert(pod_key.clone());
@@ -705,6 +774,7 @@ pub(crate) fn planted(cgroups: &Cgroups, dir: &Path) -> Collected {
         containers: vec![container],
         stats: StatsById::default(),
         image_fs: None,
+        persistent: HashMap::new(),
     };
     let settings = Settings {
         node_name: "node-a".into(),
@@ -722,4 +792,47 @@ pub(crate) fn planted(cgroups: &Cgroups, dir: &Path) -> Collected {
         },
     };
     assemble(&settings, view, cgroups).0
+}
+
+#[cfg(test)]
+mod persistent_tests {
+    use super::*;
+    use nodeagent_proto::api::MeasuredVolume;
+
+    /// A claimed volume's entry has the keys of upstream's v1alpha1 `VolumeStats`
+    /// (`FsStats` inlined, `name`, `pvcRef` with `name` and `namespace`), as metrics-server
+    /// reads them; an inline CSI volume's has no `pvcRef`.
+    #[test]
+    fn a_measured_volume_reads_as_upstreams_volume_stats() {
+        let mut m = MeasuredVolume {
+            pod_uid: "u1".into(),
+            name: "data".into(),
+            pvc_namespace: "ns".into(),
+            pvc_name: "claim".into(),
+            time_ns: 1_700_000_000_000_000_000,
+            capacity_bytes: 12,
+            available_bytes: 10,
+            used_bytes: 2,
+            inodes: 7,
+            inodes_free: 5,
+            inodes_used: 2,
+        };
+        let fs = serde_json::json!({"time": "2023-11-14T22:13:20Z", "availableBytes": 10,
+            "capacityBytes": 12, "usedBytes": 2, "inodesFree": 5, "inodes": 7, "inodesUsed": 2});
+        let mut want = fs.clone();
+        want["name"] = "data".into();
+        want["pvcRef"] = serde_json::json!({"name": "claim", "namespace": "ns"});
+        assert_eq!(
+            serde_json::to_value(persistent_volume_stats(&m)).unwrap(),
+            want
+        );
+        m.pvc_name.clear();
+        m.pvc_namespace.clear();
+        let mut want = fs;
+        want["name"] = "data".into();
+        assert_eq!(
+            serde_json::to_value(persistent_volume_stats(&m)).unwrap(),
+            want
+        );
+    }
 }

@@ -225,4 +225,14 @@ pub struct VolumeStats {
     #[serde(flatten)]
     pub fs: FsStats,
     pub name: String,
+    /// The claim of a persistent volume (upstream's `pvcRef`, omitted otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+}
+
+/// Upstream's `stats.PVCReference`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PvcReference {
+    pub name: String,
+    pub namespace: String,
 }

@@ -434,6 +434,74 @@ pub fn set_volume_counts(counts: &std::collections::BTreeMap<String, (i64, i64)>
     }
 }
 
+/// The `kubelet_volume_stats_*` families (pkg/kubelet/metrics/collectors/volume_stats.go),
+/// labelled `namespace` and `persistentvolumeclaim`, with upstream's help texts: what
+/// kubernetes-mixin's `KubePersistentVolumeFillingUp` and
+/// `KubePersistentVolumeInodesFillingUp` alerts read.
+static VOLUME_STATS: LazyLock<[GaugeFamily; 6]> = LazyLock::new(|| {
+    [
+        (
+            "kubelet_volume_stats_capacity_bytes",
+            "[ALPHA] Capacity in bytes of the volume",
+        ),
+        (
+            "kubelet_volume_stats_available_bytes",
+            "[ALPHA] Number of available bytes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_used_bytes",
+            "[ALPHA] Number of used bytes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes",
+            "[ALPHA] Maximum number of inodes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes_free",
+            "[ALPHA] Number of free inodes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes_used",
+            "[ALPHA] Number of used inodes in the volume",
+        ),
+    ]
+    .map(|(name, help)| register(name, help, GaugeFamily::default()))
+});
+
+/// One claim's volume as last measured: (namespace, claim) and (capacity, available,
+/// used bytes, inodes, inodes free, inodes used), in the families' order.
+pub type ClaimStats = ((String, String), [i64; 6]);
+
+/// Sets the `kubelet_volume_stats_*` gauges to `claims` (each claim once: upstream's
+/// collector reports a claim that several pods use once, from its first pod); a claim
+/// reported before and absent now is removed, as upstream's collector no longer lists it.
+pub fn set_volume_stats(claims: &[ClaimStats]) {
+    static KNOWN: std::sync::Mutex<std::collections::BTreeSet<(String, String)>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let labels = |(namespace, claim): &(String, String)| {
+        vec![
+            ("namespace", namespace.clone()),
+            ("persistentvolumeclaim", claim.clone()),
+        ]
+    };
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut now = std::collections::BTreeSet::new();
+    for (claim, values) in claims {
+        if !now.insert(claim.clone()) {
+            continue;
+        }
+        for (family, value) in VOLUME_STATS.iter().zip(values) {
+            family.get_or_create(&labels(claim)).set(*value);
+        }
+    }
+    for gone in known.difference(&now) {
+        for family in VOLUME_STATS.iter() {
+            family.remove(&labels(gone));
+        }
+    }
+    *known = now;
+}
+
 /// `rest_client_requests_total{code,method,host}`: every request to the API server
 /// (k8s.io/component-base/metrics/prometheus/restclient `requestResult`; `code` is
 /// `<error>` when no response came, as client-go counts it).

@@ -10,9 +10,11 @@
 //! knows whom to ask to unpublish; nothing else is kept, so a restarted volume service
 //! knows every publication from disk.
 
+mod expand;
 pub mod nodeinfo;
 pub mod persistent;
 pub mod registry;
+pub mod stats;
 
 use k8s_openapi::api::core::v1::{CSIVolumeSource, Pod, Secret};
 use k8s_openapi::api::storage::v1::CSIDriver;
@@ -190,7 +192,13 @@ pub struct Csi {
     /// One stage, set-up or unstage of a staged volume at a time (`persistent`).
     stage_locks:
         std::sync::Arc<std::sync::Mutex<HashMap<PathBuf, std::sync::Arc<tokio::sync::Mutex<()>>>>>,
+    /// Per pod UID: the CSI persistent volumes (driver, handle) its claims resolved to,
+    /// set up or not (upstream's desired state of world), for `volumes_in_use`.
+    wanted: std::sync::Arc<std::sync::Mutex<HashMap<String, Devices>>>,
 }
+
+/// CSI volumes as (driver, handle).
+type Devices = std::collections::BTreeSet<(String, String)>;
 
 impl Csi {
     pub fn new(root: &Path, client: Option<kube::Client>, node_name: String) -> Self {
@@ -202,6 +210,7 @@ impl Csi {
             root: root.to_path_buf(),
             layout: crate::PodVolumeLayout::new(root.to_path_buf()),
             stage_locks: Default::default(),
+            wanted: Default::default(),
         }
     }
 
@@ -496,6 +505,8 @@ impl Csi {
             single_node_multi_writer: has(rpc::Type::SingleNodeMultiWriter),
             volume_mount_group: has(rpc::Type::VolumeMountGroup),
             stage_unstage: has(rpc::Type::StageUnstageVolume),
+            volume_stats: has(rpc::Type::GetVolumeStats),
+            expand_volume: has(rpc::Type::ExpandVolume),
         })
     }
 
@@ -612,6 +623,10 @@ struct NodeCapabilities {
     single_node_multi_writer: bool,
     volume_mount_group: bool,
     stage_unstage: bool,
+    /// GET_VOLUME_STATS: `NodeGetVolumeStats` answers (`stats`).
+    volume_stats: bool,
+    /// EXPAND_VOLUME: `NodeExpandVolume` answers (`expand`).
+    expand_volume: bool,
 }
 
 /// Upstream's `asCSIAccessModeV1` of the volume's first access mode (`ReadWriteOnce`

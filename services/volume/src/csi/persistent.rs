@@ -38,6 +38,10 @@ pub enum ClaimError {
     /// name it) and the whole message (`MountVolume.<step> failed for volume "<pv>" :
     /// ...`).
     Mount { plugin: String, message: String },
+    /// The volume needs attach and the Node does not list it in `volumesInUse` yet
+    /// (upstream's VerifyControllerAttachedVolume): the pod waits, with the reason in the
+    /// log only, as upstream's reconciler logs it and tries again.
+    NotReportedInUse(String),
 }
 
 /// A claimed volume set up: its plugin (as upstream's operation metrics name it) and the
@@ -51,6 +55,12 @@ struct DeviceData {
     driver_name: String,
     #[serde(rename = "volumeHandle")]
     volume_handle: String,
+}
+
+/// Upstream's unique name of a CSI volume: the plugin's name, `/`, the driver, `^`, the
+/// handle (`GetUniqueVolumeNameFromSpec` over `csiPlugin.GetVolumeName`).
+pub fn unique_volume_name(driver: &str, handle: &str) -> String {
+    format!("kubernetes.io/csi/{driver}^{handle}")
 }
 
 /// Upstream's `makeDeviceMountPath`: the staging path of a volume.
@@ -134,14 +144,11 @@ impl Csi {
         pod: &Pod,
         volume: &Volume,
     ) -> Option<Result<ClaimedVolume, ClaimError>> {
-        let pod_name = nodeagent_proto::k8s::pod_name(pod);
-        let (claim_name, read_only, ephemeral) =
-            match (&volume.persistent_volume_claim, &volume.ephemeral) {
-                (Some(c), _) => (c.claim_name.clone(), c.read_only.unwrap_or(false), false),
-                // Upstream's `ephemeral.VolumeClaimName`.
-                (None, Some(_)) => (format!("{pod_name}-{}", volume.name), false, true),
-                (None, None) => return None,
-            };
+        let claim_name = claim_name(pod, volume)?;
+        let (read_only, ephemeral) = match &volume.persistent_volume_claim {
+            Some(c) => (c.read_only.unwrap_or(false), false),
+            None => (false, true),
+        };
         Some(
             self.set_up_claimed(pod, &claim_name, read_only, ephemeral)
                 .await,
@@ -197,11 +204,17 @@ impl Csi {
             });
         };
         let plugin = format!("kubernetes.io/csi:{}", source.driver);
+        let uid = nodeagent_proto::k8s::pod_uid(pod);
+        self.wanted
+            .lock()
+            .unwrap()
+            .entry(uid.to_string())
+            .or_default()
+            .insert((source.driver.clone(), source.volume_handle.clone()));
         let step = |step: &str, e: String| ClaimError::Mount {
             plugin: plugin.clone(),
             message: format!("MountVolume.{step} failed for volume {pv_name:?} : {e}"),
         };
-        let uid = nodeagent_proto::k8s::pod_uid(pod);
         let dir = self
             .volume_dir(uid, &pv_name)
             .map_err(|e| step("SetUp", e))?;
@@ -223,6 +236,7 @@ impl Csi {
             )
             .await
             .map_err(|e| step("SetUp", e))?;
+            self.expand_if_grown(pod, &pvc, &pv, &target).await;
             return Ok((plugin, target));
         }
         let policy = self.policy(&source.driver).await.map_err(|e| {
@@ -238,6 +252,11 @@ impl Csi {
             )
         })?;
         let publish_context = if policy.attach_required {
+            // Upstream's VerifyControllerAttachedVolume: not before the Node says the
+            // volume is in use, so that no detach can race the mount.
+            self.reported_in_use(pod, &pv_name, &source.driver, &source.volume_handle)
+                .await
+                .map_err(ClaimError::NotReportedInUse)?;
             self.wait_for_attach(&source.volume_handle, &source.driver)
                 .await
                 .map_err(|e| step("WaitForAttach", e))?
@@ -306,34 +325,39 @@ impl Csi {
             )
             .await
             .map_err(|e| step("SetUp", e))?;
-        self.publish(
-            pod,
-            dir.as_path(),
-            &driver,
-            &policy,
-            capabilities,
-            Publication {
-                driver: source.driver.clone(),
-                handle: source.volume_handle.clone(),
-                spec_name: pv_name.clone(),
-                mode: "Persistent",
-                fs_type,
-                mount_flags: spec.mount_options.clone().unwrap_or_default(),
-                read_only,
-                access_modes,
-                volume_context: context,
-                publish_context,
-                secrets: publish_secrets,
-                staging: capabilities.stage_unstage.then_some(staging),
-            },
-        )
-        .await
-        .map(|target| (plugin.clone(), target))
-        .map_err(|e| step("SetUp", e))
+        let target = self
+            .publish(
+                pod,
+                dir.as_path(),
+                &driver,
+                &policy,
+                capabilities,
+                Publication {
+                    driver: source.driver.clone(),
+                    handle: source.volume_handle.clone(),
+                    spec_name: pv_name.clone(),
+                    mode: "Persistent",
+                    fs_type,
+                    mount_flags: spec.mount_options.clone().unwrap_or_default(),
+                    read_only,
+                    access_modes,
+                    volume_context: context,
+                    publish_context,
+                    secrets: publish_secrets,
+                    staging: capabilities.stage_unstage.then_some(staging),
+                },
+            )
+            .await
+            .map_err(|e| step("SetUp", e))?;
+        // Upstream's MountVolume expands a volume that grew before it was mounted, too
+        // (under the volume's lock, taken again there).
+        drop(_staging);
+        self.expand_if_grown(pod, &pvc, &pv, &target).await;
+        Ok((plugin, target))
     }
 
     /// The secret a PersistentVolume names (any namespace), as the driver gets it.
-    async fn secret_ref(
+    pub(super) async fn secret_ref(
         &self,
         which: &str,
         reference: Option<&k8s_openapi::api::core::v1::SecretReference>,
@@ -394,7 +418,7 @@ impl Csi {
         }
     }
 
-    fn stage_lock(&self, staging: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn stage_lock(&self, staging: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
         self.stage_locks
             .lock()
             .unwrap()
@@ -444,33 +468,149 @@ impl Csi {
             .map_err(|status| go_rpc_error(&status))
     }
 
+    /// Forgets what the released pod `uid` wanted.
+    pub fn forget_wanted(&self, uid: &str) {
+        self.wanted.lock().unwrap().remove(uid);
+    }
+
+    /// Upstream's `GetVolumesInUse`: the unique names (`kubernetes.io/csi/<driver>^<handle>`)
+    /// of the attachable CSI volumes some pod here wants (set up or not), is published on,
+    /// or that are still staged, sorted. What the attach/detach controller must not detach.
+    /// A driver whose CSIDriver cannot be read counts as requiring attach: reporting a
+    /// volume in use only keeps it attached, the safe side.
+    pub async fn volumes_in_use(&self) -> Vec<String> {
+        let mut devices: BTreeSet<(String, String)> = self
+            .wanted
+            .lock()
+            .unwrap()
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        // What the disk says: published records (one that cannot be read is skipped, the
+        // others count: too many in use is the safe side here).
+        devices.extend(self.published_persistent().0);
+        let base = self.root.join(STAGING_DIR);
+        for driver_dir in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            for volume in std::fs::read_dir(driver_dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(record) = read_device_data(&volume.path()) {
+                    devices.insert((record.driver_name, record.volume_handle));
+                }
+            }
+        }
+        let mut attachable: HashMap<String, bool> = HashMap::new();
+        let mut names = Vec::new();
+        for (driver, handle) in devices {
+            let required = match attachable.get(&driver) {
+                Some(r) => *r,
+                None => {
+                    let r = self
+                        .policy(&driver)
+                        .await
+                        .map_or(true, |p| p.attach_required);
+                    attachable.insert(driver.clone(), r);
+                    r
+                }
+            };
+            if required {
+                names.push(unique_volume_name(&driver, &handle));
+            }
+        }
+        names.sort();
+        names
+    }
+
+    /// Whether the Node's `status.volumesInUse` names the volume (upstream's
+    /// `ReportedInUse`); else upstream's VerifyControllerAttachedVolume error.
+    async fn reported_in_use(
+        &self,
+        pod: &Pod,
+        pv_name: &str,
+        driver: &str,
+        handle: &str,
+    ) -> Result<(), String> {
+        let unique = unique_volume_name(driver, handle);
+        let detailed = |prefix: &str| {
+            format!(
+                "{prefix} for volume {pv_name:?} (UniqueName: {unique:?}) pod {:?} (UID: {:?})",
+                nodeagent_proto::k8s::pod_name(pod),
+                nodeagent_proto::k8s::pod_uid(pod)
+            )
+        };
+        // Upstream's GenerateErrorDetailed: the error after " : ".
+        let fetch_failed = |e: &str| {
+            format!(
+                "{} : {e}",
+                detailed("VerifyControllerAttachedVolume failed fetching node from API server")
+            )
+        };
+        let Some(client) = &self.client else {
+            return Err(fetch_failed("no API server"));
+        };
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        let node = nodes
+            .get(&self.node_name)
+            .await
+            .map_err(|e| fetch_failed(&api_error(&e)))?;
+        let reported = node
+            .status
+            .and_then(|s| s.volumes_in_use)
+            .is_some_and(|in_use| in_use.contains(&unique));
+        if reported {
+            Ok(())
+        } else {
+            Err(detailed(
+                "Volume has not been added to the list of VolumesInUse in the node's volume status",
+            ))
+        }
+    }
+
     /// The volumes (driver, handle) some pod's record names as published persistent. Any
     /// directory or record that cannot be read is an error: nothing is then known unused.
     fn persistent_in_use(&self) -> Result<BTreeSet<(String, String)>, String> {
-        fn entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, String> {
-            match std::fs::read_dir(dir) {
-                Ok(read) => read
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("cannot read {dir:?}: {e}")),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-                Err(e) => Err(format!("cannot read {dir:?}: {e}")),
+        let (used, errors) = self.published_persistent();
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(used),
+        }
+    }
+
+    /// The volumes (driver, handle) the pods' records name as published persistent, and
+    /// what could not be read.
+    fn published_persistent(&self) -> (BTreeSet<(String, String)>, Vec<String>) {
+        fn entries(dir: &Path, errors: &mut Vec<String>) -> Vec<std::fs::DirEntry> {
+            match std::fs::read_dir(dir).and_then(|read| read.collect::<Result<Vec<_>, _>>()) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => {
+                    errors.push(format!("cannot read {dir:?}: {e}"));
+                    Vec::new()
+                }
             }
         }
         let mut used = BTreeSet::new();
-        for pod in entries(&self.root.join("pods"))? {
+        let mut errors = Vec::new();
+        for pod in entries(&self.root.join("pods"), &mut errors) {
             let base = pod.path().join("volumes").join(super::CSI_PLUGIN_DIR);
-            for volume in entries(&base)? {
+            for volume in entries(&base, &mut errors) {
                 // No record: nothing was ever published there.
                 if !volume.path().join(VOL_DATA).exists() {
                     continue;
                 }
-                let data = super::read_vol_data(&volume.path())?;
-                if data.volume_lifecycle_mode == "Persistent" {
-                    used.insert((data.driver_name, data.volume_handle));
+                match super::read_vol_data(&volume.path()) {
+                    Ok(data) if data.volume_lifecycle_mode == "Persistent" => {
+                        used.insert((data.driver_name, data.volume_handle));
+                    }
+                    Ok(_) => {}
+                    Err(e) => errors.push(e),
                 }
             }
         }
-        Ok(used)
+        (used, errors)
     }
 
     /// Unstages every staged volume no pod's record names (upstream's `UnmountDevice`
@@ -600,6 +740,21 @@ impl Csi {
             }
         }
         Ok(())
+    }
+}
+
+/// The claim of the pod's volume `volume`: a `persistentVolumeClaim`'s, or a generic
+/// `ephemeral` volume's `<pod>-<volume>` (upstream's `ephemeral.VolumeClaimName`). None for
+/// other kinds.
+pub fn claim_name(pod: &Pod, volume: &Volume) -> Option<String> {
+    match (&volume.persistent_volume_claim, &volume.ephemeral) {
+        (Some(c), _) => Some(c.claim_name.clone()),
+        (None, Some(_)) => Some(format!(
+            "{}-{}",
+            nodeagent_proto::k8s::pod_name(pod),
+            volume.name
+        )),
+        (None, None) => None,
     }
 }
 

@@ -49,9 +49,25 @@ async fn start_with(
     Api<Pod>,
     Driver,
 ) {
+    start_with_driver(test, csidriver, "", &["--stage"]).await
+}
+
+/// As [`start_with`], with `extra_config` for the node and `driver_args` for the driver.
+pub(super) async fn start_with_driver(
+    test: &str,
+    csidriver: CSIDriver,
+    extra_config: &str,
+    driver_args: &[&str],
+) -> (
+    nodeagent_tests::apiserver::ApiServer,
+    Node,
+    Api<Pod>,
+    Driver,
+) {
     // Pods resync every 2 s, so that the windows below see several set-up passes.
     let options = NodeOptions {
         sync_frequency: Some("2s".into()),
+        extra_config: extra_config.into(),
         ..NodeOptions::default()
     };
     let (server, node, pods, _) = start(test, options).await;
@@ -65,7 +81,7 @@ async fn start_with(
         .create(&PostParams::default(), &csidriver)
         .await
         .unwrap();
-    let mut driver = Driver::new(&node, &["--stage"]);
+    let mut driver = Driver::new(&node, driver_args);
     driver.start();
     let node_id = format!("id-of-{}", node.name);
     eventually("the driver registered", DEADLINE, || async {
@@ -157,7 +173,7 @@ async fn bind_to(client: &kube::Client, claim: &str, pv: &str, source: Value) {
 }
 
 /// A pod that runs `script` with the claim mounted at /data.
-fn claim_pod(name: &str, node: &Node, claim: &str, script: &str) -> Pod {
+pub(super) fn claim_pod(name: &str, node: &Node, claim: &str, script: &str) -> Pod {
     api_pod(
         name,
         &node.name,
@@ -516,7 +532,7 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
     if !require_runtime("csi") {
         return;
     }
-    let (server, node, pods, driver) = start_with("csi-wait", persistent_driver(true)).await;
+    let (server, mut node, pods, driver) = start_with("csi-wait", persistent_driver(true)).await;
     let client = server.client();
     let pod = node.pod_name("waiter");
     let claim = format!("claim-{}", node.name);
@@ -583,10 +599,66 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
         .await
         .unwrap();
 
-    // Bound, but the driver requires attach and nothing attached it yet: WaitForAttach.
+    // Bound while node-status is away: the Node cannot say the volume is in use, so
+    // nothing goes on to attach or mount it (upstream's VerifyControllerAttachedVolume:
+    // its words in the volume service's log, no event, as upstream's reconciler only logs
+    // it).
+    node.signal(Service::NodeStatus, Signal::SIGKILL).await;
     let pv = format!("pv-{}", node.name);
     let handle = format!("vol-{}", node.name);
     bound_claim(&client, &claim, &pv, &handle).await;
+    let uid = uid_of(&pods, &pod).await;
+    let unique = format!("kubernetes.io/csi/{DRIVER}^{handle}");
+    let want = format!(
+        "Volume has not been added to the list of VolumesInUse in the node's volume status for volume \"{pv}\" (UniqueName: \"{unique}\") pod \"{pod}\" (UID: \"{uid}\")"
+    );
+    eventually("the wait for volumesInUse in the log", DEADLINE, || async {
+        node.log(Service::Volume)
+            .contains(&format!("message={:?}", want))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    // For a stated window (several 2 s passes): nothing staged, the pod waiting, the
+    // Node listing nothing.
+    consistently(
+        "nothing staged before the volume is reported in use",
+        Duration::from_secs(6),
+        Duration::from_millis(500),
+        || async {
+            let phase = pods.get(&pod).await.unwrap().status.and_then(|s| s.phase);
+            let stages = driver.calls("NodeStageVolume");
+            let in_use = volumes_in_use(&client, &node).await;
+            (phase.as_deref() == Some("Pending") && stages.is_empty() && in_use.is_empty())
+                .then_some(())
+                .ok_or_else(|| format!("{phase:?} {stages:?} {in_use:?}"))
+        },
+    )
+    .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let listed = events.list(&Default::default()).await.unwrap();
+    assert!(
+        !listed.items.iter().any(|e| e
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("VolumesInUse")),
+        "no event for the wait"
+    );
+    // node-status back: the volume is in use on the Node as soon as a pod wants it,
+    // before any attach (upstream's GetVolumesInUse reports the desired state).
+    node.spawn(Service::NodeStatus);
+    node.wait_serving(Service::NodeStatus).await;
+    eventually("the volume in use on the Node", DEADLINE, || async {
+        let in_use = volumes_in_use(&client, &node).await;
+        (in_use == vec![unique.clone()])
+            .then_some(())
+            .ok_or_else(|| format!("{in_use:?}"))
+    })
+    .await;
+
+    // Reported in use, but the driver requires attach and nothing attached it yet:
+    // WaitForAttach.
     let attachment = format!(
         "csi-{}",
         sha256_hex(&format!("{handle}{DRIVER}{}", node.name))
@@ -643,7 +715,55 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
         stages[0]["publish_context"],
         json!({"devicePath": "/dev/test-disk"})
     );
+    assert_eq!(volumes_in_use(&client, &node).await, vec![unique.clone()]);
+
+    // The pod gone and the volume unstaged: no longer in use, as kubectl shows the Node.
+    pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+    eventually("the volume unstaged", DEADLINE, || async {
+        (!driver.calls("NodeUnstageVolume").is_empty())
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    eventually("the volume no longer in use", DEADLINE, || async {
+        let in_use = volumes_in_use(&client, &node).await;
+        in_use
+            .is_empty()
+            .then_some(())
+            .ok_or_else(|| format!("{in_use:?}"))
+    })
+    .await;
+    let kubeconfig = node.path("kubectl.kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let shown = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "get",
+            "node",
+            &node.name,
+            "-o",
+            "jsonpath={.status.volumesInUse}",
+        ])
+        .env("HOME", node.path(""))
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("kubectl runs");
+    assert!(shown.status.success(), "{shown:?}");
+    assert_eq!(String::from_utf8_lossy(&shown.stdout).trim(), "");
     node.stop().await;
+}
+
+/// The Node's `status.volumesInUse`.
+async fn volumes_in_use(client: &kube::Client, node: &Node) -> Vec<String> {
+    let nodes: Api<ApiNode> = Api::all(client.clone());
+    nodes
+        .get(&node.name)
+        .await
+        .ok()
+        .and_then(|n| n.status?.volumes_in_use)
+        .unwrap_or_default()
 }
 
 /// A generic ephemeral volume: the claim `<pod>-<volume>` the API side made for the pod,
