@@ -70,8 +70,10 @@ impl VolumeService {
 
     /// Notes a pod's volumes after an ensure (`set_up`: whether every one is set up; a
     /// failed pass keeps what the last one set up) or its release (None), and serves the
-    /// totals as `volume_manager_total_volumes`.
-    fn count_volumes(&self, uid: &str, now: Option<(&Pod, bool)>) {
+    /// totals as `volume_manager_total_volumes`. `claims`: the plugins of the pod's
+    /// claimed volumes whose volume is known (a claim not processed is not in upstream's
+    /// desired state either).
+    fn count_volumes(&self, uid: &str, now: Option<(&Pod, bool)>, claims: &[String]) {
         let mut volumes = self.volumes.lock().unwrap();
         match now {
             Some((pod, set_up)) => {
@@ -82,6 +84,7 @@ impl VolumeService {
                     .into_iter()
                     .flatten()
                     .filter_map(crate::layout::plugin_name)
+                    .chain(claims.iter().cloned())
                     .collect();
                 let entry = volumes.entry(uid.to_string()).or_default();
                 if set_up {
@@ -159,13 +162,18 @@ impl VolumeService {
         let inline = match self.publish_csi(&pod, &objects).await {
             Ok(inline) => inline,
             Err(e) => {
-                self.count_volumes(&uid, Some((&pod, false)));
+                self.count_volumes(&uid, Some((&pod, false)), &[]);
                 self.failed_mount(&pod, &e.to_string()).await;
                 return Err(to_status(e));
             }
         };
         // Claimed volumes: those that fail wait, the others are set up meanwhile.
         let (claimed, claim_errors) = self.publish_claims(&pod).await;
+        let claim_plugins: Vec<String> = claimed
+            .values()
+            .map(|(plugin, _)| plugin.clone())
+            .chain(claim_errors.failed_plugins.iter().cloned())
+            .collect();
         self.stats
             .set_pod(&pod, crate::csi::stats::sources(&pod, &claimed, &inline));
         objects.claimed = paths(&claimed);
@@ -178,6 +186,7 @@ impl VolumeService {
         self.count_volumes(
             &uid,
             Some((&pod, ensured.is_ok() && claim_errors.is_empty())),
+            &claim_plugins,
         );
         match ensured {
             Ok(ensured) => {
@@ -259,6 +268,7 @@ impl VolumeService {
         let mut not_processed = Vec::new();
         let mut errors = Vec::new();
         let mut waiting = Vec::new();
+        let mut failed_plugins = Vec::new();
         let previous = self
             .claimed
             .lock()
@@ -299,7 +309,10 @@ impl VolumeService {
                     published.insert(v.name.clone(), previous[&v.name].clone());
                 }
                 Err(ClaimError::Process(e)) => not_processed.push((v.name.clone(), e)),
-                Err(ClaimError::Mount { message, .. }) => errors.push(message),
+                Err(ClaimError::Mount { message, plugin }) => {
+                    errors.push(message);
+                    failed_plugins.push(plugin);
+                }
                 Err(ClaimError::NotReportedInUse(message)) => {
                     tracing::info!(volume = %v.name, %message, "waiting for the volume to be reported in use");
                     waiting.push(message);
@@ -326,7 +339,14 @@ impl VolumeService {
                 ),
             );
         }
-        (published, ClaimErrors { errors, waiting })
+        (
+            published,
+            ClaimErrors {
+                errors,
+                waiting,
+                failed_plugins,
+            },
+        )
     }
 }
 
@@ -336,6 +356,8 @@ struct ClaimErrors {
     errors: Vec<String>,
     /// Reasons to wait that upstream only logs.
     waiting: Vec<String>,
+    /// The plugins of the volumes whose mount failed.
+    failed_plugins: Vec<String>,
 }
 
 impl ClaimErrors {
@@ -499,7 +521,7 @@ impl Volume for VolumeService {
         .instrument(span)
         .await?;
         self.fetcher.forget_pod(&req.pod_uid);
-        self.count_volumes(&req.pod_uid, None);
+        self.count_volumes(&req.pod_uid, None, &[]);
         self.claimed.lock().unwrap().remove(&req.pod_uid);
         self.stats.forget_pod(&req.pod_uid);
         self.csi.forget_wanted(&req.pod_uid);

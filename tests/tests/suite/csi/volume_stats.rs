@@ -261,6 +261,33 @@ async fn a_claimed_volumes_usage_and_growth_reach_the_summary_the_claim_and_the_
         json!({"name": "data", "namespace": "default"})
     );
     assert_eq!(second["capacityBytes"], entry["capacityBytes"]);
+    // kubernetes-mixin's kubelet dashboard counts them under the PV's plugin, as
+    // upstream's volume manager collector names a CSI volume's
+    // (GetFullQualifiedPluginNameForVolume: kubernetes.io/csi:<driver>), one per pod.
+    eventually("both claimed volumes counted", DEADLINE, || async {
+        let r = node.api.get("/metrics").await?;
+        let families = prom::parse(&r.text())?;
+        let count = |state: &str| {
+            families
+                .get("volume_manager_total_volumes")
+                .into_iter()
+                .flat_map(|f| f.samples.iter())
+                .find(|s| {
+                    s.labels.get("plugin_name").map(String::as_str)
+                        == Some(&format!("kubernetes.io/csi:{DRIVER}"))
+                        && s.labels.get("state").map(String::as_str) == Some(state)
+                })
+                .map(|s| s.value)
+        };
+        let got = (
+            count("desired_state_of_world"),
+            count("actual_state_of_world"),
+        );
+        (got == (Some(2.0), Some(2.0)))
+            .then_some(())
+            .ok_or_else(|| format!("{got:?}"))
+    })
+    .await;
 
     // The volume service SIGKILLed: its measurements (kept in its memory) come back from
     // new NodeGetVolumeStats calls; nothing of the pods changes.
