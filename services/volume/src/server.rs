@@ -42,6 +42,12 @@ pub struct VolumeService {
 /// A pod's claimed volumes set up: the pod's volume name -> (plugin, published path).
 type Claimed = std::collections::BTreeMap<String, (String, std::path::PathBuf)>;
 
+/// Where a pod's claimed volumes are noted, in `<root-dir>/pods/<uid>/` (ours; upstream
+/// has no such record): a restarted volume service still knows which volume a running
+/// pod's claim was set up on when the claim cannot be read (the API server away, the
+/// claim deleted), where upstream's reconstruction needs the claim.
+const CLAIMED_RECORD: &str = "claimed-volumes.json";
+
 /// A pod's volumes by plugin: those it has, and those set up.
 #[derive(Default)]
 struct PodVolumeCounts {
@@ -177,6 +183,10 @@ impl VolumeService {
         self.stats
             .set_pod(&pod, crate::csi::stats::sources(&pod, &claimed, &inline));
         objects.claimed = paths(&claimed);
+        let changed = self.claimed.lock().unwrap().get(&uid) != Some(&claimed);
+        if changed && let Err(e) = self.write_claimed(&uid, &claimed) {
+            tracing::warn!(error = %e, "cannot note the pod's claimed volumes");
+        }
         self.claimed.lock().unwrap().insert(uid.clone(), claimed);
         let layout = self.layout.clone();
         let for_layout = pod.clone();
@@ -217,6 +227,34 @@ impl VolumeService {
                 Err(to_status(e))
             }
         }
+    }
+}
+
+impl VolumeService {
+    /// Notes the pod's claimed volumes on disk (written aside, then renamed).
+    fn write_claimed(&self, uid: &str, claimed: &Claimed) -> std::io::Result<()> {
+        let dir = self
+            .layout
+            .pod_dir(uid)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if claimed.is_empty() && !dir.as_path().join(CLAIMED_RECORD).exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir.as_path())?;
+        let tmp = dir.as_path().join(format!(".{CLAIMED_RECORD}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(claimed)?)?;
+        std::fs::rename(&tmp, dir.as_path().join(CLAIMED_RECORD))
+    }
+
+    /// What was noted of the pod's claimed volumes (none when nothing readable was).
+    fn read_claimed(&self, uid: &str) -> Claimed {
+        let Ok(dir) = self.layout.pod_dir(uid) else {
+            return Claimed::new();
+        };
+        std::fs::read(dir.as_path().join(CLAIMED_RECORD))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -269,13 +307,9 @@ impl VolumeService {
         let mut errors = Vec::new();
         let mut waiting = Vec::new();
         let mut failed_plugins = Vec::new();
-        let previous = self
-            .claimed
-            .lock()
-            .unwrap()
-            .get(nodeagent_proto::k8s::pod_uid(pod))
-            .cloned()
-            .unwrap_or_default();
+        let uid = nodeagent_proto::k8s::pod_uid(pod);
+        let remembered = self.claimed.lock().unwrap().get(uid).cloned();
+        let previous = remembered.unwrap_or_else(|| self.read_claimed(uid));
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         for v in volumes.into_iter().flatten() {
             let started = Instant::now();

@@ -510,6 +510,33 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
             .ok_or_else(|| format!("{restarts} restarts"))
     })
     .await;
+    // Even after the volume service restarts, the claim still gone: what it noted of the
+    // pod's claimed volumes on disk keeps the pod going (upstream's reconstruction would
+    // need the claim), and its container restarts again.
+    node.signal(Service::Volume, Signal::SIGKILL).await;
+    node.spawn(Service::Volume);
+    node.wait_serving(Service::Volume).await;
+    let again_id = node.container_id("again", "c").await.unwrap();
+    let _ = node.exec(&again_id, &["kill", "1"]).await;
+    eventually(
+        "the container restarted again after the volume service's restart",
+        DEADLINE,
+        || async {
+            ready(&pods, &again).await?;
+            let p = pods.get(&again).await.map_err(|e| e.to_string())?;
+            let restarts = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.first().map(|c| c.restart_count))
+                .unwrap_or_default();
+            (restarts >= 2)
+                .then_some(())
+                .ok_or_else(|| format!("{restarts} restarts"))
+        },
+    )
+    .await;
+    let now = mounts(&node);
+    assert_eq!(now.len(), 2, "{now:?}");
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
     let failed: Vec<String> = events
         .list(&Default::default())
