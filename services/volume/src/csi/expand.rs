@@ -246,18 +246,11 @@ impl Csi {
         pvc: &PersistentVolumeClaim,
         status: &str,
     ) -> Result<(), String> {
-        let name = pvc.metadata.name.clone().unwrap_or_default();
-        let patch =
-            serde_json::json!({"status": {"allocatedResourceStatuses": {"storage": status}}});
-        self.claims(pvc)?
-            .patch_status(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(patch),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        self.patch_claim_status(
+            pvc,
+            serde_json::json!({"allocatedResourceStatuses": {"storage": status}}),
+        )
+        .await
     }
 
     /// Upstream's `MarkFSResizeFinished`: the claim's capacity is the new size, its resize
@@ -267,7 +260,6 @@ impl Csi {
         pvc: &PersistentVolumeClaim,
         quantity: &str,
     ) -> Result<(), String> {
-        let name = pvc.metadata.name.clone().unwrap_or_default();
         let conditions: Vec<_> = pvc
             .status
             .as_ref()
@@ -276,16 +268,29 @@ impl Csi {
             .into_iter()
             .filter(|c| !RESIZE_CONDITIONS.contains(&c.type_.as_str()))
             .collect();
-        let patch = serde_json::json!({"status": {
-            "capacity": {"storage": quantity},
-            "conditions": conditions,
-            "allocatedResourceStatuses": {"storage": null},
-        }});
+        self.patch_claim_status(
+            pvc,
+            serde_json::json!({
+                "capacity": {"storage": quantity},
+                "conditions": conditions,
+                "allocatedResourceStatuses": {"storage": null},
+            }),
+        )
+        .await
+    }
+
+    /// A JSON merge patch of the claim's status.
+    async fn patch_claim_status(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        status: serde_json::Value,
+    ) -> Result<(), String> {
+        let name = pvc.metadata.name.clone().unwrap_or_default();
         self.claims(pvc)?
             .patch_status(
                 &name,
                 &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(patch),
+                &kube::api::Patch::Merge(serde_json::json!({ "status": status })),
             )
             .await
             .map(|_| ())

@@ -202,17 +202,27 @@ async fn kubectl_describe(
     node: &Node,
     pod: &str,
 ) -> String {
+    kubectl(server, node, &["describe", "pod", pod]).await
+}
+
+/// What kubectl prints for `args` against the test API server (it must succeed).
+pub(super) async fn kubectl(
+    server: &nodeagent_tests::apiserver::ApiServer,
+    node: &Node,
+    args: &[&str],
+) -> String {
     let kubeconfig = node.path("kubectl.kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
     let out = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .args(["describe", "pod", pod])
+        .args(args)
         .env("HOME", node.path(""))
         .env_remove("KUBECONFIG")
         .output()
         .await
         .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -235,6 +245,21 @@ async fn mount_counted(node: &Node, plugin: &str, status: &str) -> Result<(), St
             r.status
         )
     })
+}
+
+/// Whether the pod `name` is Ready with its first container restarted `times` times or
+/// more.
+async fn restarted(pods: &Api<Pod>, name: &str, times: i32) -> Result<(), String> {
+    ready(pods, name).await?;
+    let p = pods.get(name).await.map_err(|e| e.to_string())?;
+    let restarts = p
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.first().map(|c| c.restart_count))
+        .unwrap_or_default();
+    (restarts >= times)
+        .then_some(())
+        .ok_or_else(|| format!("{restarts} restarts"))
 }
 
 /// Whether `kubectl describe` lists a Warning FailedMount event whose message is `want`.
@@ -497,17 +522,8 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
     // Its container still restarts when it exits (the pod's sync goes on), with no
     // FailedMount for it.
     let _ = node.exec(&again_id, &["kill", "1"]).await;
-    eventually("the container restarted and Ready", DEADLINE, || async {
-        ready(&pods, &again).await?;
-        let p = pods.get(&again).await.map_err(|e| e.to_string())?;
-        let restarts = p
-            .status
-            .and_then(|s| s.container_statuses)
-            .and_then(|c| c.first().map(|c| c.restart_count))
-            .unwrap_or_default();
-        (restarts >= 1)
-            .then_some(())
-            .ok_or_else(|| format!("{restarts} restarts"))
+    eventually("the container restarted and Ready", DEADLINE, || {
+        restarted(&pods, &again, 1)
     })
     .await;
     // Even after the volume service restarts, the claim still gone: what it noted of the
@@ -521,18 +537,7 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
     eventually(
         "the container restarted again after the volume service's restart",
         DEADLINE,
-        || async {
-            ready(&pods, &again).await?;
-            let p = pods.get(&again).await.map_err(|e| e.to_string())?;
-            let restarts = p
-                .status
-                .and_then(|s| s.container_statuses)
-                .and_then(|c| c.first().map(|c| c.restart_count))
-                .unwrap_or_default();
-            (restarts >= 2)
-                .then_some(())
-                .ok_or_else(|| format!("{restarts} restarts"))
-        },
+        || restarted(&pods, &again, 2),
     )
     .await;
     let now = mounts(&node);
@@ -760,25 +765,19 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
             .ok_or_else(|| format!("{in_use:?}"))
     })
     .await;
-    let kubeconfig = node.path("kubectl.kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let shown = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
+    let shown = kubectl(
+        &server,
+        &node,
+        &[
             "get",
             "node",
             &node.name,
             "-o",
             "jsonpath={.status.volumesInUse}",
-        ])
-        .env("HOME", node.path(""))
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .expect("kubectl runs");
-    assert!(shown.status.success(), "{shown:?}");
-    assert_eq!(String::from_utf8_lossy(&shown.stdout).trim(), "");
+        ],
+    )
+    .await;
+    assert_eq!(shown.trim(), "");
     node.stop().await;
 }
 

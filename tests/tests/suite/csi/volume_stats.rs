@@ -414,28 +414,19 @@ async fn a_claimed_volumes_usage_and_growth_reach_the_summary_the_claim_and_the_
         "{expands:?}"
     );
     // What a user reads: kubectl's claim, the Summary and the mixin's series.
-    let kubeconfig = node.path("kubectl.kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let shown = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
+    let shown = super::claims::kubectl(
+        &server,
+        &node,
+        &[
             "get",
             "pvc",
             "data",
             "-o",
             "jsonpath={.status.capacity.storage}",
-        ])
-        .env("HOME", node.path(""))
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .expect("kubectl runs");
-    assert_eq!(
-        String::from_utf8_lossy(&shown.stdout).trim(),
-        "2Gi",
-        "{shown:?}"
-    );
+        ],
+    )
+    .await;
+    assert_eq!(shown.trim(), "2Gi");
     eventually("the new capacity in the summary", DEADLINE, || async {
         let v = summary_volume(&node, &writer, "data").await?;
         (v["capacityBytes"] == 2u64 << 30)
