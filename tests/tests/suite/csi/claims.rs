@@ -187,6 +187,26 @@ pub(super) fn claim_pod(name: &str, node: &Node, claim: &str, script: &str) -> P
     )
 }
 
+/// Creates the pod `short` (its full name returned) running `script` with `claim` at
+/// /data ([`claim_pod`]), and waits for it to be Ready.
+pub(super) async fn run_claim_pod(
+    pods: &Api<Pod>,
+    node: &Node,
+    short: &str,
+    claim: &str,
+    script: &str,
+) -> String {
+    let name = node.pod_name(short);
+    pods.create(
+        &PostParams::default(),
+        &claim_pod(&name, node, claim, script),
+    )
+    .await
+    .unwrap();
+    eventually(&format!("{short} Ready"), DEADLINE, || ready(pods, &name)).await;
+    name
+}
+
 /// The mounts under the node's root directory (what the note lists), relative to it.
 fn mounts(node: &Node) -> Vec<String> {
     let root = node.path("root");
@@ -375,14 +395,7 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
     );
 
     // A reader on the same claim: not staged again; the writer's file is there.
-    let reader = node.pod_name("reader");
-    pods.create(
-        &PostParams::default(),
-        &claim_pod(&reader, &node, "data", "cat /data/file"),
-    )
-    .await
-    .unwrap();
-    eventually("the reader Ready", DEADLINE, || ready(&pods, &reader)).await;
+    let reader = run_claim_pod(&pods, &node, "reader", "data", "cat /data/file").await;
     let reader_id = node.container_id("reader", "c").await.unwrap();
     let seen = node.exec(&reader_id, &["cat", "/data/file"]).await.unwrap();
     assert_eq!(seen.trim(), "written-by-writer");
@@ -445,14 +458,7 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
     eprintln!("mounts after both pods: {:?}", mounts(&node));
 
     // A new pod on the claim: the data is there.
-    let again = node.pod_name("again");
-    pods.create(
-        &PostParams::default(),
-        &claim_pod(&again, &node, "data", "cat /data/file"),
-    )
-    .await
-    .unwrap();
-    eventually("the new pod Ready", DEADLINE, || ready(&pods, &again)).await;
+    let again = run_claim_pod(&pods, &node, "again", "data", "cat /data/file").await;
     let again_id = node.container_id("again", "c").await.unwrap();
     let seen = node.exec(&again_id, &["cat", "/data/file"]).await.unwrap();
     assert_eq!(
@@ -942,14 +948,14 @@ async fn a_claim_bound_to_a_host_path_volume_gets_the_hosts_directory() {
         json!({"hostPath": {"path": dir, "type": "DirectoryOrCreate"}}),
     )
     .await;
-    let first = node.pod_name("first");
-    pods.create(
-        &PostParams::default(),
-        &claim_pod(&first, &node, "local-data", "echo from-first > /data/file"),
+    let first = run_claim_pod(
+        &pods,
+        &node,
+        "first",
+        "local-data",
+        "echo from-first > /data/file",
     )
-    .await
-    .unwrap();
-    eventually("the first pod Ready", DEADLINE, || ready(&pods, &first)).await;
+    .await;
     eventually("the file on the host", DEADLINE, || async {
         std::fs::read_to_string(dir.join("file")).map_err(|e| e.to_string())
     })
@@ -970,14 +976,7 @@ async fn a_claim_bound_to_a_host_path_volume_gets_the_hosts_directory() {
         std::fs::read_to_string(dir.join("file")).unwrap(),
         "from-first\n"
     );
-    let second = node.pod_name("second");
-    pods.create(
-        &PostParams::default(),
-        &claim_pod(&second, &node, "local-data", "true"),
-    )
-    .await
-    .unwrap();
-    eventually("the second pod Ready", DEADLINE, || ready(&pods, &second)).await;
+    let second = run_claim_pod(&pods, &node, "second", "local-data", "true").await;
     let id = node.container_id("second", "c").await.unwrap();
     let seen = node.exec(&id, &["cat", "/data/file"]).await.unwrap();
     assert_eq!(seen, "from-first\n");

@@ -22,7 +22,7 @@
 //! volume service SIGKILLed (the stats come back, the pods untouched), the pods deleted
 //! (the series go).
 
-use super::claims::{bound_claim, claim_pod, persistent_driver, start_with_driver};
+use super::claims::{bound_claim, claim_pod, persistent_driver, run_claim_pod, start_with_driver};
 use super::*;
 use crate::prom;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -244,14 +244,7 @@ async fn a_claimed_volumes_usage_and_growth_reach_the_summary_the_claim_and_the_
     assert!(ratio > 0.99 && ratio < 1.0, "{ratio}");
 
     // A second pod on the claim: measured too, under the same claim.
-    let reader = node.pod_name("reader");
-    pods.create(
-        &PostParams::default(),
-        &claim_pod(&reader, &node, "data", "ls -l /data/blob"),
-    )
-    .await
-    .unwrap();
-    eventually("the reader Ready", DEADLINE, || ready(&pods, &reader)).await;
+    let reader = run_claim_pod(&pods, &node, "reader", "data", "ls -l /data/blob").await;
     let second = eventually("the reader's entry", DEADLINE, || {
         summary_volume(&node, &reader, "data")
     })
