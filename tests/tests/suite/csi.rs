@@ -819,5 +819,5 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     .await;
     node.stop().await;
 }
+mod claim_usage;
 mod claims;
-mod volume_stats;
