@@ -71,6 +71,14 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         return Err(errs.join("; "));
     };
     let volumes = validate_volumes(spec.volumes.as_deref().unwrap_or_default(), &mut errs);
+    // The volumes a container may use as a block device.
+    let claimable: HashSet<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+        .map(|v| v.name.clone())
+        .collect();
     if spec.containers.is_empty() {
         errs.push("spec.containers: Required value".into());
     }
@@ -105,7 +113,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             if c.image.as_deref().unwrap_or_default().trim().is_empty() {
                 errs.push(format!("{p}.image: Required value"));
             }
-            validate_volume_mounts(c, &p, &volumes, &mut errs);
+            validate_volume_mounts(c, &p, &volumes, &claimable, &mut errs);
             if let Some(res) = &c.resources {
                 validate_quantities(res, &format!("{p}.resources"), &mut errs);
             }
@@ -419,6 +427,7 @@ fn validate_volume_mounts(
     c: &Container,
     p: &str,
     volumes: &HashSet<String>,
+    claimable: &HashSet<String>,
     errs: &mut Vec<String>,
 ) {
     let mut paths = HashSet::new();
@@ -454,16 +463,48 @@ fn validate_volume_mounts(
         local_descending_path(expr, &format!("{mp}.subPathExpr"), errs);
         validate_mount_propagation(c, m, &format!("{mp}.mountPropagation"), errs);
     }
+    let (mut device_names, mut device_paths) = (HashSet::new(), HashSet::new());
     for (j, d) in c.volume_devices.iter().flatten().enumerate() {
         let dp = format!("{p}.volumeDevices[{j}]");
+        if !d.name.is_empty() && !device_names.insert(d.name.clone()) {
+            errs.push(format!(
+                "{dp}.name: Invalid value: {:?}: must be unique",
+                d.name
+            ));
+        }
         if d.name.is_empty() {
             errs.push(format!("{dp}.name: Required value"));
         } else if !volumes.contains(&d.name) {
             errs.push(format!("{dp}.name: Not found: {:?}", d.name));
+        } else if !claimable.contains(&d.name) {
+            errs.push(format!(
+                "{dp}.name: Invalid value: {:?}: can only use volume source type of PersistentVolumeClaim or Ephemeral for block mode",
+                d.name
+            ));
         }
-        if !paths.insert(d.device_path.clone()) {
+        if c.volume_mounts.iter().flatten().any(|m| m.name == d.name) {
+            errs.push(format!(
+                "{dp}.name: Invalid value: {:?}: must not already exist in volumeMounts",
+                d.name
+            ));
+        }
+        if d.device_path.is_empty() {
+            errs.push(format!("{dp}.devicePath: Required value"));
+        } else if !device_paths.insert(d.device_path.clone()) {
             errs.push(format!(
                 "{dp}.devicePath: Invalid value: {:?}: must be unique",
+                d.device_path
+            ));
+        }
+        if d.device_path.split('/').any(|c| c == "..") {
+            errs.push(format!(
+                "{dp}.devicePath: Invalid value: {:?}: can not contain backsteps ('..')",
+                d.device_path
+            ));
+        }
+        if paths.contains(&d.device_path) {
+            errs.push(format!(
+                "{dp}.devicePath: Invalid value: {:?}: must not already exist as a path in volumeMounts",
                 d.device_path
             ));
         }
@@ -719,6 +760,40 @@ mod tests {
         ] {
             assert!(err.contains(want), "missing {want}\n in {err}");
         }
+    }
+
+    /// upstream's `ValidateVolumeDevices`: a device's volume must be a claim (or a generic
+    /// ephemeral one), not also mounted, with a devicePath without backsteps.
+    #[test]
+    fn volume_devices_are_checked_as_upstream() {
+        let err = validate_pod(&pod(r#"{"metadata":{"name":"a"},"spec":{
+                "volumes":[{"name":"d","emptyDir":{}},
+                    {"name":"c","persistentVolumeClaim":{"claimName":"x"}},
+                    {"name":"e","ephemeral":{"volumeClaimTemplate":{"spec":{}}}},
+                    {"name":"f","ephemeral":{"volumeClaimTemplate":{"spec":{}}}}],
+                "containers":[{"name":"c","image":"i",
+                "volumeMounts":[{"name":"c","mountPath":"/m"}],
+                "volumeDevices":[{"name":"d","devicePath":"/dev/a"},{"name":"c","devicePath":"/dev/b"},
+                    {"name":"e","devicePath":"/dev/../x"},{"name":"f","devicePath":""},
+                    {"name":"e","devicePath":"/m"},{"name":"f","devicePath":"/dev/a"}]}]}}"#))
+        .unwrap_err();
+        for want in [
+            "spec.containers[0].volumeDevices[0].name: Invalid value: \"d\": can only use volume source type of PersistentVolumeClaim or Ephemeral for block mode",
+            "spec.containers[0].volumeDevices[1].name: Invalid value: \"c\": must not already exist in volumeMounts",
+            "spec.containers[0].volumeDevices[2].devicePath: Invalid value: \"/dev/../x\": can not contain backsteps ('..')",
+            "spec.containers[0].volumeDevices[3].devicePath: Required value",
+            "spec.containers[0].volumeDevices[4].name: Invalid value: \"e\": must be unique",
+            "spec.containers[0].volumeDevices[4].devicePath: Invalid value: \"/m\": must not already exist as a path in volumeMounts",
+            "spec.containers[0].volumeDevices[5].devicePath: Invalid value: \"/dev/a\": must be unique",
+        ] {
+            assert!(err.contains(want), "missing {want}\n in {err}");
+        }
+        assert!(!err.contains("volumeDevices[2].name"), "{err}");
+        validate_pod(&pod(r#"{"metadata":{"name":"a"},"spec":{
+                "volumes":[{"name":"c","persistentVolumeClaim":{"claimName":"x"}}],
+                "containers":[{"name":"c","image":"i",
+                "volumeDevices":[{"name":"c","devicePath":"/dev/xvda"}]}]}}"#))
+        .unwrap();
     }
 
     #[test]

@@ -248,6 +248,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
             ..Default::default()
         });
     }
+    let devices = block_devices(i.pod, c, i.volumes)?;
     if let Some(path) = c
         .termination_message_path
         .as_deref()
@@ -325,6 +326,7 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
             .map(|(key, value)| KeyValue { key, value })
             .collect(),
         mounts,
+        devices,
         labels: labels_map,
         annotations,
         log_path: HostPath::new(Path::new(""), &[&c.name, &format!("{}.log", i.attempt)])
@@ -339,6 +341,46 @@ pub fn container_config(i: ContainerInputs<'_>) -> Result<ContainerConfig, Strin
         }),
         ..Default::default()
     })
+}
+
+/// The container's block volumes as CRI devices (upstream's `makeBlockVolumes`): the
+/// volume's host path (the pod's link to the published device) at the `devicePath` (which
+/// must be absolute), `mrw`, or `r` when the claim is `readOnly`.
+fn block_devices(
+    pod: &Pod,
+    c: &Container,
+    volumes: &HashMap<String, String>,
+) -> Result<Vec<nodeagent_proto::cri::Device>, String> {
+    let specs = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    c.volume_devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            if !d.device_path.starts_with('/') {
+                return Err(format!(
+                    "error DevicePath `{}` must be an absolute path",
+                    d.device_path
+                ));
+            }
+            let host = volumes.get(&d.name).ok_or_else(|| {
+                format!(
+                    "cannot find volume {:?} to pass into container {:?}",
+                    d.name, c.name
+                )
+            })?;
+            let read_only = specs.into_iter().flatten().any(|v| {
+                v.name == d.name
+                    && v.persistent_volume_claim
+                        .as_ref()
+                        .is_some_and(|p| p.read_only == Some(true))
+            });
+            Ok(nodeagent_proto::cri::Device {
+                container_path: d.device_path.clone(),
+                host_path: host.clone(),
+                permissions: if read_only { "r" } else { "mrw" }.to_string(),
+            })
+        })
+        .collect()
 }
 
 fn has_sub_path(m: &VolumeMount) -> bool {

@@ -248,7 +248,7 @@ impl PodVolumeLayout {
         } else if let Some(target) = objects.claimed.get(&v.name) {
             // Published by its driver before this pass (`server::publish_claims`), or a
             // hostPath or local volume's own directory (outside the pods' directories).
-            if target.starts_with(self.root.join("pods")) && !subpath::is_mount_point(target) {
+            if target.starts_with(self.root.join("pods")) && !crate::csi::published(target) {
                 return Err(VolumeError::SetUp {
                     name: v.name,
                     reason: "kubernetes.io/csi: the volume is not published".to_string(),

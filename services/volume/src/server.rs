@@ -124,9 +124,16 @@ impl VolumeService {
     }
 
     /// A volume that cannot be set up: a warning in the log and a FailedMount Warning
-    /// event on the pod (as upstream's volume manager posts), not repeated within a minute.
+    /// event on the pod (as upstream's volume manager posts; FailedMapVolume for a block
+    /// volume's map, as upstream's operation generator posts it), not repeated within a
+    /// minute.
     async fn failed_mount(&self, pod: &Pod, message: &str) {
-        tracing::warn!(%message, "FailedMount");
+        let reason = if message.starts_with("MapVolume.") {
+            "FailedMapVolume"
+        } else {
+            "FailedMount"
+        };
+        tracing::warn!(%message, "{reason}");
         let Some(client) = self.fetcher.client() else {
             return;
         };
@@ -150,7 +157,7 @@ impl VolumeService {
             client,
             pod,
             EventType::Warning,
-            "FailedMount",
+            reason,
             message,
             self.fetcher.node_name(),
         )
@@ -326,7 +333,7 @@ impl VolumeService {
             if let Some(plugin) = plugin {
                 nodeagent_telemetry::metrics::kubelet::record_storage_operation(
                     plugin,
-                    "volume_mount",
+                    crate::csi::persistent::operation(&set_up),
                     started.elapsed().as_secs_f64(),
                     set_up.is_ok(),
                 );
@@ -415,7 +422,7 @@ fn still_set_up(path: &std::path::Path) -> bool {
         .components()
         .any(|c| c.as_os_str() == crate::csi::CSI_PLUGIN_DIR);
     if csi {
-        crate::subpath::is_mount_point(path)
+        crate::csi::published(path)
     } else {
         path.exists()
     }

@@ -15,6 +15,15 @@
 //! came first) is deleted at its unpublish, as csi-driver-host-path deletes its ephemeral
 //! volumes; a staged one keeps its data across unstage and stage, as a disk would.
 //!
+//! A block volume (the Block access type) is a file `<state-dir>/volumes/<volume id>.img`
+//! of [`BLOCK_BYTES`] on a loop device, as csi-driver-host-path makes one: the `content`
+//! attribute is written at its start when it is made; `NodeStageVolume` attaches the loop
+//! device and `NodeUnstageVolume` detaches it (`losetup`), `NodePublishVolume` makes the
+//! target file and bind-mounts the loop device on it (attaching it first when nothing was
+//! staged), `NodeUnpublishVolume` unmounts and removes the file (and, without
+//! `--stage`, detaches the loop device: a block volume then serves one publication at a
+//! time).
+//!
 //! What a test watches and steers, all in `--state-dir`:
 //! - `calls.log`: one JSON object per CSI call (`rpc`, and the request's fields that matter),
 //!   appended before the call is answered;
@@ -76,8 +85,48 @@ struct Args {
 const CAPACITY_BYTES: i64 = 1 << 30;
 const CAPACITY_INODES: i64 = 100_000;
 
+/// The size of a block volume's file.
+const BLOCK_BYTES: u64 = 8 << 20;
+
 struct Driver {
     args: Args,
+    /// One loop device attach at a time (a look, then an attach: two calls at once would
+    /// attach two devices to one file).
+    loops: std::sync::Mutex<()>,
+}
+
+/// Whether the capability asks for a block volume.
+fn is_block(capability: Option<&VolumeCapability>) -> bool {
+    matches!(
+        capability.and_then(|c| c.access_type.as_ref()),
+        Some(volume_capability::AccessType::Block(_))
+    )
+}
+
+/// `losetup` with `args`; its standard output.
+fn losetup(args: &[&str]) -> Result<String, Status> {
+    let out = std::process::Command::new("losetup")
+        .args(args)
+        .output()
+        .map_err(|e| internal("run losetup", e))?;
+    if !out.status.success() {
+        return Err(Status::internal(format!(
+            "losetup {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The loop devices backed by `file` (`losetup -j`: `/dev/loop3: []: (file)` lines).
+fn loops_of(file: &Path) -> Result<Vec<String>, Status> {
+    let listed = losetup(&["-j", &file.to_string_lossy()])?;
+    Ok(listed
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .filter(|d| d.starts_with("/dev/loop"))
+        .map(str::to_string)
+        .collect())
 }
 
 impl Driver {
@@ -126,6 +175,52 @@ impl Driver {
         self.args.state_dir.join("ephemeral").join(id)
     }
 
+    /// A block volume's file (made with the `content` attribute at its start if it is not
+    /// there) and its loop device, attached if it is not.
+    fn block_device(
+        &self,
+        id: &str,
+        context: &std::collections::HashMap<String, String>,
+    ) -> Result<String, Status> {
+        let dir = self.volume_dir(id)?;
+        let file = dir.with_file_name(format!("{id}.img"));
+        if !file.exists() {
+            std::fs::create_dir_all(file.parent().expect("under the state dir"))
+                .map_err(|e| internal("create", e))?;
+            let tmp = file.with_extension("img.tmp");
+            let mut bytes = context
+                .get("content")
+                .map(|c| c.as_bytes().to_vec())
+                .unwrap_or_default();
+            bytes.truncate(BLOCK_BYTES as usize);
+            std::fs::write(&tmp, &bytes)
+                .and_then(|()| std::fs::OpenOptions::new().write(true).open(&tmp))
+                .and_then(|f| f.set_len(BLOCK_BYTES))
+                .and_then(|()| std::fs::rename(&tmp, &file))
+                .map_err(|e| internal("make the volume's file", e))?;
+        }
+        let _one = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(device) = loops_of(&file)?.into_iter().next() {
+            return Ok(device);
+        }
+        Ok(losetup(&["-f", "--show", &file.to_string_lossy()])?
+            .trim()
+            .to_string())
+    }
+
+    /// Detaches the loop devices of a block volume (none for a filesystem one).
+    fn detach_block(&self, id: &str) -> Result<(), Status> {
+        let file = self.volume_dir(id)?.with_file_name(format!("{id}.img"));
+        if !file.exists() {
+            return Ok(());
+        }
+        let _one = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+        for device in loops_of(&file)? {
+            losetup(&["-d", &device])?;
+        }
+        Ok(())
+    }
+
     /// Makes the volume's directory if it is not there (with the `content` attribute).
     fn make_volume(
         &self,
@@ -168,12 +263,18 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
     Ok(())
 }
 
-/// Unmounts everything stacked on `target` and removes the directory (gone is fine).
+/// Unmounts everything stacked on `target` and removes it, a directory or a block
+/// volume's file (gone is fine).
 fn unbind(target: &Path) -> Result<(), Status> {
     while is_mount_point(target) {
         nix::mount::umount(target).map_err(|e| internal("unmount", e))?;
     }
-    match std::fs::remove_dir(target) {
+    let removed = if target.is_file() {
+        std::fs::remove_file(target)
+    } else {
+        std::fs::remove_dir(target)
+    };
+    match removed {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(internal("remove the target", e)),
@@ -271,6 +372,7 @@ impl Node for Driver {
                 "volume_id": req.volume_id,
                 "staging_target_path": req.staging_target_path,
                 "access_mode": access_mode,
+                "block": is_block(req.volume_capability.as_ref()),
                 "volume_context": context,
                 "publish_context": publish_context,
                 "secrets": req.secrets.keys().collect::<std::collections::BTreeSet<_>>(),
@@ -289,6 +391,10 @@ impl Node for Driver {
             return Err(Status::invalid_argument("volume_capability is required"));
         }
         self.injected("fail-stage")?;
+        if is_block(req.volume_capability.as_ref()) {
+            self.block_device(&req.volume_id, &req.volume_context)?;
+            return Ok(Response::new(NodeStageVolumeResponse {}));
+        }
         let data = self.volume_dir(&req.volume_id)?;
         let staging = PathBuf::from(&req.staging_target_path);
         if is_mount_point(&staging) {
@@ -322,6 +428,7 @@ impl Node for Driver {
             return Err(Status::invalid_argument("staging_target_path is required"));
         }
         self.injected("fail-unstage")?;
+        self.detach_block(&req.volume_id)?;
         unbind(Path::new(&req.staging_target_path))?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
@@ -377,6 +484,25 @@ impl Node for Driver {
         if is_mount_point(&target) {
             return Ok(Response::new(NodePublishVolumeResponse {}));
         }
+        if is_block(capability) {
+            // As csi-driver-host-path: the loop device on a file the driver makes.
+            let device = self.block_device(&req.volume_id, &req.volume_context)?;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&target)
+                .map_err(|e| internal("create the target file", e))?;
+            nix::mount::mount(
+                Some(device.as_str()),
+                &target,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| internal("bind mount the block device", e))?;
+            return Ok(Response::new(NodePublishVolumeResponse {}));
+        }
         if req.staging_target_path.is_empty() {
             let data = self.volume_dir(&req.volume_id)?;
             if !data.exists() {
@@ -422,6 +548,10 @@ impl Node for Driver {
         }
         self.injected("fail-unpublish")?;
         unbind(Path::new(&req.target_path))?;
+        // Without a stage, a block volume's loop device was attached by its publish.
+        if !self.args.stage {
+            self.detach_block(&req.volume_id)?;
+        }
         // An ephemeral volume's data goes with its publication; a staged one's stays.
         let marker = self.ephemeral_marker(&req.volume_id);
         if marker.exists() {
@@ -610,7 +740,10 @@ fn listen(path: &Path) -> std::io::Result<tokio_stream::wrappers::UnixListenerSt
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     std::fs::create_dir_all(args.state_dir.join("volumes"))?;
-    let driver = Arc::new(Driver { args: args.clone() });
+    let driver = Arc::new(Driver {
+        args: args.clone(),
+        loops: std::sync::Mutex::new(()),
+    });
     // The CSI endpoint first: a registration names it, so it must answer by then.
     let csi = tonic::transport::Server::builder()
         .add_service(IdentityServer::from_arc(driver.clone()))

@@ -121,10 +121,25 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// Stops the driver and detaches the loop devices of its block volumes (a test that
+    /// failed half way must not leave them to the host, which has few).
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        let volumes = std::fs::read_dir(self.state_dir.join("volumes"));
+        for file in volumes.into_iter().flatten().flatten() {
+            if file.path().extension().is_none_or(|e| e != "img") {
+                continue;
+            }
+            let listed = Command::new("losetup").arg("-j").arg(file.path()).output();
+            let listed = listed.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            for line in listed.unwrap_or_default().lines() {
+                if let Some(device) = line.split(':').next() {
+                    let _ = Command::new("losetup").arg("-d").arg(device).status();
+                }
+            }
         }
     }
 }
@@ -632,17 +647,19 @@ async fn kill_and_restart(node: &mut Node, driver: &mut Driver, victim: Victim) 
     }
 }
 
-/// A pod with its inline volume (`csi_pod`) and the claim `shared` mounted at /shared.
-fn csi_pod_with_claim(name: &str, node: &Node) -> Pod {
+/// A pod with its inline volume (`csi_pod`), the claim `shared` mounted at /shared and the
+/// Block claim `disk` as the device /dev/xvda.
+fn csi_pod_with_claims(name: &str, node: &Node) -> Pod {
     let mut pod = serde_json::to_value(csi_pod(name, node)).unwrap();
-    pod["spec"]["volumes"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}}));
+    let volumes = pod["spec"]["volumes"].as_array_mut().unwrap();
+    volumes.push(json!({"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}}));
+    volumes.push(json!({"name": "disk", "persistentVolumeClaim": {"claimName": "disk"}}));
     pod["spec"]["containers"][0]["volumeMounts"]
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "shared", "mountPath": "/shared"}));
+    pod["spec"]["containers"][0]["volumeDevices"] =
+        json!([{"name": "disk", "devicePath": "/dev/xvda"}]);
     serde_json::from_value(pod).unwrap()
 }
 
@@ -651,9 +668,10 @@ fn csi_pod_with_claim(name: &str, node: &Node) -> Pod {
 /// longer run by hand). Upstream's volume reconstruction has had long-lived bugs here
 /// (volumes unmounted under running pods, mounts left behind after a restart): a pod
 /// that keeps running keeps its volumes, mounted and never unpublished, its claimed
-/// volume is never unstaged while it runs (every pod of the cycles shares that claim),
-/// and every other pod's volumes are unpublished through the driver, with nothing left
-/// mounted; once the last pod goes, the claimed volume is unstaged.
+/// volumes (a filesystem and a Block one, which every pod of the cycles shares) are
+/// never unstaged while it runs, and every other pod's volumes are unpublished through
+/// the driver, with nothing left mounted or mapped; once the last pod goes, the claimed
+/// volumes are unstaged and the block volume's loop device detached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     if !require_runtime("csi") {
@@ -681,6 +699,17 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         .unwrap();
     let shared_handle = format!("vol-{}", node.name);
     claims::bound_claim(&client, "shared", "pv-shared", &shared_handle).await;
+    let disk_handle = format!("blk-{}", node.name);
+    claims::new_claim(&client, "disk").await;
+    claims::bind_to(
+        &client,
+        "disk",
+        "pv-disk",
+        json!({"volumeMode": "Block", "csi": {"driver": DRIVER, "volumeHandle": disk_handle,
+            "volumeAttributes": {"content": "made for disk"}}}),
+    )
+    .await;
+    let block_base = node.path("root/plugins/kubernetes.io/csi/volumeDevices");
     let staging = node.path(&format!(
         "root/plugins/kubernetes.io/csi/{DRIVER}/{}/globalmount",
         claims::sha256_hex(&shared_handle)
@@ -689,7 +718,7 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     driver.start();
 
     let steady = node.pod_name("steady");
-    pods.create(&PostParams::default(), &csi_pod_with_claim(&steady, &node))
+    pods.create(&PostParams::default(), &csi_pod_with_claims(&steady, &node))
         .await
         .unwrap();
     eventually("the steady pod Ready", DEADLINE, || ready(&pods, &steady)).await;
@@ -702,11 +731,12 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     let steady_shared = node.path(&format!(
         "root/pods/{steady_uid}/volumes/kubernetes.io~csi/pv-shared/mount"
     ));
+    let steady_disk = block_base.join("publish/pv-disk").join(&steady_uid);
 
     let victims = [Victim::Volume, Victim::PodSync, Victim::Driver];
     for cycle in 0..cycles {
         let name = node.pod_name(&format!("cycle{cycle}"));
-        pods.create(&PostParams::default(), &csi_pod_with_claim(&name, &node))
+        pods.create(&PostParams::default(), &csi_pod_with_claims(&name, &node))
             .await
             .unwrap();
         tokio::time::sleep(rng.millis(0, 2500)).await;
@@ -744,6 +774,12 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
             .await
             .unwrap();
         assert_eq!(seen, "made for shared");
+        assert!(mount_points_under(&steady_disk).contains(&steady_disk));
+        let seen = node
+            .exec(&steady_id, &["head", "-c", "13", "/dev/xvda"])
+            .await
+            .unwrap();
+        assert_eq!(seen, "made for disk");
         let unstages = driver.calls("NodeUnstageVolume");
         assert!(unstages.is_empty(), "unstaged while in use: {unstages:?}");
     }
@@ -757,7 +793,9 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     for call in driver.log_lines("calls.log") {
         let rpc = call["rpc"].as_str().unwrap_or_default();
         if rpc == "NodePublishVolume" || rpc == "NodeUnpublishVolume" {
-            let key = if call["volume_id"] == shared_handle.as_str() {
+            let key = if call["volume_id"] == shared_handle.as_str()
+                || call["volume_id"] == disk_handle.as_str()
+            {
                 call["target_path"].as_str().unwrap().to_string()
             } else {
                 call["volume_id"].as_str().unwrap().to_string()
@@ -765,7 +803,7 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
             last.insert(key, rpc.to_string());
         }
     }
-    assert_eq!(last.len() as u64, 2 * (cycles + 1), "{last:?}");
+    assert_eq!(last.len() as u64, 3 * (cycles + 1), "{last:?}");
     let steady_unpublished = driver
         .calls("NodeUnpublishVolume")
         .into_iter()
@@ -776,8 +814,10 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         "the steady pod's volume was never unpublished"
     );
     let steady_shared_key = steady_shared.display().to_string();
+    let steady_disk_key = steady_disk.display().to_string();
     for (key, rpc) in &last {
-        let want = if *key == steady_handle || *key == steady_shared_key {
+        let want = if *key == steady_handle || *key == steady_shared_key || *key == steady_disk_key
+        {
             "NodePublishVolume"
         } else {
             "NodeUnpublishVolume"
@@ -789,7 +829,11 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     kept.sort();
-    let mut want_kept = vec![steady_handle.clone(), shared_handle.clone()];
+    let mut want_kept = vec![
+        steady_handle.clone(),
+        shared_handle.clone(),
+        format!("{disk_handle}.img"),
+    ];
     want_kept.sort();
     assert_eq!(kept, want_kept);
     let mut csi_mounts: Vec<PathBuf> = mount_points_under(&node.path("root/pods"))
@@ -800,24 +844,67 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     let mut want_mounts = vec![steady_target, steady_shared];
     want_mounts.sort();
     assert_eq!(csi_mounts, want_mounts);
+    // Of the block volume, only the steady pod's publication and global map file.
+    let mut block_mounts = mount_points_under(&block_base);
+    block_mounts.sort();
+    let mut want_block = vec![
+        steady_disk.clone(),
+        block_base.join("pv-disk/dev").join(&steady_uid),
+    ];
+    want_block.sort();
+    assert_eq!(block_mounts, want_block);
+    let links: Vec<String> = std::fs::read_dir(node.path("root/pods"))
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            p.path()
+                .join("volumeDevices/kubernetes.io~csi/pv-disk")
+                .symlink_metadata()
+                .is_ok()
+        })
+        .map(|p| p.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        links,
+        vec![steady_uid.clone()],
+        "only the steady pod's link"
+    );
 
     // The last pod goes: the claimed volume is unstaged, once, and nothing stays mounted.
     pods.delete(&steady, &DeleteParams::default())
         .await
         .unwrap();
     let staging_dir = staging.parent().unwrap().to_path_buf();
-    eventually("the shared volume unstaged", DEADLINE, || async {
+    let disk_file = driver
+        .state_dir
+        .join("volumes")
+        .join(format!("{disk_handle}.img"));
+    eventually("the claimed volumes unstaged", DEADLINE, || async {
         let left: Vec<PathBuf> = mount_points_under(&node.path("root"))
             .into_iter()
             .filter(|p| p.to_string_lossy().contains("csi"))
             .collect();
         let unstages = driver.calls("NodeUnstageVolume").len();
-        (left.is_empty() && unstages == 1 && !staging_dir.exists())
-            .then_some(())
-            .ok_or_else(|| format!("{left:?}, {unstages} unstages"))
+        let loops = String::from_utf8_lossy(
+            &Command::new("losetup")
+                .arg("-j")
+                .arg(&disk_file)
+                .output()
+                .expect("losetup runs")
+                .stdout,
+        )
+        .into_owned();
+        (left.is_empty()
+            && unstages == 2
+            && !staging_dir.exists()
+            && !block_base.exists()
+            && loops.is_empty())
+        .then_some(())
+        .ok_or_else(|| format!("{left:?}, {unstages} unstages, loops {loops:?}"))
     })
     .await;
     node.stop().await;
 }
+mod block;
 mod claim_usage;
 mod claims;

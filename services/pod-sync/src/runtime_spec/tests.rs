@@ -415,3 +415,90 @@ fn mount_propagation_follows_the_cri_enum_and_bidirectional_needs_privilege() {
         assert_eq!(got, want, "{mode:?}");
     }
 }
+
+/// upstream's `makeBlockVolumes`: each `volumeDevices` entry is a CRI device from the
+/// volume's host path (the pod's link) to its `devicePath`, `mrw`, or `r` for a claim
+/// mounted `readOnly`; a device whose volume was not set up is an error.
+#[test]
+fn block_volumes_are_devices_read_only_as_the_claim_says() {
+    let mut p = pod();
+    let spec = p.spec.as_mut().unwrap();
+    spec.volumes = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "rw", "persistentVolumeClaim": {"claimName": "a"}},
+            {"name": "ro", "persistentVolumeClaim": {"claimName": "b", "readOnly": true}},
+            {"name": "data", "emptyDir": {}}
+        ]))
+        .unwrap(),
+    );
+    spec.containers[0].volume_devices = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "rw", "devicePath": "/dev/xvda"},
+            {"name": "ro", "devicePath": "/dev/xvdb"}
+        ]))
+        .unwrap(),
+    );
+    let c = p.spec.as_ref().unwrap().containers[0].clone();
+    let link = |n: &str| format!("/var/lib/kubelet/pods/u1/volumeDevices/kubernetes.io~csi/pv-{n}");
+    let mut volumes = HashMap::from([
+        ("data".to_string(), "/vol/data".to_string()),
+        ("rw".to_string(), link("a")),
+        ("ro".to_string(), link("b")),
+    ]);
+    let node = node();
+    let config = |volumes: &HashMap<String, String>| {
+        container_config(ContainerInputs {
+            env_refs: &EnvRefs::default(),
+            backoff_base: 0,
+            pod: &p,
+            container: &c,
+            attempt: 0,
+            volumes,
+            pod_ip: "",
+            node: &node,
+        })
+    };
+    let cfg = config(&volumes).unwrap();
+    let devices: Vec<(&str, &str, &str)> = cfg
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.container_path.as_str(),
+                d.host_path.as_str(),
+                d.permissions.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        devices,
+        vec![
+            ("/dev/xvda", link("a").as_str(), "mrw"),
+            ("/dev/xvdb", link("b").as_str(), "r"),
+        ]
+    );
+    volumes.remove("ro");
+    assert_eq!(
+        config(&volumes).unwrap_err(),
+        "cannot find volume \"ro\" to pass into container \"c\""
+    );
+    let mut relative = p.clone();
+    relative.spec.as_mut().unwrap().containers[0]
+        .volume_devices
+        .as_mut()
+        .unwrap()[0]
+        .device_path = "dev/xvda".into();
+    let c = relative.spec.as_ref().unwrap().containers[0].clone();
+    let err = container_config(ContainerInputs {
+        env_refs: &EnvRefs::default(),
+        backoff_base: 0,
+        pod: &relative,
+        container: &c,
+        attempt: 0,
+        volumes: &volumes,
+        pod_ip: "",
+        node: &node,
+    })
+    .unwrap_err();
+    assert_eq!(err, "error DevicePath `dev/xvda` must be an absolute path");
+}

@@ -10,6 +10,7 @@
 //! knows whom to ask to unpublish; nothing else is kept, so a restarted volume service
 //! knows every publication from disk.
 
+pub mod block;
 mod expand;
 pub mod nodeinfo;
 pub mod persistent;
@@ -536,6 +537,8 @@ impl Csi {
     /// (mounted, with its `vol_data.json`) and the error says why: the caller retries, and
     /// nothing is ever unmounted behind the driver's back.
     pub async fn tear_down_pod(&self, uid: &str) -> Result<(), String> {
+        // The block volumes first; a failure there does not hold back the others.
+        let unmapped = self.unmap_pod(uid).await;
         let base = self
             .layout
             .pod_dir(uid)
@@ -543,10 +546,8 @@ impl Csi {
             .as_path()
             .join("volumes")
             .join(CSI_PLUGIN_DIR);
-        let Ok(entries) = std::fs::read_dir(&base) else {
-            return Ok(());
-        };
-        let mut errors = Vec::new();
+        let mut errors: Vec<String> = unmapped.err().into_iter().collect();
+        let entries = std::fs::read_dir(&base).into_iter().flatten();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Err(e) = self.tear_down(&entry.path()).await {
@@ -614,6 +615,16 @@ impl Csi {
                 Err(format!("{PREFIX}failed to remove {dir:?}: {e}"))
             }
         })
+    }
+}
+
+/// Whether the path a pod's CSI volume was given is still published: a filesystem's
+/// target is a mount point; a block volume's link names a publish target that is.
+pub fn published(path: &Path) -> bool {
+    if block::is_pod_link(path) {
+        block::link_published(path)
+    } else {
+        crate::subpath::is_mount_point(path)
     }
 }
 

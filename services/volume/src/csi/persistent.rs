@@ -11,6 +11,7 @@
 //! written before its `NodePublishVolume`, under the volume's stage lock, so a volume a pod
 //! uses (or is being set up to use) is never unstaged, whatever was killed when.
 
+use super::block::VOLUME_DEVICES;
 use super::{Csi, PREFIX, Publication, VOL_DATA, VOL_DATA_TMP, go_rpc_error};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Volume};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -22,8 +23,6 @@ use std::path::{Path, PathBuf};
 /// Under the plugins directory: upstream's `GetPluginDir("kubernetes.io/csi")`.
 pub const STAGING_DIR: &str = "plugins/kubernetes.io/csi";
 const GLOBAL_MOUNT: &str = "globalmount";
-/// Upstream's block volumes live beside the drivers' directories (not a driver name).
-const VOLUME_DEVICES: &str = "volumeDevices";
 /// How often staged volumes no pod uses are looked for, besides at each pod's release
 /// (a release interrupted by a kill, a driver that was away).
 const UNSTAGE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -42,6 +41,18 @@ pub enum ClaimError {
     /// (upstream's VerifyControllerAttachedVolume): the pod waits, with the reason in the
     /// log only, as upstream's reconciler logs it and tries again.
     NotReportedInUse(String),
+}
+
+/// The operation a claimed volume's set-up is, as upstream's operation metrics
+/// (`storage_operation_duration_seconds`) name it: `map_volume` for a block volume's map,
+/// `volume_mount` for the others.
+pub fn operation(set_up: &Result<ClaimedVolume, ClaimError>) -> &'static str {
+    let block = match set_up {
+        Ok((_, path)) => super::block::is_pod_link(path),
+        Err(ClaimError::Mount { message, .. }) => message.starts_with("MapVolume."),
+        Err(_) => false,
+    };
+    if block { "map_volume" } else { "volume_mount" }
 }
 
 /// A claimed volume set up: its plugin (as upstream's operation metrics name it) and the
@@ -150,7 +161,7 @@ impl Csi {
             None => (false, true),
         };
         Some(
-            self.set_up_claimed(pod, &claim_name, read_only, ephemeral)
+            self.set_up_claimed(pod, &volume.name, &claim_name, read_only, ephemeral)
                 .await,
         )
     }
@@ -158,6 +169,7 @@ impl Csi {
     async fn set_up_claimed(
         &self,
         pod: &Pod,
+        volume_name: &str,
         claim_name: &str,
         claim_read_only: bool,
         ephemeral: bool,
@@ -191,9 +203,22 @@ impl Csi {
         }
         let pv_name = pv.metadata.name.clone().unwrap_or_default();
         let spec = pv.spec.clone().unwrap_or_default();
-        if spec.volume_mode.as_deref() == Some("Block") {
+        // Upstream's `createVolumeSpec`: the PV's mode must be how the containers use it.
+        let mode = spec.volume_mode.as_deref().unwrap_or("Filesystem");
+        let (in_mounts, in_devices) = used_as(pod, volume_name);
+        if in_mounts && mode != "Filesystem" {
             return Err(ClaimError::Process(format!(
-                "error processing PVC {namespace}/{claim_name}: volume {pv_name} has volumeMode Block, which this node agent does not serve yet"
+                "volume {volume_name} has volumeMode {mode}, but is specified in volumeMounts"
+            )));
+        }
+        if in_devices && mode != "Block" {
+            return Err(ClaimError::Process(format!(
+                "volume {volume_name} has volumeMode {mode}, but is specified in volumeDevices"
+            )));
+        }
+        if mode == "Block" && spec.csi.is_none() {
+            return Err(ClaimError::Process(format!(
+                "error processing PVC {namespace}/{claim_name}: volume {pv_name} has volumeMode Block, which this node agent serves for CSI volumes only"
             )));
         }
         let Some(source) = spec.csi.clone() else {
@@ -211,6 +236,18 @@ impl Csi {
             .entry(uid.to_string())
             .or_default()
             .insert((source.driver.clone(), source.volume_handle.clone()));
+        if mode == "Block" {
+            return self
+                .map_claimed(super::block::BlockClaim {
+                    pod,
+                    pv_name: &pv_name,
+                    source: &source,
+                    read_only: claim_read_only,
+                    access_modes: spec.access_modes.clone().unwrap_or_default(),
+                    plugin,
+                })
+                .await;
+        }
         let step = |step: &str, e: String| ClaimError::Mount {
             plugin: plugin.clone(),
             message: format!("MountVolume.{step} failed for volume {pv_name:?} : {e}"),
@@ -383,7 +420,7 @@ impl Csi {
     /// Upstream's `WaitForAttach`, one look: the volume's VolumeAttachment must say it is
     /// attached; its `attachmentMetadata` is the publish context. Not yet attached is an
     /// error here and the pod's next pass looks again.
-    async fn wait_for_attach(
+    pub(super) async fn wait_for_attach(
         &self,
         handle: &str,
         driver: &str,
@@ -490,6 +527,7 @@ impl Csi {
         // What the disk says: published records (one that cannot be read is skipped, the
         // others count: too many in use is the safe side here).
         devices.extend(self.published_persistent().0);
+        devices.extend(self.block_devices());
         let base = self.root.join(STAGING_DIR);
         for driver_dir in std::fs::read_dir(&base).into_iter().flatten().flatten() {
             for volume in std::fs::read_dir(driver_dir.path())
@@ -526,7 +564,7 @@ impl Csi {
 
     /// Whether the Node's `status.volumesInUse` names the volume (upstream's
     /// `ReportedInUse`); else upstream's VerifyControllerAttachedVolume error.
-    async fn reported_in_use(
+    pub(super) async fn reported_in_use(
         &self,
         pod: &Pod,
         pv_name: &str,
@@ -665,6 +703,7 @@ impl Csi {
             // Gone once its last volume is.
             let _ = std::fs::remove_dir(driver_dir.path());
         }
+        errors.extend(self.unstage_unused_block().await);
         errors
     }
 
@@ -741,6 +780,27 @@ impl Csi {
         }
         Ok(())
     }
+}
+
+/// Whether any container of the pod mounts the volume `name` (`volumeMounts`), and
+/// whether any uses it as a device (`volumeDevices`): upstream's `GetPodVolumeNames`.
+fn used_as(pod: &Pod, name: &str) -> (bool, bool) {
+    let Some(spec) = &pod.spec else {
+        return (false, false);
+    };
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    let (mut mounts, mut devices) = (false, false);
+    for c in containers {
+        mounts |= c.volume_mounts.iter().flatten().any(|m| m.name == name);
+        devices |= c.volume_devices.iter().flatten().any(|d| d.name == name);
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        mounts |= c.volume_mounts.iter().flatten().any(|m| m.name == name);
+    }
+    (mounts, devices)
 }
 
 /// The claim of the pod's volume `volume`: a `persistentVolumeClaim`'s, or a generic

@@ -103,7 +103,7 @@ pub(super) async fn bound_claim(client: &kube::Client, claim: &str, pv: &str, ha
 }
 
 /// A new claim, not bound.
-async fn new_claim(client: &kube::Client, claim: &str) {
+pub(super) async fn new_claim(client: &kube::Client, claim: &str) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     claims
         .create(
@@ -130,7 +130,7 @@ async fn bind(client: &kube::Client, claim: &str, pv: &str, handle: &str) {
 
 /// Binds the existing claim `claim` to a new PV `pv` whose volume source is `source`
 /// (`{"csi": ...}`, `{"hostPath": ...}`, ...).
-async fn bind_to(client: &kube::Client, claim: &str, pv: &str, source: Value) {
+pub(super) async fn bind_to(client: &kube::Client, claim: &str, pv: &str, source: Value) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let created = claims
         .patch(
@@ -208,7 +208,7 @@ pub(super) async fn run_claim_pod(
 }
 
 /// The mounts under the node's root directory (what the note lists), relative to it.
-fn mounts(node: &Node) -> Vec<String> {
+pub(super) fn mounts(node: &Node) -> Vec<String> {
     let root = node.path("root");
     mount_points_under(&root)
         .into_iter()
@@ -217,7 +217,7 @@ fn mounts(node: &Node) -> Vec<String> {
         .collect()
 }
 
-async fn kubectl_describe(
+pub(super) async fn kubectl_describe(
     server: &nodeagent_tests::apiserver::ApiServer,
     node: &Node,
     pod: &str,
@@ -250,18 +250,29 @@ pub(super) async fn kubectl(
 /// (`storage_operation_duration_seconds`; upstream's operation generator names a CSI
 /// volume's plugin `kubernetes.io/csi:<driver>`, a hostPath one `kubernetes.io/host-path`,
 /// a local one `kubernetes.io/local-volume`).
-async fn mount_counted(node: &Node, plugin: &str, status: &str) -> Result<(), String> {
+pub(super) async fn mount_counted(node: &Node, plugin: &str, status: &str) -> Result<(), String> {
+    operation_counted(node, plugin, "volume_mount", status).await
+}
+
+/// Whether `/metrics` counts an `operation` of `plugin` ending in `status`
+/// (`storage_operation_duration_seconds`).
+pub(super) async fn operation_counted(
+    node: &Node,
+    plugin: &str,
+    operation: &str,
+    status: &str,
+) -> Result<(), String> {
     let r = node.api.get("/metrics").await?;
     let text = r.text();
     let counted = text.lines().any(|l| {
         l.starts_with("storage_operation_duration_seconds_count{")
             && l.contains(&format!("volume_plugin=\"{plugin}\""))
-            && l.contains("operation_name=\"volume_mount\"")
+            && l.contains(&format!("operation_name=\"{operation}\""))
             && l.contains(&format!("status=\"{status}\""))
     });
     counted.then_some(()).ok_or_else(|| {
         format!(
-            "no {status} volume_mount of {plugin} in /metrics ({})",
+            "no {status} {operation} of {plugin} in /metrics ({})",
             r.status
         )
     })
@@ -269,7 +280,7 @@ async fn mount_counted(node: &Node, plugin: &str, status: &str) -> Result<(), St
 
 /// Whether the pod `name` is Ready with its first container restarted `times` times or
 /// more.
-async fn restarted(pods: &Api<Pod>, name: &str, times: i32) -> Result<(), String> {
+pub(super) async fn restarted(pods: &Api<Pod>, name: &str, times: i32) -> Result<(), String> {
     ready(pods, name).await?;
     let p = pods.get(name).await.map_err(|e| e.to_string())?;
     let restarts = p
