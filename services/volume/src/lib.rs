@@ -43,6 +43,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     tokio::spawn(csi.registry.clone().run(shutdown.clone()));
     tokio::spawn(csi.clone().unstage_unused_periodically(shutdown.clone()));
     let stats = csi::stats::VolumeStats::new(csi.clone(), config.kubelet.volume_stats_agg_period);
+    stats.restore();
     tokio::spawn(stats.clone().run(shutdown.clone()));
     let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
     let service = server::VolumeService::new(layout, fetcher, csi, stats);

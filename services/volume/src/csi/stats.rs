@@ -18,8 +18,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Where a pod's volumes with stats are noted, in `<root-dir>/pods/<uid>/` (ours), so that
+/// a restarted volume service measures them again at once rather than at the pod's next
+/// set-up (up to `syncFrequency` later): the Summary's entries and the
+/// `kubelet_volume_stats_*` series do not vanish across its restart.
+const RECORD: &str = "volume-stats.json";
+
+/// What [`RECORD`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Record {
+    namespace: String,
+    sources: Vec<Source>,
+}
+
 /// How a volume is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum How {
     /// `NodeGetVolumeStats` of the driver in the `vol_data.json` beside the target.
     Csi,
@@ -28,7 +41,7 @@ pub enum How {
 }
 
 /// A pod volume with stats.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Source {
     /// The pod's name for it.
     pub name: String,
@@ -72,6 +85,11 @@ pub fn sources(
                 });
             }
             let (plugin, path) = claimed.get(&v.name)?;
+            // A block volume has no filesystem to measure (not done: upstream's
+            // `NodeGetVolumeStats` of a block volume's publish target).
+            if super::block::is_pod_link(path) {
+                return None;
+            }
             Some(Source {
                 name: v.name.clone(),
                 claim: super::persistent::claim_name(pod, v),
@@ -90,6 +108,8 @@ type Usage = [u64; 6];
 struct PodVolumes {
     namespace: String,
     sources: Vec<Source>,
+    /// Whether its record on disk says the same (see [`RECORD`]).
+    noted: bool,
 }
 
 #[derive(Default)]
@@ -132,23 +152,94 @@ impl VolumeStats {
     /// at once.
     pub fn set_pod(&self, pod: &Pod, sources: Vec<Source>) {
         let uid = nodeagent_proto::k8s::pod_uid(pod).to_string();
-        let mut state = self.lock();
-        let changed = state.pods.get(&uid).is_none_or(|p| p.sources != sources);
-        if !changed {
+        let unchanged = self
+            .lock()
+            .pods
+            .get(&uid)
+            .is_some_and(|p| p.sources == sources && p.noted);
+        if unchanged {
             return;
         }
+        let record = Record {
+            namespace: nodeagent_proto::k8s::pod_namespace(pod).to_string(),
+            sources,
+        };
+        // Off the lock; a failure is tried again at the pod's next set-up.
+        let noted = match self.write_record(&uid, &record) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(pod.uid = %uid, error = %e, "cannot note the pod's volumes with stats");
+                false
+            }
+        };
+        let mut state = self.lock();
+        let sources = &record.sources;
         state
             .measured
             .retain(|(u, name), _| *u != uid || sources.iter().any(|s| s.name == *name));
         state.pods.insert(
             uid,
             PodVolumes {
-                namespace: nodeagent_proto::k8s::pod_namespace(pod).to_string(),
-                sources,
+                namespace: record.namespace,
+                sources: record.sources,
+                noted,
             },
         );
         drop(state);
         self.wake.notify_one();
+    }
+
+    /// Notes the pod's volumes with stats on disk (written aside, then renamed); none
+    /// noted when there are none and never were.
+    fn write_record(&self, uid: &str, record: &Record) -> std::io::Result<()> {
+        let dir = self
+            .csi
+            .layout
+            .pod_dir(uid)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let path = dir.as_path().join(RECORD);
+        if record.sources.is_empty() && !path.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir.as_path())?;
+        let tmp = dir.as_path().join(format!(".{RECORD}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(record)?)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// At start: the pods' volumes with stats as the last run noted them (a pod released
+    /// since has no directory, so no record), measured at once.
+    pub fn restore(&self) {
+        let pods = self.csi.root.join("pods");
+        let mut restored = 0;
+        let mut state = self.lock();
+        for entry in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+            let uid = entry.file_name().to_string_lossy().into_owned();
+            let Ok(bytes) = std::fs::read(entry.path().join(RECORD)) else {
+                continue;
+            };
+            match serde_json::from_slice::<Record>(&bytes) {
+                Ok(record) => {
+                    restored += 1;
+                    state.pods.entry(uid).or_insert(PodVolumes {
+                        namespace: record.namespace,
+                        sources: record.sources,
+                        noted: true,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(pod.uid = %uid, error = %e, "cannot read the pod's volumes with stats")
+                }
+            }
+        }
+        drop(state);
+        if restored > 0 {
+            tracing::info!(
+                pods = restored,
+                "pods' volumes with stats restored from disk"
+            );
+            self.wake.notify_one();
+        }
     }
 
     /// Forgets a released pod.
@@ -367,6 +458,37 @@ mod tests {
     use super::*;
     use nodeagent_proto::csi::VolumeUsage;
     use nodeagent_proto::csi::volume_usage::Unit;
+
+    /// What a set-up noted comes back in a new instance (a restarted service), and a pod
+    /// with no volumes with stats leaves no record.
+    #[tokio::test]
+    async fn a_restarted_service_knows_the_pods_volumes_with_stats() {
+        let root = tempfile::tempdir().unwrap();
+        let csi = Csi::new(root.path(), None, "node".into());
+        let pod = |uid: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": uid}}))
+            .unwrap()
+        };
+        let source = Source {
+            name: "data".into(),
+            claim: Some("claim".into()),
+            path: root
+                .path()
+                .join("pods/uid-1/volumes/kubernetes.io~csi/pv/mount"),
+            how: How::Csi,
+        };
+        let first = VolumeStats::new(csi.clone(), Duration::from_secs(10));
+        first.set_pod(&pod("uid-1"), vec![source.clone()]);
+        first.set_pod(&pod("uid-2"), vec![]);
+        assert!(!root.path().join("pods/uid-2").join(RECORD).exists());
+        let again = VolumeStats::new(csi, Duration::from_secs(10));
+        again.restore();
+        let state = again.lock();
+        assert_eq!(state.pods.len(), 1);
+        assert_eq!(state.pods["uid-1"].namespace, "ns");
+        assert_eq!(state.pods["uid-1"].sources, vec![source]);
+    }
 
     /// csi_metrics_test.go's `TestGetMetricsDriverNotSupportStats` answer
     /// (`getRawVolumeInfo`: bytes available 10, total 10, used 2; inodes 100, 100, 20)

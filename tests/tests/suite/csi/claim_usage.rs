@@ -19,8 +19,8 @@
 //! "<pv>" <node>`) on the pod and the claim; the stats then show the new capacity.
 //!
 //! Attacked: a second pod on the same claim (both measured, the claim expanded once), the
-//! volume service SIGKILLed (the stats come back, the pods untouched), the pods deleted
-//! (the series go).
+//! volume service SIGKILLed while pod-sync is down (the stats come back from its own
+//! record before any pod syncs, the pods untouched), the pods deleted (the series go).
 
 use super::claims::{bound_claim, claim_pod, persistent_driver, run_claim_pod, start_with_driver};
 use super::*;
@@ -282,12 +282,29 @@ async fn a_claimed_volumes_usage_and_growth_reach_the_summary_the_claim_and_the_
     })
     .await;
 
-    // The volume service SIGKILLed: its measurements (kept in its memory) come back from
-    // new NodeGetVolumeStats calls; nothing of the pods changes.
+    // The volume service SIGKILLed while pod-sync is down too, so that no pod's set-up
+    // tells it the pods' volumes: what it noted on disk has them measured again at once
+    // (not only at the pods' next sync), so the claim's series come back while pod-sync
+    // is still away; nothing of the pods changes.
     let before = driver.calls("NodeGetVolumeStats").len();
+    node.signal(Service::PodSync, Signal::SIGKILL).await;
     node.signal(Service::Volume, Signal::SIGKILL).await;
     node.spawn(Service::Volume);
     node.wait_serving(Service::Volume).await;
+    eventually(
+        "the claim's series after the restart, pod-sync away",
+        DEADLINE,
+        || async {
+            let calls = driver.calls("NodeGetVolumeStats").len();
+            let s = claim_series(&node, "data").await?;
+            (calls > before && s.len() == FAMILIES.len())
+                .then_some(())
+                .ok_or_else(|| format!("{} new calls, {s:?}", calls - before))
+        },
+    )
+    .await;
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
     eventually("the writer's entry after the restart", DEADLINE, || async {
         let v = summary_volume(&node, &writer, "data").await?;
         let calls = driver.calls("NodeGetVolumeStats").len();
