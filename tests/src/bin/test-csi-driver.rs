@@ -73,6 +73,10 @@ struct Args {
     /// Offer GET_VOLUME_STATS (`NodeGetVolumeStats`).
     #[arg(long)]
     volume_stats: bool,
+    /// Offer VOLUME_MOUNT_GROUP (the kubelet then leaves the fsGroup to the driver; this
+    /// one only records the `volume_mount_group` it is given).
+    #[arg(long)]
+    volume_mount_group: bool,
     /// Offer EXPAND_VOLUME (`NodeExpandVolume`: the volume's quota becomes the required
     /// bytes, which its stats then report).
     #[arg(long)]
@@ -93,6 +97,14 @@ struct Driver {
     /// One loop device attach at a time (a look, then an attach: two calls at once would
     /// attach two devices to one file).
     loops: std::sync::Mutex<()>,
+}
+
+/// The `volume_mount_group` of a mount capability (empty for none).
+fn mount_group(capability: Option<&VolumeCapability>) -> String {
+    match capability.and_then(|c| c.access_type.as_ref()) {
+        Some(volume_capability::AccessType::Mount(m)) => m.volume_mount_group.clone(),
+        _ => String::new(),
+    }
 }
 
 /// Whether the capability asks for a block volume.
@@ -373,6 +385,7 @@ impl Node for Driver {
                 "staging_target_path": req.staging_target_path,
                 "access_mode": access_mode,
                 "block": is_block(req.volume_capability.as_ref()),
+                "volume_mount_group": mount_group(req.volume_capability.as_ref()),
                 "volume_context": context,
                 "publish_context": publish_context,
                 "secrets": req.secrets.keys().collect::<std::collections::BTreeSet<_>>(),
@@ -464,6 +477,7 @@ impl Node for Driver {
                 "readonly": req.readonly,
                 "fs_type": fs_type,
                 "mount_flags": mount_flags,
+                "volume_mount_group": mount_group(capability),
                 "access_mode": access_mode,
                 "volume_context": context,
                 "secrets": secrets,
@@ -669,6 +683,7 @@ impl Node for Driver {
             (self.args.stage, rpc::Type::StageUnstageVolume),
             (self.args.volume_stats, rpc::Type::GetVolumeStats),
             (self.args.expand, rpc::Type::ExpandVolume),
+            (self.args.volume_mount_group, rpc::Type::VolumeMountGroup),
         ];
         let capabilities = offered
             .into_iter()

@@ -344,7 +344,12 @@ impl Csi {
                     &fs_type,
                     spec.mount_options.clone().unwrap_or_default(),
                     super::access_mode(&access_modes, capabilities),
-                    String::new(),
+                    // Upstream's MountDevice: a driver with VOLUME_MOUNT_GROUP gets the
+                    // pod's fsGroup at the stage too, and applies it itself.
+                    match crate::layout::fs_group(pod) {
+                        Some(group) if capabilities.volume_mount_group => group.to_string(),
+                        _ => String::new(),
+                    },
                 )),
                 secrets: stage_secrets,
                 volume_context: context.clone(),

@@ -1032,3 +1032,45 @@ async fn a_claim_bound_to_a_host_path_volume_gets_the_hosts_directory() {
     ready(&pods, &second).await.unwrap();
     node.stop().await;
 }
+
+/// A driver offering VOLUME_MOUNT_GROUP applies the pod's fsGroup itself: upstream's
+/// csi_attacher.go `MountDevice` hands it the fsGroup in `NodeStageVolume`'s mount
+/// capability (`nodeStageFSGroupArg`), csi_mounter.go `SetUpAt` in `NodePublishVolume`'s,
+/// and the kubelet changes no ownership itself (`applyFSGroup` is skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_with_volume_mount_group_gets_the_fs_group_at_stage_and_publish() {
+    if !require_runtime("csi") {
+        return;
+    }
+    let (server, node, pods, driver) = start_with_driver(
+        "csi-mount-group",
+        persistent_driver(false),
+        "",
+        &["--stage", "--volume-mount-group"],
+    )
+    .await;
+    let client = server.client();
+    let pv = format!("pv-{}", node.name);
+    let handle = format!("vol-{}", node.name);
+    bound_claim(&client, "data", &pv, &handle).await;
+    // claim_pod's fsGroup is 2345.
+    run_claim_pod(&pods, &node, "grouped", "data", "true").await;
+    let stages = driver.calls("NodeStageVolume");
+    assert_eq!(stages.len(), 1, "{stages:?}");
+    assert_eq!(stages[0]["volume_mount_group"], "2345", "{stages:?}");
+    let publishes = driver.calls("NodePublishVolume");
+    assert_eq!(publishes.len(), 1, "{publishes:?}");
+    assert_eq!(publishes[0]["volume_mount_group"], "2345", "{publishes:?}");
+    use std::os::unix::fs::MetadataExt;
+    let content = driver
+        .state_dir
+        .join("volumes")
+        .join(&handle)
+        .join("content");
+    assert_eq!(
+        std::fs::metadata(&content).unwrap().gid(),
+        0,
+        "the kubelet left the driver's ownership alone"
+    );
+    node.stop().await;
+}
