@@ -37,6 +37,16 @@ struct CachedToken {
     expires: SystemTime,
 }
 
+/// A token as the API server's TokenRequest status gives it (what a CSI driver with
+/// `tokenRequests` gets).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TokenStatus {
+    pub token: String,
+    /// RFC 3339, seconds, UTC (metav1.Time).
+    #[serde(rename = "expirationTimestamp")]
+    pub expiration_timestamp: String,
+}
+
 impl CachedToken {
     /// Upstream `requiresRefresh`: past 80 % of the lifetime the API server granted (which
     /// may be shorter than the one asked for), or older than a day.
@@ -52,10 +62,12 @@ impl CachedToken {
     }
 }
 
+/// Cheap to clone: the clones share the token cache.
+#[derive(Clone)]
 pub struct Fetcher {
     api: Option<kube::Client>,
     node_name: String,
-    tokens: Mutex<HashMap<TokenKey, CachedToken>>,
+    tokens: std::sync::Arc<Mutex<HashMap<TokenKey, CachedToken>>>,
 }
 
 impl Fetcher {
@@ -63,7 +75,7 @@ impl Fetcher {
         Self {
             api,
             node_name,
-            tokens: Mutex::default(),
+            tokens: Default::default(),
         }
     }
 
@@ -150,6 +162,36 @@ impl Fetcher {
     /// A token for the pod's service account, bound to the pod, from the cache while it is
     /// fresh. A failed refresh keeps using the cached token until it expires (upstream).
     async fn token(&self, pod: &Pod, request: &TokenRequestKey) -> Result<Vec<u8>, String> {
+        self.cached_token(pod, request).await.map(|c| c.token)
+    }
+
+    /// A token for the pod's service account, bound to the pod, with its expiry: the same
+    /// cache and refresh as a projected token's (upstream's CSI `tokenRequests` go through
+    /// the same token manager).
+    pub async fn token_status(
+        &self,
+        pod: &Pod,
+        request: &TokenRequestKey,
+    ) -> Result<TokenStatus, String> {
+        let cached = self.cached_token(pod, request).await?;
+        let seconds = cached
+            .expires
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs() as i64;
+        let expiration = k8s_openapi::jiff::Timestamp::from_second(seconds)
+            .map_err(|e| format!("token expiry {seconds}: {e}"))?;
+        Ok(TokenStatus {
+            token: String::from_utf8_lossy(&cached.token).into_owned(),
+            expiration_timestamp: expiration.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        })
+    }
+
+    async fn cached_token(
+        &self,
+        pod: &Pod,
+        request: &TokenRequestKey,
+    ) -> Result<CachedToken, String> {
         let spec = pod.spec.as_ref();
         let service_account = spec
             .and_then(|s| s.service_account_name.clone())
@@ -170,18 +212,17 @@ impl Fetcher {
         if let Some(c) = &cached
             && !c.needs_refresh(now)
         {
-            return Ok(c.token.clone());
+            return Ok(c.clone());
         }
         match self.request_token(pod, &key).await {
             Ok(fresh) => {
-                let token = fresh.token.clone();
-                self.tokens.lock().unwrap().insert(key, fresh);
-                Ok(token)
+                self.tokens.lock().unwrap().insert(key, fresh.clone());
+                Ok(fresh)
             }
             Err(e) => match cached {
                 Some(c) if !c.expired(now) => {
                     tracing::warn!(error = %e, "token refresh failed; the current token stays until it expires");
-                    Ok(c.token)
+                    Ok(c)
                 }
                 _ => Err(e),
             },

@@ -39,13 +39,14 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         tracing::info!(kubeconfig = %path.display(), "config maps, secrets and tokens come from the API server");
     }
     let api = config.api_client().await?;
-    let csi = csi::Csi::new(&config.root_dir, api.clone(), config.node_name.clone());
+    let fetcher = fetch::Fetcher::new(api.clone(), config.node_name.clone());
+    let csi = csi::Csi::new(&config.root_dir, api.clone(), config.node_name.clone())
+        .with_tokens(fetcher.clone());
     tokio::spawn(csi.registry.clone().run(shutdown.clone()));
     tokio::spawn(csi.clone().unstage_unused_periodically(shutdown.clone()));
     let stats = csi::stats::VolumeStats::new(csi.clone(), config.kubelet.volume_stats_agg_period);
     stats.restore();
     tokio::spawn(stats.clone().run(shutdown.clone()));
-    let fetcher = fetch::Fetcher::new(api, config.node_name.clone());
     let service = server::VolumeService::new(layout, fetcher, csi, stats);
     let server = Server::new(
         config.endpoint(Service::Volume).clone(),

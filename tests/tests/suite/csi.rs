@@ -908,3 +908,4 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
 mod block;
 mod claim_usage;
 mod claims;
+mod tokens;

@@ -39,6 +39,10 @@ const VOL_DATA_TMP: &str = ".vol_data.json.tmp";
 const CSI_TIMEOUT: Duration = Duration::from_secs(120);
 /// The prefix upstream's CSI plugin puts on its errors.
 const PREFIX: &str = "kubernetes.io/csi: ";
+/// The volume attribute a driver with `tokenRequests` finds its tokens in.
+const SERVICE_ACCOUNT_TOKENS: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+/// The lifetime the API server gives a TokenRequest that asks for none.
+const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 
 /// `vol_data.json`, with upstream's keys (written as upstream's `json.Encoder` writes a
 /// `map[string]string`: keys sorted, one line).
@@ -142,6 +146,10 @@ struct DriverPolicy {
     attach_required: bool,
     pod_info_on_mount: bool,
     fs_group_policy: String,
+    /// `tokenRequests`: (audience, expirationSeconds).
+    token_requests: Vec<(String, Option<i64>)>,
+    /// `requiresRepublish`: `NodePublishVolume` again at every set-up of a published volume.
+    requires_republish: bool,
 }
 
 impl DriverPolicy {
@@ -196,6 +204,8 @@ pub struct Csi {
     /// Per pod UID: the CSI persistent volumes (driver, handle) its claims resolved to,
     /// set up or not (upstream's desired state of world), for `volumes_in_use`.
     wanted: std::sync::Arc<std::sync::Mutex<HashMap<String, Devices>>>,
+    /// Where the service account tokens of drivers with `tokenRequests` come from.
+    tokens: Option<crate::fetch::Fetcher>,
 }
 
 /// CSI volumes as (driver, handle).
@@ -212,7 +222,52 @@ impl Csi {
             layout: crate::PodVolumeLayout::new(root.to_path_buf()),
             stage_locks: Default::default(),
             wanted: Default::default(),
+            tokens: None,
         }
+    }
+
+    /// With `fetcher` for the service account tokens of drivers with `tokenRequests`.
+    pub fn with_tokens(mut self, fetcher: crate::fetch::Fetcher) -> Self {
+        self.tokens = Some(fetcher);
+        self
+    }
+
+    /// Upstream's `podServiceAccountTokenAttrs`: for a driver with `tokenRequests`, a token
+    /// of the pod's service account bound to the pod per audience, as
+    /// `csi.storage.k8s.io/serviceAccount.tokens` (a JSON object of TokenRequest statuses
+    /// by audience).
+    async fn token_attributes(
+        &self,
+        pod: &Pod,
+        policy: &DriverPolicy,
+    ) -> Result<Option<(String, String)>, String> {
+        if policy.token_requests.is_empty() {
+            return Ok(None);
+        }
+        let tokens = self
+            .tokens
+            .as_ref()
+            .ok_or_else(|| "ServiceAccountTokenGetter is nil".to_string())?;
+        let mut out = BTreeMap::new();
+        for (audience, seconds) in &policy.token_requests {
+            let request = crate::payload::TokenRequestKey {
+                audience: audience.clone(),
+                // Unset: the API server's default lifetime of a TokenRequest.
+                expiration_seconds: seconds.unwrap_or(DEFAULT_TOKEN_SECONDS),
+            };
+            out.insert(audience.clone(), tokens.token_status(pod, &request).await?);
+        }
+        let json = serde_json::to_string(&out).map_err(|e| e.to_string())?;
+        Ok(Some((SERVICE_ACCOUNT_TOKENS.to_string(), json)))
+    }
+
+    /// Whether the driver wants `NodePublishVolume` again for a published volume
+    /// (`requiresRepublish`); a CSIDriver that cannot be read says no, so a running pod's
+    /// volume is left as it is.
+    async fn requires_republish(&self, driver: &str) -> bool {
+        self.policy(driver)
+            .await
+            .is_ok_and(|p| p.requires_republish)
     }
 
     fn volume_dir(&self, uid: &str, name: &str) -> Result<HostPath, String> {
@@ -250,7 +305,9 @@ impl Csi {
                 &handle,
             )
             .await?;
-            return Ok(target);
+            if !self.requires_republish(&source.driver).await {
+                return Ok(target);
+            }
         }
         // Upstream's NewMounter needs a client: a standalone node has no CSIDriver to read.
         if self.client.is_none() {
@@ -276,6 +333,9 @@ impl Csi {
         if policy.pod_info_on_mount {
             context.extend(pod_info(pod, true));
         }
+        context.extend(self.token_attributes(pod, &policy).await.map_err(|e| {
+            format!("{PREFIX}mounter.SetUpAt failed to get service accoount token attributes: {e}")
+        })?);
         let publish_secrets = match &source.node_publish_secret_ref {
             Some(r) => {
                 let name = r.name.clone();
@@ -458,6 +518,8 @@ impl Csi {
                 attach_required: true,
                 pod_info_on_mount: false,
                 fs_group_policy: "ReadWriteOnceWithFSType".to_string(),
+                token_requests: Vec::new(),
+                requires_republish: false,
             });
         };
         Ok(DriverPolicy {
@@ -473,7 +535,16 @@ impl Csi {
             fs_group_policy: found
                 .spec
                 .fs_group_policy
+                .clone()
                 .unwrap_or_else(|| "ReadWriteOnceWithFSType".to_string()),
+            token_requests: found
+                .spec
+                .token_requests
+                .iter()
+                .flatten()
+                .map(|t| (t.audience.clone(), t.expiration_seconds))
+                .collect(),
+            requires_republish: found.spec.requires_republish.unwrap_or(false),
         })
     }
 

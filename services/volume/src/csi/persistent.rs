@@ -274,7 +274,9 @@ impl Csi {
             .await
             .map_err(|e| step("SetUp", e))?;
             self.expand_if_grown(pod, &pvc, &pv, &target).await;
-            return Ok((plugin, target));
+            if !self.requires_republish(&source.driver).await {
+                return Ok((plugin, target));
+            }
         }
         let policy = self.policy(&source.driver).await.map_err(|e| {
             step(
@@ -360,6 +362,14 @@ impl Csi {
         if policy.pod_info_on_mount {
             context.extend(super::pod_info(pod, false));
         }
+        context.extend(self.token_attributes(pod, &policy).await.map_err(|e| {
+            step(
+                "SetUp",
+                format!(
+                    "{PREFIX}mounter.SetUpAt failed to get service accoount token attributes: {e}"
+                ),
+            )
+        })?);
         let publish_secrets = self
             .secret_ref(
                 "NodePublishSecretRef",
