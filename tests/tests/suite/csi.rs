@@ -109,6 +109,16 @@ impl Driver {
             .collect()
     }
 
+    /// The calls after the first `n` that could change a volume (all but the capability
+    /// and info queries).
+    fn changing_calls_since(&self, n: usize) -> Vec<Value> {
+        self.log_lines("calls.log")
+            .into_iter()
+            .skip(n)
+            .filter(|c| c["rpc"] != "NodeGetCapabilities" && c["rpc"] != "NodeGetInfo")
+            .collect()
+    }
+
     fn inject(&self, file: &str, message: Option<&str>) {
         let path = self.state_dir.join(file);
         match message {

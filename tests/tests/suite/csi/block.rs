@@ -215,11 +215,7 @@ async fn a_block_claim_is_a_device_whose_data_outlives_its_pods() {
         Duration::from_millis(300),
         || async {
             ready(&pods, &writer).await?;
-            let changing: Vec<Value> = driver.log_lines("calls.log")[calls_before..]
-                .iter()
-                .filter(|c| c["rpc"] != "NodeGetCapabilities" && c["rpc"] != "NodeGetInfo")
-                .cloned()
-                .collect();
+            let changing = driver.changing_calls_since(calls_before);
             if !changing.is_empty() {
                 return Err(format!("calls after the restart: {changing:?}"));
             }

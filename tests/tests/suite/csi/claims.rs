@@ -490,11 +490,7 @@ async fn a_claims_data_outlives_its_pods_and_is_unstaged_after_the_last() {
         Duration::from_millis(300),
         || async {
             ready(&pods, &again).await?;
-            let changing: Vec<Value> = driver.log_lines("calls.log")[calls_before..]
-                .iter()
-                .filter(|c| c["rpc"] != "NodeGetCapabilities" && c["rpc"] != "NodeGetInfo")
-                .cloned()
-                .collect();
+            let changing = driver.changing_calls_since(calls_before);
             if !changing.is_empty() {
                 return Err(format!("calls after the restart: {changing:?}"));
             }
