@@ -43,6 +43,8 @@ const PREFIX: &str = "kubernetes.io/csi: ";
 const SERVICE_ACCOUNT_TOKENS: &str = "csi.storage.k8s.io/serviceAccount.tokens";
 /// The lifetime the API server gives a TokenRequest that asks for none.
 const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+/// How long a driver's `requiresRepublish` is taken as read.
+const REPUBLISH_CHECK_EVERY: Duration = Duration::from_secs(30);
 
 /// `vol_data.json`, with upstream's keys (written as upstream's `json.Encoder` writes a
 /// `map[string]string`: keys sorted, one line).
@@ -206,6 +208,8 @@ pub struct Csi {
     wanted: std::sync::Arc<std::sync::Mutex<HashMap<String, Devices>>>,
     /// Where the service account tokens of drivers with `tokenRequests` come from.
     tokens: Option<crate::fetch::Fetcher>,
+    /// Per driver: its `requiresRepublish` and when it was read.
+    republish: std::sync::Arc<std::sync::Mutex<HashMap<String, (bool, std::time::Instant)>>>,
 }
 
 /// CSI volumes as (driver, handle).
@@ -223,6 +227,7 @@ impl Csi {
             stage_locks: Default::default(),
             wanted: Default::default(),
             tokens: None,
+            republish: Default::default(),
         }
     }
 
@@ -263,11 +268,26 @@ impl Csi {
 
     /// Whether the driver wants `NodePublishVolume` again for a published volume
     /// (`requiresRepublish`); a CSIDriver that cannot be read says no, so a running pod's
-    /// volume is left as it is.
+    /// volume is left as it is. Read at most every [`REPUBLISH_CHECK_EVERY`] per driver:
+    /// every pod sync asks for every published volume (upstream reads an informer's cache).
     async fn requires_republish(&self, driver: &str) -> bool {
-        self.policy(driver)
-            .await
-            .is_ok_and(|p| p.requires_republish)
+        let now = std::time::Instant::now();
+        if let Some((answer, at)) = self.republish.lock().unwrap().get(driver)
+            && now.duration_since(*at) < REPUBLISH_CHECK_EVERY
+        {
+            return *answer;
+        }
+        match self.policy(driver).await {
+            Ok(p) => {
+                let answer = p.requires_republish;
+                self.republish
+                    .lock()
+                    .unwrap()
+                    .insert(driver.to_string(), (answer, now));
+                answer
+            }
+            Err(_) => false,
+        }
     }
 
     fn volume_dir(&self, uid: &str, name: &str) -> Result<HostPath, String> {
