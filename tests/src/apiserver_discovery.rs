@@ -158,12 +158,15 @@ fn groups() -> Vec<Value> {
     names
         .into_iter()
         .map(|name| {
-            let versions: Vec<Value> = RESOURCES
-                .iter()
-                .filter_map(|r| r.2.split_once('/'))
-                .filter(|(g, _)| *g == name)
-                .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-                .collect();
+            // Each version once, however many resources it serves (kubectl refuses a
+            // group that lists one version twice: "matches multiple kinds").
+            let mut versions: Vec<Value> = Vec::new();
+            for (g, v) in RESOURCES.iter().filter_map(|r| r.2.split_once('/')) {
+                let version = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+                if g == name && !versions.contains(&version) {
+                    versions.push(version);
+                }
+            }
             json!({
                 "kind": "APIGroup", "apiVersion": "v1", "name": name,
                 "preferredVersion": versions[0].clone(), "versions": versions,
@@ -235,6 +238,18 @@ mod tests {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
         assert!(!names.contains(&"leases"));
+    }
+
+    #[test]
+    fn a_group_lists_each_of_its_versions_once() {
+        let storage = groups()
+            .into_iter()
+            .find(|g| g["name"] == "storage.k8s.io")
+            .unwrap();
+        assert_eq!(
+            storage["versions"],
+            json!([{"groupVersion": "storage.k8s.io/v1", "version": "v1"}])
+        );
     }
 
     #[test]
