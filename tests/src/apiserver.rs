@@ -14,8 +14,9 @@
 //!   ERROR event with a 410 `Expired` Status, as the real server does;
 //! - create (409 `AlreadyExists`), update with a stale resourceVersion (409 `Conflict`),
 //!   the `status` subresource (status-only updates, and spec-only updates of the main
-//!   resource), JSON merge patch and strategic merge patch (lists of conditions, container
-//!   statuses, containers, pod IPs merged by their keys);
+//!   resource), JSON merge patch and strategic merge patch (the lists upstream's types.go
+//!   tags `patchStrategy:"merge"`, such as conditions, containers and pod IPs, merged by
+//!   their keys; the rest, container statuses among them, replaced whole);
 //! - `fieldSelector` on any field path (`spec.nodeName`, `metadata.name`,
 //!   `involvedObject.name` for events, ...), `=`, `==` and `!=`;
 //! - deletion with a grace period: a pod with grace > 0 gets `deletionTimestamp` and
@@ -1138,18 +1139,20 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// The merge keys of the lists that strategic merge patch merges (the rest are replaced).
+/// The merge keys of the lists that strategic merge patch merges, as upstream's types.go
+/// tags them (`patchStrategy:"merge"` with a `patchMergeKey`); every other list is
+/// replaced whole by the patch's, among them a pod's container statuses (init, regular
+/// and ephemeral: no patch strategy, `+listType=atomic`) and the Node's `volumesAttached`
+/// and `volumesInUse`.
 fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
         "conditions" => "type",
-        "containerStatuses"
-        | "initContainerStatuses"
-        | "ephemeralContainerStatuses"
-        | "containers"
+        "containers"
         | "initContainers"
         | "ephemeralContainers"
         | "volumes"
-        | "env" => "name",
+        | "env"
+        | "resourceClaimStatuses" => "name",
         "podIPs" | "hostIPs" => "ip",
         "addresses" => "type",
         _ => return None,

@@ -2,24 +2,27 @@
 //! `statusutil.PatchPodStatus`) and for the Node (`nodeutil.PatchNodeStatus`): a two-way
 //! strategic merge patch from the status the API server has to the new one. Only
 //! what changed is sent: maps name the keys that changed (a key that went is set to
-//! null), the lists the API merges by key (conditions by `type`, container statuses by
-//! `name`, pod and host IPs by `ip`) carry only the entries that changed (an entry that
-//! went is `{"<key>": …, "$patch": "delete"}`), other lists are replaced whole. So a
-//! condition another writer set and this node left alone is never in the patch, and
-//! cannot be overwritten.
+//! null), the lists the API merges by key (those upstream's types.go tags
+//! `patchStrategy:"merge"`: conditions by `type`, pod and host IPs by `ip`, resource claim
+//! statuses by `name`) carry only the entries that changed (an entry that went is
+//! `{"<key>": …, "$patch": "delete"}`), and every other list, when it changed, is sent
+//! whole, since the API server replaces it whole: container statuses (init, regular and
+//! ephemeral) and the Node's `volumesAttached` are atomic lists upstream (no patch
+//! strategy in types.go; `+listType=atomic` in the OpenAPI schema k8s-openapi is made
+//! from), so a patch with only the changed container would leave the pod with only that
+//! one. A condition another writer set and this node left alone is never in the patch,
+//! and cannot be overwritten.
 
 use serde_json::{Map, Value};
 
-/// The merge key of a status list the API server merges (the rest are replaced).
+/// The merge key of a status list the API server merges (the rest are replaced): the
+/// `patchMergeKey` of PodStatus's and NodeStatus's lists tagged `patchStrategy:"merge"`
+/// in upstream's types.go (NodeStatus's `addresses` is handled apart, see `diff_value`).
 fn merge_key(field: &str) -> Option<&'static str> {
     match field {
         "conditions" => Some("type"),
-        "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses" => {
-            Some("name")
-        }
         "podIPs" | "hostIPs" => Some("ip"),
-        // NodeStatus (`addresses` is handled apart, see `diff_value`).
-        "volumesAttached" => Some("name"),
+        "resourceClaimStatuses" => Some("name"),
         _ => None,
     }
 }
@@ -169,8 +172,7 @@ mod tests {
             json!({
                 "podIPs": [{"ip": "10.0.0.2"}, {"ip": "10.0.0.1", "$patch": "delete"}],
                 "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
-                "containerStatuses": [{"name": "c", "ready": false,
-                    "state": {"running": null, "terminated": {"exitCode": 1}}}]
+                "containerStatuses": new["containerStatuses"]
             })
         );
         assert_eq!(two_way(&new, &new), json!({}));
@@ -178,19 +180,46 @@ mod tests {
         assert_eq!(two_way(&Value::Null, &new), new);
     }
 
+    /// One container of two changed: the whole list goes, both containers in it, as
+    /// upstream's `CreateTwoWayMergePatch` sends a list without a patch strategy
+    /// (types.go's `ContainerStatuses`, `InitContainerStatuses`,
+    /// `EphemeralContainerStatuses`; k8s-openapi's `list::atomic` for them), because the
+    /// API server replaces such a list with what the patch holds: a patch with only `b`
+    /// would leave the pod without `a`'s status.
     #[test]
-    fn a_container_state_change_nulls_the_old_state() {
-        let old = json!({"conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "c", "state": {"running": {}}}]});
-        let new = json!({"conditions": [{"type": "Ready", "status": "False"}],
-            "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "X"}}}]});
-        let patch = two_way(&old, &new);
-        let conditions = patch["conditions"].as_array().unwrap();
-        assert_eq!(conditions.len(), 1);
-        assert_eq!(conditions[0]["type"], "Ready");
+    fn a_changed_container_status_list_is_sent_whole() {
+        for field in [
+            "containerStatuses",
+            "initContainerStatuses",
+            "ephemeralContainerStatuses",
+        ] {
+            let a = json!({"name": "a", "ready": true, "image": "busybox:1.36",
+                "state": {"running": {"startedAt": "t1"}}});
+            let old = json!({field: [a.clone(), {"name": "b", "ready": false,
+                "image": "busybox:1.36", "state": {"running": {"startedAt": "t1"}}}]});
+            let new = json!({field: [a, {"name": "b", "ready": true,
+                "image": "busybox:1.36", "state": {"running": {"startedAt": "t1"}}}]});
+            assert_eq!(two_way(&old, &new), json!({field: new[field]}), "{field}");
+            assert_eq!(two_way(&new, &new), json!({}), "{field}");
+        }
+        // The Node's volumesAttached (atomic too), were it ever sent.
+        let old = json!({"volumesAttached": [{"name": "v1", "devicePath": ""}]});
+        let new = json!({"volumesAttached": [{"name": "v1", "devicePath": ""},
+                                             {"name": "v2", "devicePath": ""}]});
+        assert_eq!(two_way(&old, &new), new);
+    }
+
+    /// A claim status the DRA controller wrote and the kubelet left alone: merged by
+    /// `name` (types.go's `patchMergeKey:"name"`), so only what changed goes.
+    #[test]
+    fn resource_claim_statuses_merge_by_name() {
+        let old = json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"},
+                                                   {"name": "nic", "resourceClaimName": "p-nic"}]});
+        let new = json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"},
+                                                   {"name": "nic", "resourceClaimName": "p-nic2"}]});
         assert_eq!(
-            patch["containerStatuses"][0]["state"],
-            json!({"running": null, "waiting": {"reason": "X"}})
+            two_way(&old, &new),
+            json!({"resourceClaimStatuses": [{"name": "nic", "resourceClaimName": "p-nic2"}]})
         );
     }
 }

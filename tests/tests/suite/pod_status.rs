@@ -3,7 +3,8 @@
 //! patch of the node, `spec.readinessGates` hold `Ready` back with upstream's reason and
 //! message, a pod-sync restart changes no transition time, start time or pod IP, and the
 //! node's patches (two-way strategic merge patches) leave no stale container state behind
-//! when a container goes from running to terminated.
+//! when a container goes from running to terminated, and a change of one container's
+//! status keeps the others' (the lists are atomic upstream, sent whole).
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -211,6 +212,56 @@ async fn readiness_gates_and_foreign_conditions_survive_the_nodes_patches() {
         "{state}"
     );
     assert_eq!(state["terminated"]["exitCode"], 3);
+
+    // Two containers, one of which ends: the API's list still holds both, whole. The
+    // container status lists are atomic upstream (types.go gives them no patch strategy),
+    // so the API server replaces them with what a patch holds, and a patch must carry the
+    // whole list, as upstream's CreateTwoWayMergePatch does.
+    let pair = node.pod_name("pair");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": pair, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "a", "image": "busybox:1.36",
+                 "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]},
+                {"name": "b", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 2; exit 0"]}
+            ]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let p = eventually("b ended, a still listed running", DEADLINE, || async {
+        let p = api_pod(&pods, &pair).await?;
+        let statuses = p["status"]["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let state = |n: &str| {
+            statuses
+                .iter()
+                .find(|c| c["name"] == n)
+                .map(|c| c["state"].clone())
+        };
+        match (state("a"), state("b")) {
+            (Some(a), Some(b)) if a["running"].is_object() && b["terminated"].is_object() => Ok(p),
+            _ => Err(p["status"].to_string()),
+        }
+    })
+    .await;
+    for c in p["status"]["containerStatuses"].as_array().unwrap() {
+        assert!(
+            c["image"] == "busybox:1.36" && c["imageID"].as_str().is_some_and(|i| !i.is_empty()),
+            "a whole status for {}: {c}",
+            c["name"]
+        );
+    }
+    assert_eq!(
+        p["status"]["containerStatuses"].as_array().unwrap().len(),
+        2
+    );
     node.stop().await;
 }
 

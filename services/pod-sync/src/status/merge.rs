@@ -42,6 +42,9 @@ pub fn merge_pod_status(
         }
     }
     new.conditions = Some(conditions);
+    // Upstream: "ResourceClaimStatuses is not owned and not modified by kubelet" (the
+    // resource claim controller writes it): what the API server has stays.
+    new.resource_claim_statuses = old.resource_claim_statuses.clone();
     if transitioning && could_have_running {
         new.phase = old.phase.clone();
         new.reason = old.reason.clone();

@@ -267,3 +267,27 @@ fn test_merge_pod_status() {
         failures.join("\n")
     );
 }
+
+/// Not a row of upstream's table but a line of its `mergePodStatus`
+/// (`newPodStatus.ResourceClaimStatuses = oldPodStatus.ResourceClaimStatuses`): the claim
+/// statuses the resource claim controller wrote stay, whatever the kubelet computed, so the
+/// status patch never sends them away.
+#[test]
+fn resource_claim_statuses_are_the_api_servers() {
+    use k8s_openapi::api::core::v1::PodResourceClaimStatus;
+    let claims = vec![PodResourceClaimStatus {
+        name: "gpu".into(),
+        resource_claim_name: Some("pod-gpu-x7k2".into()),
+    }];
+    let old = PodStatus {
+        resource_claim_statuses: Some(claims.clone()),
+        ..base()
+    };
+    let merged = merge_pod_status(&old, base(), false);
+    assert_eq!(merged.resource_claim_statuses, Some(claims));
+    let merged = merge_pod_status(&base(), old.clone(), false);
+    assert_eq!(
+        merged.resource_claim_statuses, None,
+        "not the kubelet's to set"
+    );
+}
