@@ -35,6 +35,11 @@
 //!   must exist (403 Forbidden), and the `kube-api-access-*` token volume mounted in its
 //!   containers (`apiserver_admission`).
 //!
+//! - the attach/detach controller and, for the drivers a test deploys one for, an
+//!   external-attacher: VolumeAttachments made, attached through the driver's
+//!   `ControllerPublishVolume`, detached once the node no longer uses the volume, and the
+//!   Node's `volumesAttached` (`apiserver_attach`).
+//!
 //! - over TLS (`start_tls`), x509 client-certificate and bootstrap-token authentication
 //!   of each request, and CertificateSigningRequests (`certificates.k8s.io/v1`) with the
 //!   `approval` subresource, upstream's kubelet CSR approver and a signer
@@ -77,9 +82,9 @@ pub(crate) const RESOURCES: [(&str, &str, &str, bool); 15] = [
     // and the node's registered drivers, which the node agent keeps (issue 32).
     ("csidrivers", "CSIDriver", "storage.k8s.io/v1", false),
     ("csinodes", "CSINode", "storage.k8s.io/v1", false),
-    // Persistent volumes and their claims, and the attachments an attacher reports
-    // (issue 32); the tests bind claims and attach volumes themselves, as the PV
-    // controller and the external-attacher would.
+    // Persistent volumes and their claims, and the attachments the attach/detach
+    // controller makes (issue 32, `apiserver_attach`); the tests bind claims themselves,
+    // as the PV controller would.
     ("persistentvolumes", "PersistentVolume", "v1", false),
     (
         "persistentvolumeclaims",
@@ -108,6 +113,13 @@ pub(crate) struct WatchEvent {
     pub(crate) plural: String,
     pub(crate) kind: &'static str,
     object: Value,
+}
+
+impl WatchEvent {
+    /// The object as the event carries it.
+    pub(crate) fn object(&self) -> &Value {
+        &self.object
+    }
 }
 
 #[derive(Default)]
@@ -142,6 +154,9 @@ pub struct ApiState {
     /// The scheduler and the node lifecycle controller (`apiserver_nodes`), off until
     /// enabled.
     pub cluster: crate::apiserver_nodes::ClusterControllers,
+    /// The external-attachers deployed for CSI drivers (`apiserver_attach`, whose
+    /// attach/detach controller always runs).
+    pub attachers: crate::apiserver_attach::Attachers,
 }
 
 impl Default for ApiState {
@@ -156,6 +171,7 @@ impl Default for ApiState {
             root_ca: Arc::new(crate::pki::TestCa::new("nodeagent-test-apiserver-ca")),
             certificates: Default::default(),
             cluster: Default::default(),
+            attachers: Default::default(),
         };
         {
             let mut s = state.store.lock().unwrap();
@@ -176,6 +192,8 @@ pub struct ApiServer {
     task: Option<tokio::task::JoinHandle<()>>,
     /// The cluster controllers' loop (`apiserver_nodes`), stopped with the server.
     controllers: tokio::task::JoinHandle<()>,
+    /// The attach/detach controller's and the attachers' loop (`apiserver_attach`).
+    attach: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for ApiServer {
@@ -184,6 +202,7 @@ impl Drop for ApiServer {
             task.abort();
         }
         self.controllers.abort();
+        self.attach.abort();
     }
 }
 
@@ -364,18 +383,21 @@ impl ApiServer {
             }
         });
         let controllers = tokio::spawn(crate::apiserver_nodes::run(state.clone()));
+        let attach = tokio::spawn(crate::apiserver_attach::run(state.clone()));
         Ok(ApiServer {
             state,
             port,
             tls: over_tls,
             task: Some(task),
             controllers,
+            attach,
         })
     }
 
     /// Stops serving: the listener and every open connection (and watch) close.
     pub async fn stop(mut self) -> ApiState {
         self.controllers.abort();
+        self.attach.abort();
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;
@@ -533,6 +555,21 @@ impl ApiState {
             return None;
         }
         Some(insert_new(self, &mut s, &t, &name, object))
+    }
+
+    /// Deletes a stored object as a controller does (a DELETED event); None when it does
+    /// not exist.
+    pub(crate) fn remove(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let t = target(
+            plural,
+            (!namespace.is_empty()).then(|| namespace.to_string()),
+        )?;
+        let mut s = self.store.lock().unwrap();
+        let mut gone = s.objects.remove(&key(&t, name))?;
+        s.rv += 1;
+        gone["metadata"]["resourceVersion"] = s.rv.to_string().into();
+        self.record(&mut s, &t.plural, t.kind, "DELETED", &gone);
+        Some(gone)
     }
 
     /// Every write from now on, as watches see them.

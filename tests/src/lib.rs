@@ -4,6 +4,7 @@
 
 pub mod apiserver;
 pub mod apiserver_admission;
+pub mod apiserver_attach;
 pub mod apiserver_auth;
 pub mod apiserver_controllers;
 pub mod apiserver_csr;

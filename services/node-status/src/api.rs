@@ -96,6 +96,22 @@ impl NodeReporter {
             Err(e) => return Err(e),
         };
         let uid = existing.metadata.uid.clone().unwrap_or_default();
+        // A Node registered without the attach/detach annotation (by an older agent, or
+        // edited away) gets it back (upstream's `reconcileCMADAnnotationWithExistingNode`).
+        let annotated = existing.metadata.annotations.as_ref().is_some_and(|a| {
+            a.get(crate::CONTROLLER_MANAGED_ATTACH).map(String::as_str) == Some("true")
+        });
+        if !annotated {
+            nodes
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                        crate::CONTROLLER_MANAGED_ATTACH: "true"}}})),
+                )
+                .await?;
+            tracing::info!(node = %name, "set the node annotation that enables the controller's volume attach and detach");
+        }
         let now = without_heartbeats(&node.status);
         let repeat = last
             .as_ref()

@@ -185,6 +185,12 @@ const CLOUD_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// The annotation that hands `--node-ip` to the cloud controller (upstream's
 /// `AnnotationAlphaProvidedIPAddr`).
 const PROVIDED_IP: &str = "alpha.kubernetes.io/provided-node-ip";
+/// The annotation that hands the node's volume attach and detach to the attach/detach
+/// controller (`volumeutil.ControllerManagedAttachAnnotation`). Upstream's kubelet sets it
+/// under `enableControllerAttachDetach` (its default); ours never attaches itself, so it
+/// always does.
+pub const CONTROLLER_MANAGED_ATTACH: &str =
+    "volumes.kubernetes.io/controller-managed-attach-detach";
 
 /// The node's addresses as upstream's `NodeAddress` setter gives them without a cloud
 /// provider: each `--node-ip` (or the detected one) as InternalIP, then the Hostname.
@@ -465,6 +471,10 @@ impl NodeStatusService {
     fn registration(&self, mut node: Node) -> Node {
         let labels = node.metadata.labels.get_or_insert_default();
         labels.extend(self.node_labels.clone());
+        node.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(CONTROLLER_MANAGED_ATTACH.into(), "true".into());
         let mut taints = self.kubelet.register_with_taints.clone();
         if self.external_cloud_provider {
             taints.push(k8s_openapi::api::core::v1::Taint {

@@ -328,7 +328,7 @@ impl VolumeService {
                 Ok((plugin, _)) | Err(ClaimError::Mount { plugin, .. }) => Some(plugin),
                 // Not in the desired state at all, or not yet to be mounted: no operation
                 // was tried.
-                Err(ClaimError::Process(_) | ClaimError::NotReportedInUse(_)) => None,
+                Err(ClaimError::Process(_) | ClaimError::NotVerifiedAttached(_)) => None,
             };
             if let Some(plugin) = plugin {
                 nodeagent_telemetry::metrics::kubelet::record_storage_operation(
@@ -354,8 +354,8 @@ impl VolumeService {
                     errors.push(message);
                     failed_plugins.push(plugin);
                 }
-                Err(ClaimError::NotReportedInUse(message)) => {
-                    tracing::info!(volume = %v.name, %message, "waiting for the volume to be reported in use");
+                Err(ClaimError::NotVerifiedAttached(message)) => {
+                    tracing::info!(volume = %v.name, %message, "waiting for the volume to be reported in use and attached");
                     waiting.push(message);
                 }
             }

@@ -28,11 +28,20 @@
 //! - `calls.log`: one JSON object per CSI call (`rpc`, and the request's fields that matter),
 //!   appended before the call is answered;
 //! - `registration.log`: each `NotifyRegistrationStatus` (`registered`, `error`);
-//! - `fail-publish` / `fail-unpublish` / `fail-stage` / `fail-unstage` / `fail-expand`:
-//!   while such a file exists, that call fails with `INTERNAL` and the file's content as
-//!   the message.
+//! - `fail-publish` / `fail-unpublish` / `fail-stage` / `fail-unstage` / `fail-expand` /
+//!   `fail-controller-publish`: while such a file exists, that call fails with `INTERNAL`
+//!   and the file's content as the message.
+//!
+//! The CSI Controller service, on the same socket as real drivers serve it, is what an
+//! external-attacher calls: `ControllerPublishVolume` and `ControllerUnpublishVolume`
+//! (PUBLISH_UNPUBLISH_VOLUME) for a node named by this driver's `--node-id` (another node
+//! is NOT_FOUND, as csi-driver-host-path answers), the publish context naming the node it
+//! attached to (`attachedTo`), which the kubelet then hands to `NodeStageVolume`. The rest
+//! of the Controller service (provisioning, snapshots) is UNIMPLEMENTED: volumes are made
+//! at their first stage or publish.
 
 use clap::Parser;
+use nodeagent_proto::csi::controller_server::{Controller, ControllerServer};
 use nodeagent_proto::csi::identity_server::{Identity, IdentityServer};
 use nodeagent_proto::csi::node_server::{Node, NodeServer};
 use nodeagent_proto::csi::*;
@@ -357,8 +366,14 @@ impl Identity for Driver {
         &self,
         _: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        // The Controller service (what an external-attacher checks before it attaches).
+        use plugin_capability::{Service, Type, service};
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![],
+            capabilities: vec![PluginCapability {
+                r#type: Some(Type::Service(Service {
+                    r#type: service::Type::ControllerService as i32,
+                })),
+            }],
         }))
     }
 
@@ -708,6 +723,156 @@ impl Node for Driver {
     }
 }
 
+/// The Controller RPCs this driver does not offer.
+fn not_offered<T>(rpc: &str) -> Result<Response<T>, Status> {
+    Err(Status::unimplemented(format!("{rpc} is not offered")))
+}
+
+#[tonic::async_trait]
+impl Controller for Driver {
+    async fn controller_publish_volume(
+        &self,
+        request: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let context: BTreeMap<_, _> = req.volume_context.clone().into_iter().collect();
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "ControllerPublishVolume",
+                "volume_id": req.volume_id,
+                "node_id": req.node_id,
+                "readonly": req.readonly,
+                "access_mode": access_mode(req.volume_capability.as_ref()),
+                "block": is_block(req.volume_capability.as_ref()),
+                "volume_context": context,
+            }),
+        );
+        self.volume_dir(&req.volume_id)?;
+        if req.volume_capability.is_none() {
+            return Err(Status::invalid_argument("volume_capability is required"));
+        }
+        if req.node_id != self.args.node_id {
+            return Err(Status::not_found(format!(
+                "node {:?} not found",
+                req.node_id
+            )));
+        }
+        self.injected("fail-controller-publish")?;
+        Ok(Response::new(ControllerPublishVolumeResponse {
+            publish_context: [("attachedTo".to_string(), req.node_id)].into(),
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        self.record(
+            "calls.log",
+            json!({
+                "rpc": "ControllerUnpublishVolume",
+                "volume_id": req.volume_id,
+                "node_id": req.node_id,
+            }),
+        );
+        self.volume_dir(&req.volume_id)?;
+        Ok(Response::new(ControllerUnpublishVolumeResponse {}))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        use controller_service_capability::{Rpc, Type, rpc};
+        Ok(Response::new(ControllerGetCapabilitiesResponse {
+            capabilities: vec![ControllerServiceCapability {
+                r#type: Some(Type::Rpc(Rpc {
+                    r#type: rpc::Type::PublishUnpublishVolume as i32,
+                })),
+            }],
+        }))
+    }
+
+    async fn create_volume(
+        &self,
+        _: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        not_offered("CreateVolume")
+    }
+
+    async fn delete_volume(
+        &self,
+        _: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        not_offered("DeleteVolume")
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        _: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        not_offered("ValidateVolumeCapabilities")
+    }
+
+    async fn list_volumes(
+        &self,
+        _: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        not_offered("ListVolumes")
+    }
+
+    async fn get_capacity(
+        &self,
+        _: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        not_offered("GetCapacity")
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<CreateSnapshotRequest>,
+    ) -> Result<Response<CreateSnapshotResponse>, Status> {
+        not_offered("CreateSnapshot")
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<DeleteSnapshotRequest>,
+    ) -> Result<Response<DeleteSnapshotResponse>, Status> {
+        not_offered("DeleteSnapshot")
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<ListSnapshotsRequest>,
+    ) -> Result<Response<ListSnapshotsResponse>, Status> {
+        not_offered("ListSnapshots")
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        _: Request<ControllerExpandVolumeRequest>,
+    ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        not_offered("ControllerExpandVolume")
+    }
+
+    async fn controller_get_volume(
+        &self,
+        _: Request<ControllerGetVolumeRequest>,
+    ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
+        not_offered("ControllerGetVolume")
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        not_offered("ControllerModifyVolume")
+    }
+}
+
 #[tonic::async_trait]
 impl Registration for Driver {
     async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
@@ -763,6 +928,7 @@ async fn main() -> anyhow::Result<()> {
     let csi = tonic::transport::Server::builder()
         .add_service(IdentityServer::from_arc(driver.clone()))
         .add_service(NodeServer::from_arc(driver.clone()))
+        .add_service(ControllerServer::from_arc(driver.clone()))
         .serve_with_incoming(listen(&args.csi_socket)?);
     let registration_socket = args
         .registry_dir

@@ -94,6 +94,11 @@ impl Driver {
         }
     }
 
+    /// The driver's CSI endpoint (all its services, as an external-attacher reaches it).
+    fn socket(&self) -> PathBuf {
+        self.state_dir.join("csi.sock")
+    }
+
     fn log_lines(&self, file: &str) -> Vec<Value> {
         std::fs::read_to_string(self.state_dir.join(file))
             .unwrap_or_default()
@@ -704,7 +709,7 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         .await
         .unwrap();
     drivers
-        .create(&PostParams::default(), &claims::persistent_driver(false))
+        .create(&PostParams::default(), &claims::persistent_driver(true))
         .await
         .unwrap();
     let shared_handle = format!("vol-{}", node.name);
@@ -726,6 +731,10 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
     ));
     let mut driver = Driver::new(&node, &["--stage"]);
     driver.start();
+    // Both claims need attach: the test API server's attach/detach controller and the
+    // driver's external-attacher attach them while the steady pod uses them, and detach
+    // them only after it goes.
+    server.state.attachers.deploy(DRIVER, &driver.socket());
 
     let steady = node.pod_name("steady");
     pods.create(&PostParams::default(), &csi_pod_with_claims(&steady, &node))
@@ -792,7 +801,14 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         assert_eq!(seen, "made for disk");
         let unstages = driver.calls("NodeUnstageVolume");
         assert!(unstages.is_empty(), "unstaged while in use: {unstages:?}");
+        let detaches = driver.calls("ControllerUnpublishVolume");
+        assert!(detaches.is_empty(), "detached while in use: {detaches:?}");
     }
+    assert_eq!(
+        driver.calls("ControllerPublishVolume").len(),
+        2,
+        "each claim attached once"
+    );
 
     // Every publish but the steady pod's was followed by an unpublish of the same volume,
     // the steady one never; the driver keeps only the steady pod's data; nothing of the
@@ -913,8 +929,25 @@ async fn kills_at_any_step_unmount_nothing_in_use_and_leave_nothing_behind() {
         .ok_or_else(|| format!("{left:?}, {unstages} unstages, loops {loops:?}"))
     })
     .await;
+    // Then both detached: no VolumeAttachment left.
+    let attachments: Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
+        Api::all(client.clone());
+    eventually("the claims detached", DEADLINE, || async {
+        let left = attachments
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let detaches = driver.calls("ControllerUnpublishVolume").len();
+        (left == 0 && detaches == 2)
+            .then_some(())
+            .ok_or_else(|| format!("{left} attachments, {detaches} detaches"))
+    })
+    .await;
     node.stop().await;
 }
+mod attach;
 mod block;
 mod claim_usage;
 mod claims;

@@ -226,9 +226,9 @@ impl Csi {
             )
         })?;
         let publish_context = if policy.attach_required {
-            self.reported_in_use(c.pod, pv, driver_name, handle)
+            self.verify_controller_attached(c.pod, pv, driver_name, handle)
                 .await
-                .map_err(ClaimError::NotReportedInUse)?;
+                .map_err(ClaimError::NotVerifiedAttached)?;
             self.wait_for_attach(handle, driver_name)
                 .await
                 .map_err(|e| step("WaitForAttach", e))?

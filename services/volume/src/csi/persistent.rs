@@ -37,10 +37,11 @@ pub enum ClaimError {
     /// name it) and the whole message (`MountVolume.<step> failed for volume "<pv>" :
     /// ...`).
     Mount { plugin: String, message: String },
-    /// The volume needs attach and the Node does not list it in `volumesInUse` yet
-    /// (upstream's VerifyControllerAttachedVolume): the pod waits, with the reason in the
-    /// log only, as upstream's reconciler logs it and tries again.
-    NotReportedInUse(String),
+    /// The volume needs attach and the Node does not list it in `volumesInUse`, or not
+    /// in `volumesAttached`, yet (upstream's VerifyControllerAttachedVolume): the pod
+    /// waits, with the reason in the log only, as upstream's reconciler logs it and tries
+    /// again.
+    NotVerifiedAttached(String),
 }
 
 /// The operation a claimed volume's set-up is, as upstream's operation metrics
@@ -292,10 +293,10 @@ impl Csi {
         })?;
         let publish_context = if policy.attach_required {
             // Upstream's VerifyControllerAttachedVolume: not before the Node says the
-            // volume is in use, so that no detach can race the mount.
-            self.reported_in_use(pod, &pv_name, &source.driver, &source.volume_handle)
+            // volume is in use (so that no detach can race the mount) and attached.
+            self.verify_controller_attached(pod, &pv_name, &source.driver, &source.volume_handle)
                 .await
-                .map_err(ClaimError::NotReportedInUse)?;
+                .map_err(ClaimError::NotVerifiedAttached)?;
             self.wait_for_attach(&source.volume_handle, &source.driver)
                 .await
                 .map_err(|e| step("WaitForAttach", e))?
@@ -577,9 +578,11 @@ impl Csi {
         names
     }
 
-    /// Whether the Node's `status.volumesInUse` names the volume (upstream's
-    /// `ReportedInUse`); else upstream's VerifyControllerAttachedVolume error.
-    pub(super) async fn reported_in_use(
+    /// Upstream's VerifyControllerAttachedVolume for an attachable volume: the Node's
+    /// `status.volumesInUse` must name it (`ReportedInUse`: no detach can then race the
+    /// mount), and the attach/detach controller must list it in `status.volumesAttached`;
+    /// else that function's error.
+    pub(super) async fn verify_controller_attached(
         &self,
         pod: &Pod,
         pv_name: &str,
@@ -609,16 +612,24 @@ impl Csi {
             .get(&self.node_name)
             .await
             .map_err(|e| fetch_failed(&api_error(&e)))?;
-        let reported = node
-            .status
-            .and_then(|s| s.volumes_in_use)
+        let status = node.status.unwrap_or_default();
+        let reported = status
+            .volumes_in_use
             .is_some_and(|in_use| in_use.contains(&unique));
-        if reported {
+        if !reported {
+            return Err(detailed(
+                "Volume has not been added to the list of VolumesInUse in the node's volume status",
+            ));
+        }
+        let attached = status
+            .volumes_attached
+            .into_iter()
+            .flatten()
+            .any(|a| a.name == unique);
+        if attached {
             Ok(())
         } else {
-            Err(detailed(
-                "Volume has not been added to the list of VolumesInUse in the node's volume status",
-            ))
+            Err(detailed("Volume not attached according to node status"))
         }
     }
 

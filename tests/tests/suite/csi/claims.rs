@@ -6,7 +6,9 @@
 //!   as `kubectl describe pod` shows it;
 //! - `csi_attacher.go`: the VolumeAttachment `csi-` + sha256(handle + driver + node) that
 //!   must say attached when the CSIDriver requires attach (its `attachmentMetadata` is the
-//!   publish context), the staging path `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`
+//!   publish context; the test API server's attach/detach controller and external-attacher
+//!   make and attach it through the driver's `ControllerPublishVolume`), the operation
+//!   generator's VerifyControllerAttachedVolume (`volumesInUse`, then `volumesAttached`), the staging path `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`
 //!   with `vol_data.json` (`driverName`, `volumeHandle`) beside it, `UnmountDevice` only
 //!   once no pod uses the volume;
 //! - `csi_mounter.go`: the target `pods/<uid>/volumes/kubernetes.io~csi/<pv name>/mount`,
@@ -702,23 +704,38 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
     })
     .await;
 
-    // Reported in use, but the driver requires attach and nothing attached it yet:
-    // WaitForAttach.
+    // Reported in use: the attach/detach controller makes the VolumeAttachment
+    // (csi_attacher's name), but no external-attacher serves the driver yet, so it is not
+    // attached and the Node does not list it as attached: VerifyControllerAttachedVolume's
+    // words in the log, the pod waiting, nothing staged.
     let attachment = format!(
         "csi-{}",
         sha256_hex(&format!("{handle}{DRIVER}{}", node.name))
     );
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    eventually("the VolumeAttachment made", DEADLINE, || async {
+        let va = attachments.get_opt(&attachment).await.unwrap();
+        let spec = va.as_ref().map(|va| &va.spec);
+        (spec.is_some_and(|s| {
+            s.attacher == DRIVER
+                && s.node_name == node.name
+                && s.source.persistent_volume_name.as_deref() == Some(pv.as_str())
+        }))
+        .then_some(())
+        .ok_or_else(|| format!("{spec:?}"))
+    })
+    .await;
     let want = format!(
-        "MountVolume.WaitForAttach failed for volume \"{pv}\" : volume {handle} has GET error for volume attachment {attachment}: volumeattachments.storage.k8s.io \"{attachment}\" not found"
+        "Volume not attached according to node status for volume \"{pv}\" (UniqueName: \"{unique}\") pod \"{pod}\" (UID: \"{uid}\")"
     );
-    eventually_event(
-        &client,
-        "default",
-        "FailedMount while unattached",
+    eventually(
+        "the wait for volumesAttached in the log",
         DEADLINE,
-        |e| {
-            e.reason.as_deref() == Some("FailedMount")
-                && e.message.as_deref() == Some(want.as_str())
+        || async {
+            node.log(Service::Volume)
+                .contains(&format!("message={:?}", want))
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
         },
     )
     .await;
@@ -729,38 +746,35 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
         "nothing staged before attach"
     );
 
-    // The attacher reports it attached: staged with its metadata as publish context.
-    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
-    attachments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-                "metadata": {"name": attachment},
-                "spec": {"attacher": DRIVER, "nodeName": node.name,
-                         "source": {"persistentVolumeName": pv}},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    attachments
-        .patch_status(
-            &attachment,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"attached": true,
-                                            "attachmentMetadata": {"devicePath": "/dev/test-disk"}}})),
-        )
-        .await
-        .unwrap();
+    // The driver's external-attacher deployed: ControllerPublishVolume with the node's ID
+    // from its CSINode, the attachment marked attached with the answer's publish context,
+    // the Node listing it as attached, and the kubelet staging with that context.
+    server.state.attachers.deploy(DRIVER, &driver.socket());
     eventually("the pod Ready", DEADLINE, || ready(&pods, &pod)).await;
+    let published = driver.calls("ControllerPublishVolume");
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0]["volume_id"], handle.as_str());
+    assert_eq!(published[0]["node_id"], format!("id-of-{}", node.name));
     let stages = driver.calls("NodeStageVolume");
     assert_eq!(stages.len(), 1, "{stages:?}");
     assert_eq!(
         stages[0]["publish_context"],
-        json!({"devicePath": "/dev/test-disk"})
+        json!({"attachedTo": format!("id-of-{}", node.name)})
     );
     assert_eq!(volumes_in_use(&client, &node).await, vec![unique.clone()]);
+    let shown = kubectl(
+        &server,
+        &node,
+        &[
+            "get",
+            "node",
+            &node.name,
+            "-o",
+            "jsonpath={.status.volumesAttached[*].name}",
+        ],
+    )
+    .await;
+    assert_eq!(shown.trim(), unique);
 
     // The pod gone and the volume unstaged: no longer in use, as kubectl shows the Node.
     pods.delete(&pod, &DeleteParams::default()).await.unwrap();
@@ -778,19 +792,42 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
             .ok_or_else(|| format!("{in_use:?}"))
     })
     .await;
-    let shown = kubectl(
-        &server,
-        &node,
-        &[
-            "get",
-            "node",
-            &node.name,
-            "-o",
-            "jsonpath={.status.volumesInUse}",
-        ],
-    )
+    // Then, and only then, detached (the attach/detach reconciler never detaches a volume
+    // the node reports in use): ControllerUnpublishVolume after NodeUnstageVolume, the
+    // attachment gone, the Node's lists empty as kubectl shows them.
+    eventually("the VolumeAttachment gone", DEADLINE, || async {
+        let va = attachments.get_opt(&attachment).await.unwrap();
+        va.is_none()
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", va.map(|v| v.status)))
+    })
     .await;
-    assert_eq!(shown.trim(), "");
+    let order: Vec<String> = driver
+        .changing_calls_since(0)
+        .into_iter()
+        .map(|c| c["rpc"].as_str().unwrap_or_default().to_string())
+        .filter(|rpc| rpc.contains("Unstage") || rpc.contains("Unpublish"))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "NodeUnpublishVolume",
+            "NodeUnstageVolume",
+            "ControllerUnpublishVolume"
+        ],
+        "detached only once unmounted"
+    );
+    let unpublished = driver.calls("ControllerUnpublishVolume");
+    assert_eq!(unpublished[0]["node_id"], format!("id-of-{}", node.name));
+    for path in ["{.status.volumesInUse}", "{.status.volumesAttached}"] {
+        let shown = kubectl(
+            &server,
+            &node,
+            &["get", "node", &node.name, "-o", &format!("jsonpath={path}")],
+        )
+        .await;
+        assert_eq!(shown.trim(), "", "{path}");
+    }
     node.stop().await;
 }
 
