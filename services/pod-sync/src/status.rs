@@ -414,6 +414,38 @@ fn is_terminated(s: &ContainerStatus) -> Option<i32> {
 /// Computes the pod's status. `previous` (what was published last or, after a restart,
 /// the API server's copy) keeps condition transition times, the start time and a finished
 /// pod's IP stable.
+/// The phase of a pod the node has terminated (upstream's status manager `TerminatePod`,
+/// since 1.27): a phase that is not terminal becomes Failed, whatever it was (Pending,
+/// Running, Unknown or anything else); Succeeded and Failed stay. Static pods are not
+/// given a terminal phase at all (kubernetes #116484): the caller does not ask for them.
+pub fn terminal_phase(phase: &str) -> &str {
+    if phase::is_terminal(Some(phase)) {
+        phase
+    } else {
+        "Failed"
+    }
+}
+
+/// The kubelet's conditions' `lastTransitionTime`s (upstream's `updateLastTransitionTime`
+/// in the status manager): a condition whose status is what it was keeps its time; a new
+/// one, or one whose status flipped, gets `now` (unless it was computed with a time).
+pub fn transition_times(
+    conditions: &mut [PodCondition],
+    previous: Option<&[PodCondition]>,
+    now: Time,
+) {
+    for c in conditions.iter_mut() {
+        c.last_transition_time.get_or_insert_with(|| now.clone());
+        if let Some(old) = previous
+            .into_iter()
+            .flatten()
+            .find(|o| o.type_ == c.type_ && o.status == c.status)
+        {
+            c.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+}
+
 pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodStatus {
     let pod = inputs.pod;
     let published_phase = previous.and_then(|p| p.phase.clone());
@@ -494,10 +526,8 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
     let pod_is_terminal = inputs.terminated && !api_status::is_static(pod);
     let pod_has_initialized = rt.is_some_and(|r| has_active_regular_container(&spec, r));
     let mut phase = pod_phase(&spec, &init, &app, pod_is_terminal, pod_has_initialized);
-    if pod_is_terminal && !matches!(phase, "Succeeded" | "Failed") {
-        // Upstream's status manager (TerminatePod) marks a terminal pod Failed when
-        // getPhase left it Pending or Running.
-        phase = "Failed";
+    if pod_is_terminal {
+        phase = terminal_phase(phase);
     }
     // A finished pod stays finished (upstream's three-way merge): the runtime may have lost
     // its containers or sandbox since.
@@ -534,19 +564,11 @@ pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodSt
         containers_ready_condition,
         condition("PodScheduled", true, None),
     ];
-    for c in &mut conditions {
-        c.last_transition_time.get_or_insert_with(now);
-    }
-    if let Some(prev) = previous.and_then(|p| p.conditions.as_ref()) {
-        for c in &mut conditions {
-            if let Some(old) = prev
-                .iter()
-                .find(|o| o.type_ == c.type_ && o.status == c.status)
-            {
-                c.last_transition_time = old.last_transition_time.clone();
-            }
-        }
-    }
+    transition_times(
+        &mut conditions,
+        previous.and_then(|p| p.conditions.as_deref()),
+        now(),
+    );
     if let Some(resize) = inputs.resize {
         let prev = previous
             .and_then(|p| p.conditions.as_deref())

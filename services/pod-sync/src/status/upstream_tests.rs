@@ -500,3 +500,68 @@ fn foreign_conditions_come_first() {
         ]
     );
 }
+
+/// upstream: status_manager_test.go `TestTerminatePod_EnsurePodPhaseIsTerminal`, its six
+/// cases under their names: a terminated pod's phase that is not terminal becomes Failed.
+/// (Upstream's static pods keep theirs, #116484: `compute` does not ask for a static pod.)
+#[test]
+fn test_terminate_pod_ensure_pod_phase_is_terminal() {
+    let cases = [
+        ("Pending pod", "Pending", "Failed"),
+        ("Running pod", "Running", "Failed"),
+        ("Succeeded pod", "Succeeded", "Succeeded"),
+        ("Failed pod", "Failed", "Failed"),
+        ("Unknown pod", "Unknown", "Failed"),
+        ("Unknown phase pod", "SomeUnknownPhase", "Failed"),
+    ];
+    for (name, phase, want) in cases {
+        assert_eq!(terminal_phase(phase), want, "{name}");
+    }
+}
+
+/// upstream: status_manager_test.go `TestUpdateLastTransitionTime`, its cases under their
+/// names: a condition's `lastTransitionTime` moves only when its status does.
+#[test]
+fn test_update_last_transition_time() {
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+    fn cond(status: &str, time: Option<Time>) -> PodCondition {
+        PodCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            last_transition_time: time,
+            ..Default::default()
+        }
+    }
+    let now = at(2_000);
+    let old_time = at(1_000);
+    // "should do nothing if no corresponding condition"
+    let mut none: Vec<PodCondition> = vec![];
+    transition_times(
+        &mut none,
+        Some(&[cond("False", Some(old_time.clone()))]),
+        now.clone(),
+    );
+    assert!(none.is_empty());
+    // "should update last transition time if no old condition"
+    let mut new = vec![cond("True", None)];
+    transition_times(&mut new, None, now.clone());
+    assert_eq!(new[0].last_transition_time, Some(now.clone()));
+    // "should update last transition time if condition is changed"
+    let mut new = vec![cond("True", None)];
+    transition_times(
+        &mut new,
+        Some(&[cond("False", Some(old_time.clone()))]),
+        now.clone(),
+    );
+    assert_eq!(new[0].last_transition_time, Some(now.clone()));
+    // "should keep last transition time if condition is not updated"
+    let mut new = vec![cond("False", None)];
+    transition_times(
+        &mut new,
+        Some(&[cond("False", Some(old_time.clone()))]),
+        now.clone(),
+    );
+    assert_eq!(new[0].last_transition_time, Some(old_time));
+}

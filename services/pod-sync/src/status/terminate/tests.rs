@@ -251,18 +251,36 @@ fn test_terminate_pod_default_unknown_status() {
     run(cases);
 }
 
-// upstream: TestTerminatePod (its container checks): init containers "not started, done,
-// waiting" become unknown, kept, kept (the waiting one is the suffix that never tried);
-// containers "not started, done, waiting" become unknown, kept, unknown.
+// upstream: TestTerminatePodWaiting (its container checks): init containers "not
+// started, done, waiting" become unknown, kept, kept (the waiting one is the suffix that
+// never tried); containers "not started, done, waiting" become unknown, kept, unknown.
 #[test]
-fn test_terminate_pod() {
+fn test_terminate_pod_waiting() {
     use St::*;
     use Want::{Terminated as T, Unknown as U, Waiting as W};
     run(vec![case(
-        "TestTerminatePod",
+        "TestTerminatePodWaiting",
         &[Empty, Terminated(0), Waiting],
         &[Empty, Terminated(2), Waiting],
         vec![U, T(0), W],
         vec![U, T(2), U],
+    )]);
+}
+
+// upstream: TestTerminatePod (its container checks): init-test-1 with no state, init-test-2
+// and -3 terminated (InitTest, 0 and 3); test-1 with no state, test-2 and -3 terminated
+// (Test, 2 and 0). The two without a state become ContainerStatusUnknown (137), the
+// others keep their terminations. (Its phase check, a Failed status kept over a stale
+// Running one, is `compute`'s: `status/tests.rs`.)
+#[test]
+fn test_terminate_pod() {
+    use St::*;
+    use Want::{Terminated as T, Unknown as U};
+    run(vec![case(
+        "TestTerminatePod",
+        &[Empty, Terminated(0), Terminated(3)],
+        &[Empty, Terminated(2), Terminated(0)],
+        vec![U, T(0), T(3)],
+        vec![U, T(2), T(0)],
     )]);
 }
