@@ -22,6 +22,17 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Patch, PatchParams};
 use nodeagent_tests::apiserver_attach::{CONTROLLER_MANAGED_ANNOTATION, attachment_name};
 
+/// Waits for the VolumeAttachment `name` to be gone (detached by the attacher).
+pub(super) async fn detached(attachments: &Api<VolumeAttachment>, name: &str) {
+    eventually("the VolumeAttachment gone", DEADLINE, || async {
+        let va = attachments.get_opt(name).await.unwrap();
+        va.is_none()
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", va.map(|v| v.status)))
+    })
+    .await;
+}
+
 /// The Node's `status.volumesInUse` and the names in `status.volumesAttached`.
 async fn node_lists(client: &kube::Client, node: &Node) -> (Vec<String>, Vec<String>) {
     let nodes: Api<ApiNode> = Api::all(client.clone());
@@ -182,13 +193,7 @@ async fn kills_under_an_attached_volume_never_detach_it_and_detach_waits_for_the
     // node-status back: no longer in use, then detached, as kubectl shows the Node.
     node.spawn(Service::NodeStatus);
     node.wait_serving(Service::NodeStatus).await;
-    eventually("the VolumeAttachment gone", DEADLINE, || async {
-        let va = attachments.get_opt(&attachment).await.unwrap();
-        va.is_none()
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", va.map(|v| v.status)))
-    })
-    .await;
+    detached(&attachments, &attachment).await;
     let unpublished = driver.calls("ControllerUnpublishVolume");
     assert_eq!(unpublished.len(), 1, "{unpublished:?}");
     assert_eq!(unpublished[0]["volume_id"], handle.as_str());

@@ -18,6 +18,7 @@
 //! keeps it staged while the first goes; the volume service SIGKILLed while a pod uses the
 //! volume (nothing unstaged, unpublished or published again).
 
+use super::attach::detached;
 use super::*;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -795,13 +796,7 @@ async fn a_claim_that_is_missing_unbound_or_unattached_waits_with_upstreams_fail
     // Then, and only then, detached (the attach/detach reconciler never detaches a volume
     // the node reports in use): ControllerUnpublishVolume after NodeUnstageVolume, the
     // attachment gone, the Node's lists empty as kubectl shows them.
-    eventually("the VolumeAttachment gone", DEADLINE, || async {
-        let va = attachments.get_opt(&attachment).await.unwrap();
-        va.is_none()
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", va.map(|v| v.status)))
-    })
-    .await;
+    detached(&attachments, &attachment).await;
     let order: Vec<String> = driver
         .changing_calls_since(0)
         .into_iter()
