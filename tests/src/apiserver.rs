@@ -157,6 +157,11 @@ pub struct ApiState {
     /// The external-attachers deployed for CSI drivers (`apiserver_attach`, whose
     /// attach/detach controller always runs).
     pub attachers: crate::apiserver_attach::Attachers,
+    /// How many of the next writes (PATCH or PUT) of a pod's `status` are answered 500
+    /// InternalError, as an overloaded or failing server answers (a test sets it).
+    pub fail_pod_status_writes: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many pod status writes were failed so.
+    pub failed_pod_status_writes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Default for ApiState {
@@ -172,6 +177,8 @@ impl Default for ApiState {
             certificates: Default::default(),
             cluster: Default::default(),
             attachers: Default::default(),
+            fail_pod_status_writes: Default::default(),
+            failed_pod_status_writes: Default::default(),
         };
         {
             let mut s = state.store.lock().unwrap();
@@ -738,6 +745,27 @@ async fn handle(
             ),
         );
     };
+    if t.plural == "pods"
+        && t.status
+        && matches!(method, Method::PATCH | Method::PUT)
+        && state
+            .fail_pod_status_writes
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+    {
+        state
+            .failed_pod_status_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "Internal error occurred: the test injected this failure".into(),
+        );
+    }
     use crate::apiserver_fields::{self as fields, Directive};
     // A JSON body's repeated keys (protobuf has none to repeat).
     let duplicates = if body.is_empty() || crate::apiserver_protobuf::is_protobuf(&headers) {

@@ -77,6 +77,10 @@ pub struct State {
     /// uid -> pod that a source removed or deleted, kept until it is terminated (for its
     /// name and grace period).
     pub terminating: HashMap<String, Pod>,
+    /// uid -> the terminal status of a pod torn down here that the API server has not
+    /// taken yet (a failed patch, or a failed deletion after it): the pod stays until it
+    /// has, and its next pass sends this again (its containers are gone by then).
+    pub unsent_terminal: HashMap<String, k8s_openapi::api::core::v1::PodStatus>,
     /// uid -> where a newer, shorter deletion grace period of a pod being terminated goes
     /// (the kills in progress follow it).
     pub grace_updates: HashMap<String, crate::worker::kill_order::GraceUpdates>,

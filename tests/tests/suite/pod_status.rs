@@ -6,11 +6,12 @@
 //! when a container goes from running to terminated, and a change of one container's
 //! status keeps the others' (the lists are atomic upstream, sent whole).
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use nix::sys::signal::Signal;
 use nodeagent_config::Service;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, consistently, eventually, require_runtime};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -319,6 +320,111 @@ async fn the_active_deadline_counts_from_the_start_time_even_without_a_sandbox()
     assert!(
         node.sandboxes().await.is_empty(),
         "no sandbox was ever made"
+    );
+    node.stop().await;
+}
+
+/// A pod deleted while the API server refuses its status writes: the node tears it down,
+/// but does not delete it at the API server before that has its terminal phase (upstream's
+/// status manager deletes only such a pod, `canBeDeleted`; status_manager_test.go
+/// `TestDeletePodBeforeFinished`). What a controller watching the pod sees: it never goes
+/// away saying Running, and the object deleted says Succeeded or Failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pod_goes_at_the_api_server_only_with_its_terminal_phase() {
+    if !require_runtime("pod status") {
+        return;
+    }
+    let (server, node) = Node::start_with_api_server("pod-final", NodeOptions::default()).await;
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+    let name = node.pod_name("ender");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "c", "image": "busybox:1.36",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    eventually("Running at the API server", DEADLINE, || async {
+        let p = api_pod(&pods, &name).await?;
+        (p["status"]["phase"] == "Running")
+            .then_some(())
+            .ok_or_else(|| p["status"].to_string())
+    })
+    .await;
+    let version = pods
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut watch = pods.watch(&params, &version).await.unwrap().boxed();
+    let seen = tokio::spawn(async move {
+        let mut phases = Vec::new();
+        while let Some(Ok(event)) = watch.next().await {
+            match event {
+                WatchEvent::Modified(p) => {
+                    phases.push(("MODIFIED", p.status.and_then(|s| s.phase)))
+                }
+                WatchEvent::Deleted(p) => {
+                    phases.push(("DELETED", p.status.and_then(|s| s.phase)));
+                    break;
+                }
+                _ => {}
+            }
+        }
+        phases
+    });
+
+    // Every status write refused from now on, then the deletion.
+    use std::sync::atomic::Ordering::SeqCst;
+    server
+        .state
+        .fail_pod_status_writes
+        .store(usize::MAX, SeqCst);
+    pods.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually(
+        "the container gone, its status refused",
+        DEADLINE,
+        || async {
+            let gone = node.container_id("ender", "c").await.is_none();
+            let refused = server.state.failed_pod_status_writes.load(SeqCst);
+            (gone && refused > 0)
+                .then_some(())
+                .ok_or_else(|| format!("container gone: {gone}, refused writes: {refused}"))
+        },
+    )
+    .await;
+    consistently(
+        "the pod kept at the API server while it cannot say it ended",
+        Duration::from_secs(6),
+        Duration::from_millis(500),
+        || async {
+            let p = api_pod(&pods, &name).await?;
+            p["metadata"]["deletionTimestamp"]
+                .is_string()
+                .then_some(())
+                .ok_or_else(|| p["metadata"].to_string())
+        },
+    )
+    .await;
+
+    // The API server takes writes again: the terminal phase, then the deletion.
+    server.state.fail_pod_status_writes.store(0, SeqCst);
+    let phases = tokio::time::timeout(DEADLINE, seen)
+        .await
+        .expect("the pod deleted at the API server")
+        .unwrap();
+    let (last, phase) = phases.last().cloned().unwrap();
+    assert_eq!(last, "DELETED", "{phases:?}");
+    assert!(
+        matches!(phase.as_deref(), Some("Succeeded" | "Failed")),
+        "deleted saying {phase:?}: {phases:?}"
     );
     node.stop().await;
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Upstream status manager `syncPeriod`.
-const STATUS_RESYNC: Duration = Duration::from_secs(10);
+pub(crate) const STATUS_RESYNC: Duration = Duration::from_secs(10);
 
 fn from_api(pod: &Pod) -> bool {
     pod.metadata
@@ -268,21 +268,23 @@ impl PodSync {
 }
 
 /// Sends a terminated pod's final status (its terminal phase and stopped containers)
-/// before the pod is deleted, as a two-way patch from the API server's copy.
+/// before the pod is deleted, as a two-way patch from the API server's copy. Whether the
+/// API server now has it (sent, nothing to send, or the pod gone there): upstream's
+/// status manager deletes a pod only then (`canBeDeleted`).
 pub async fn patch_terminal_status(
     client: &kube::Client,
     pod: &Pod,
     status: &k8s_openapi::api::core::v1::PodStatus,
-) {
+) -> bool {
     if !from_api(pod) {
-        return;
+        return true;
     }
     let diff = nodeagent_config::status_patch::two_way(
         &serde_json::to_value(&pod.status).unwrap_or_default(),
         &serde_json::to_value(status).unwrap_or_default(),
     );
     if diff.as_object().is_some_and(|d| d.is_empty()) {
-        return;
+        return true;
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
     let patch = serde_json::json!({"metadata": {"uid": k8s::pod_uid(pod)}, "status": diff});
@@ -295,19 +297,22 @@ pub async fn patch_terminal_status(
         .await
     {
         Ok(_) => {
-            tracing::info!(pod = %k8s::pod_full_name(pod), phase = ?status.phase, "terminal status sent")
+            tracing::info!(pod = %k8s::pod_full_name(pod), phase = ?status.phase, "terminal status sent");
+            true
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => true,
         Err(e) => {
-            tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "sending the terminal status failed")
+            tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "sending the terminal status failed");
+            false
         }
     }
 }
 
 /// Completes a graceful deletion: the pod's containers are gone, so the API object goes.
-pub async fn finish_deletion(client: &kube::Client, pod: &Pod) {
+/// Whether it is gone (or was not ours to delete).
+pub async fn finish_deletion(client: &kube::Client, pod: &Pod) -> bool {
     if !from_api(pod) || pod.metadata.deletion_timestamp.is_none() {
-        return;
+        return true;
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
     let params = DeleteParams {
@@ -319,10 +324,15 @@ pub async fn finish_deletion(client: &kube::Client, pod: &Pod) {
         ..Default::default()
     };
     match api.delete(k8s::pod_name(pod), &params).await {
-        Ok(_) => tracing::info!(pod = %k8s::pod_full_name(pod), "graceful deletion completed"),
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Ok(_) => {
+            tracing::info!(pod = %k8s::pod_full_name(pod), "graceful deletion completed");
+            true
+        }
+        // Gone, or another pod of that name now (the UID precondition).
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => true,
         Err(e) => {
-            tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "completing the deletion failed")
+            tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "completing the deletion failed");
+            false
         }
     }
 }

@@ -133,16 +133,34 @@ impl PodSync {
         self.remove_log_dir(uid, rt, pod.as_ref());
         if let (Some(client), Some(pod)) = (&self.api, &pod) {
             // The API server learns the terminal phase before the pod goes (upstream's
-            // status manager deletes only a pod whose phase is terminal).
-            if let Some(status) = &terminal {
-                crate::status::api_status::patch_terminal_status(client, pod, status).await;
+            // status manager deletes only a pod whose phase is terminal there,
+            // `canBeDeleted`). When it cannot be told, or the deletion fails, the pod stays
+            // (here and there) and this pass runs again: a watcher never sees a pod go
+            // that still said Running.
+            let terminal = terminal.or_else(|| self.lock().unsent_terminal.get(uid).cloned());
+            let sent = match &terminal {
+                Some(status) => {
+                    crate::status::api_status::patch_terminal_status(client, pod, status).await
+                }
+                None => true,
+            };
+            if !sent || !crate::status::api_status::finish_deletion(client, pod).await {
+                if let Some(status) = terminal {
+                    self.lock().unsent_terminal.insert(uid.to_string(), status);
+                }
+                tracing::warn!(
+                    "the pod stays until the API server has its terminal status and its deletion; trying again"
+                );
+                return Ok(SyncOutcome::RetryAfter(
+                    crate::status::api_status::STATUS_RESYNC,
+                ));
             }
-            crate::status::api_status::finish_deletion(client, pod).await;
         }
 
         let was_finished = {
             let mut st = self.lock();
             st.terminating.remove(uid);
+            st.unsent_terminal.remove(uid);
             st.runtime.remove(uid);
             st.waiting.remove(uid);
             st.pod_failed.remove(uid);
