@@ -6,7 +6,7 @@ use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use serde_json::Value;
 use std::time::Duration;
 
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(90);
 
 fn web_manifest(marker: &str) -> String {
     format!(

@@ -9,7 +9,7 @@ use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use serde_json::Value;
 use std::time::Duration;
 
-const DEADLINE: Duration = Duration::from_secs(40);
+const DEADLINE: Duration = Duration::from_secs(90);
 
 /// One container spins (with a CPU limit), one writes 40 MiB into /dev/shm (a tmpfs
 /// charged to its memory cgroup) and sleeps.
