@@ -411,9 +411,6 @@ fn is_terminated(s: &ContainerStatus) -> Option<i32> {
     s.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
 }
 
-/// Computes the pod's status. `previous` (what was published last or, after a restart,
-/// the API server's copy) keeps condition transition times, the start time and a finished
-/// pod's IP stable.
 /// The phase of a pod the node has terminated (upstream's status manager `TerminatePod`,
 /// since 1.27): a phase that is not terminal becomes Failed, whatever it was (Pending,
 /// Running, Unknown or anything else); Succeeded and Failed stay. Static pods are not
@@ -446,6 +443,9 @@ pub fn transition_times(
     }
 }
 
+/// Computes the pod's status. `previous` (what was published last or, after a restart,
+/// the API server's copy) keeps condition transition times, the start time and a finished
+/// pod's IP stable.
 pub fn compute(inputs: &StatusInputs<'_>, previous: Option<&PodStatus>) -> PodStatus {
     let pod = inputs.pod;
     let published_phase = previous.and_then(|p| p.phase.clone());

@@ -279,9 +279,15 @@ pub async fn patch_terminal_status(
     if !from_api(pod) {
         return true;
     }
+    // What the kubelet does not own stays the API server's (upstream's mergePodStatus).
+    let mut status = status.clone();
+    status.resource_claim_statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.clone());
     let diff = nodeagent_config::status_patch::two_way(
         &serde_json::to_value(&pod.status).unwrap_or_default(),
-        &serde_json::to_value(status).unwrap_or_default(),
+        &serde_json::to_value(&status).unwrap_or_default(),
     );
     if diff.as_object().is_some_and(|d| d.is_empty()) {
         return true;
@@ -300,7 +306,9 @@ pub async fn patch_terminal_status(
             tracing::info!(pod = %k8s::pod_full_name(pod), phase = ?status.phase, "terminal status sent");
             true
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => true,
+        // Gone, or another pod of that name now (the UID precondition): nothing of ours
+        // is left there to tell.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => true,
         Err(e) => {
             tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "sending the terminal status failed");
             false

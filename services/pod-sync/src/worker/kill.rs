@@ -89,6 +89,13 @@ impl PodSync {
             }
             _ => None,
         };
+        // Kept until the API server has it: a later pass (this one failing below, or its
+        // patch refused) finds the containers gone and cannot compute it again.
+        if let Some(status) = &terminal {
+            self.lock()
+                .unsent_terminal
+                .insert(uid.to_string(), status.clone());
+        }
         for s in &rt.sandboxes {
             self.stop_sandbox(&s.id).await;
         }
@@ -145,9 +152,6 @@ impl PodSync {
                 None => true,
             };
             if !sent || !crate::status::api_status::finish_deletion(client, pod).await {
-                if let Some(status) = terminal {
-                    self.lock().unsent_terminal.insert(uid.to_string(), status);
-                }
                 tracing::warn!(
                     "the pod stays until the API server has its terminal status and its deletion; trying again"
                 );
