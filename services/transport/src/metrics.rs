@@ -1,10 +1,12 @@
 //! The `kubelet.v1.Metrics` service every server offers: the process's registry
 //! (`nodeagent_telemetry::metrics`) as OpenMetrics text, which http-server merges into
-//! `/metrics`, and the Warning events it recorded lately, which `nodeagent status` shows.
+//! `/metrics`, the Warning events it recorded lately, which `nodeagent status` shows, and
+//! the spans it finished lately, which the node's web page shows.
 
 use nodeagent_proto::api::metrics_server::Metrics;
 use nodeagent_proto::api::{
-    RecentWarning, RecentWarningsRequest, RecentWarningsResponse, ScrapeRequest, ScrapeResponse,
+    RecentSpan, RecentSpansRequest, RecentSpansResponse, RecentWarning, RecentWarningsRequest,
+    RecentWarningsResponse, ScrapeRequest, ScrapeResponse,
 };
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,5 +41,26 @@ impl Metrics for MetricsService {
             })
             .collect();
         Ok(tonic::Response::new(RecentWarningsResponse { warnings }))
+    }
+
+    async fn recent_spans(
+        &self,
+        request: tonic::Request<RecentSpansRequest>,
+    ) -> Result<tonic::Response<RecentSpansResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let spans = nodeagent_telemetry::recent::matching(&request.pod_uid, &request.trace_ids)
+            .into_iter()
+            .map(|s| RecentSpan {
+                trace_id: s.trace_id,
+                span_id: s.span_id,
+                parent_span_id: s.parent_span_id,
+                name: s.name,
+                start_unix_nanos: s.start_unix_nanos,
+                end_unix_nanos: s.end_unix_nanos,
+                attributes: s.attributes.into_iter().collect(),
+                error: s.error.unwrap_or_default(),
+            })
+            .collect();
+        Ok(tonic::Response::new(RecentSpansResponse { spans }))
     }
 }
