@@ -562,8 +562,10 @@ async fn cpu_under_contention_is_divided_as_the_shares_say() {
     })
     .await;
     let start: Vec<u64> = cgroups.iter().map(|c| cpu_usage_us(c).unwrap()).collect();
-    let window = 2_000_000 * cpus as u64;
-    let used = eventually("two seconds of every CPU used", DEADLINE, || async {
+    // Six seconds of every CPU: over two, the cgroup v2 guest running niced beside this
+    // phase of deploy/test.sh once skewed the ratio to 4.26 (against 3.01).
+    let window = 6_000_000 * cpus as u64;
+    let used = eventually("six seconds of every CPU used", DEADLINE, || async {
         let used = cgroups
             .iter()
             .zip(&start)
