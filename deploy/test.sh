@@ -75,6 +75,15 @@ fi
 exclude="none()"
 for f in "${left_out[@]}"; do exclude+=" | $f"; done
 
+# The runtime, images and tools (deploy/runtime/setup.sh), and the headless Chromium that
+# tests/tests/suite/node_page.rs drives (Debian's package; only the tests need it).
+setup() {
+  bash deploy/runtime/setup.sh || return
+  command -v chromium >/dev/null && return
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+  "${install[@]}" >/dev/null || { apt-get update -q >/dev/null && "${install[@]}" >/dev/null; }
+}
+
 install_nextest() {
   cargo nextest --version >/dev/null 2>&1 && return 0
   # Built from crates.io, a few minutes, once: it runs each test in its own process, so one
@@ -131,7 +140,7 @@ join_phase() {
 started=$(date +%s)
 mkdir -p "$STORE"
 rm -f "$STORE"/junit-*.xml "$STORE"/ci/junit.xml "$STORE"/cgroup2.log "$STORE"/cgroup2.rc
-phase setup bash deploy/runtime/setup.sh
+phase setup setup
 phase fmt cargo fmt --all --check
 phase clippy cargo clippy --workspace --all-targets -- -D warnings
 phase previous-release bash tests/upgrade/build-previous.sh

@@ -22,6 +22,7 @@ mod apiserver_runtimeclass;
 pub mod apiserver_serviceaccount;
 mod apiserver_table;
 pub mod apiserver_taints;
+pub mod browser;
 pub mod cgroup;
 pub mod chaos;
 pub mod cri_fault;

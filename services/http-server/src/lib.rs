@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod stats;
 pub mod streaming;
 pub mod tls;
+pub mod ui;
 
 use axum::Router;
 use axum::extract::State;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub streams: streaming::StreamLimit,
     /// The last complete pod list pod-sync gave, served (marked) while pod-sync restarts.
     pub last_pods: Arc<LastPods>,
+    /// The node page's history, restart counts and probe results (`ui.rs`).
+    pub ui: ui::UiState,
 }
 
 /// The handlers the read-only port serves (upstream's default handlers, no debugging
@@ -66,7 +69,7 @@ fn read_only_routes() -> Router<Arc<AppState>> {
 /// the configuration (`/configz` included), and `/logs/` only with
 /// `enableSystemLogHandler` too; a disabled endpoint answers 405 with upstream's words.
 fn secure_routes(config: &Config) -> Router<Arc<AppState>> {
-    let router = read_only_routes();
+    let router = read_only_routes().merge(ui::routes());
     if !config.kubelet.enable_debugging_handlers {
         // upstream `InstallDebuggingDisabledHandlers`.
         return disabled(
@@ -139,6 +142,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         client_ca: tls.as_ref().and_then(|t| t.client_ca.clone()),
         streams: streaming::StreamLimit::default(),
         last_pods: Arc::new(LastPods::new(Some(last_pods::file(&config.root_dir)))),
+        ui: ui::UiState::default(),
         pod_sync: PodSyncClient::new(peers[&Service::PodSync].clone()).with_limits(),
         peers,
         cri,
@@ -170,6 +174,22 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
                 _ = follow_pod_statuses(client, state) => {}
                 _ = stop.wait() => {}
             }
+            Ok(())
+        });
+    }
+    if secure {
+        // The node page's history and probe results, kept from the start.
+        let (sampled, stop) = (state.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = ui::sample(sampled) => {}
+                _ = stop.wait() => {}
+            }
+            Ok(())
+        });
+        let (followed, stop) = (state.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            ui::follow_probes(followed, stop).await;
             Ok(())
         });
     }

@@ -59,7 +59,7 @@ async fn scrape(service: Service, channel: nodeagent_transport::Channel) -> Opti
 }
 
 /// Every service's metrics, merged; `only` picks the services to ask (None: all).
-async fn gather(state: &AppState, only: Option<Service>) -> Exposition {
+pub(crate) async fn gather(state: &AppState, only: Option<Service>) -> Exposition {
     let scrapes = state
         .peers
         .iter()

@@ -20,12 +20,12 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// kubectl with a kubeconfig for the test API server and a home of its own (its
 /// discovery cache must not outlive the server).
-struct Kubectl {
+pub(crate) struct Kubectl {
     dir: tempfile::TempDir,
 }
 
 impl Kubectl {
-    fn new(server: &ApiServer) -> Kubectl {
+    pub(crate) fn new(server: &ApiServer) -> Kubectl {
         let dir = tempfile::Builder::new()
             .prefix("nodeagent-kubectl-")
             .tempdir()
@@ -47,7 +47,7 @@ impl Kubectl {
         )
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig")
             .arg(self.kubeconfig())
@@ -189,7 +189,7 @@ fn kubectl_at_least(minor: u32, needs: &str) -> bool {
     false
 }
 
-fn require_kubectl(test: &str) -> Option<()> {
+pub(crate) fn require_kubectl(test: &str) -> Option<()> {
     let found = std::process::Command::new("kubectl")
         .args(["version", "--client"])
         .output()

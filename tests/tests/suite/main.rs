@@ -36,6 +36,8 @@ mod loop_health;
 mod manifests;
 mod mount_propagation;
 mod node_bench;
+mod node_page;
+mod node_page_bench;
 mod node_registration;
 mod oom;
 mod operations;

@@ -53,6 +53,9 @@ pub fn subresources(path: &str) -> Vec<&'static str> {
         ("/configz", "configz"),
         ("/statusz", "statusz"),
         ("/runningpods/", "pods"),
+        // The node's web page (issue 34): a subresource of its own, as the fine-grained
+        // ones above, then `proxy`.
+        ("/ui", "ui"),
     ];
     if let Some((_, s)) = fine.iter().find(|(p, _)| is_subpath(path, p)) {
         out.push(*s);
@@ -216,6 +219,9 @@ mod tests {
             ("/healthz", &["healthz", "proxy"]),
             ("/healthz/ping", &["healthz", "proxy"]),
             ("/configz", &["configz", "proxy"]),
+            ("/ui/", &["ui", "proxy"]),
+            ("/ui/api/node", &["ui", "proxy"]),
+            ("/uix", &["proxy"]),
             ("/exec/ns/pod/c", &["proxy"]),
             ("/containerLogs/ns/pod/c", &["proxy"]),
             ("/", &["proxy"]),

@@ -1,0 +1,318 @@
+//! The node's own web page under `/ui/` on port 10250 (issue 34): what the seeds'
+//! cAdvisor UI on 4194 showed, behind the same authentication and authorization as every
+//! other path (subresource `nodes/ui`, then `nodes/proxy`, as upstream's fine-grained
+//! checks go). The page (HTML, CSS, script) is embedded here and fetches everything with
+//! relative URLs, so it also works through the API server's node proxy
+//! (`kubectl proxy`, then `/api/v1/nodes/<node>/proxy/ui/`). It reads the pods from `/pods`
+//! and the log tail from `/containerLogs` (each checked by its own subresource); the rest
+//! comes from `/ui/api/`: the node (conditions, capacity, pressure signals against their
+//! thresholds, the seven services), the history of the last hour ([`history`]), and a
+//! pod's events, volumes, probe results and traces.
+
+pub mod history;
+pub mod probes;
+pub mod services;
+pub mod signals;
+pub mod traces;
+
+use crate::AppState;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use nodeagent_config::Service;
+use nodeagent_proto::api::node_status_client::NodeStatusClient;
+use nodeagent_proto::api::volume_client::VolumeClient;
+use nodeagent_proto::api::{GetNodeRequest, ListVolumesRequest};
+use nodeagent_transport::WithLimits;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long one question to another service may take while a page waits.
+const ASK: Duration = Duration::from_secs(2);
+
+/// What the page keeps between requests.
+#[derive(Default)]
+pub struct UiState {
+    pub history: Mutex<history::History>,
+    pub restarts: services::Restarts,
+    pub probes: Mutex<probes::ProbeLog>,
+}
+
+const INDEX: &str = include_str!("ui/assets/index.html");
+const SCRIPT: &str = include_str!("ui/assets/app.js");
+const STYLE: &str = include_str!("ui/assets/app.css");
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/ui", get(|| async { Redirect::permanent("ui/") }))
+        .route(
+            "/ui/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX) }),
+        )
+        .route(
+            "/ui/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .route(
+            "/ui/app.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route("/ui/api/node", get(node))
+        .route("/ui/api/history", get(history_of))
+        .route("/ui/api/pod", get(pod))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            // Nothing but this server: no script, style or font from anywhere else.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn json_response(value: &Value) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+/// Takes a point of history now and then every [`history::PERIOD`]; forgets the probe
+/// results of pods that are gone.
+pub async fn sample(state: Arc<AppState>) {
+    let mut tick = tokio::time::interval(history::PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match crate::stats::collect::collect(&state, false).await {
+            Ok(collected) => {
+                let t = unix_ms();
+                let mut h = state.ui.history.lock().unwrap_or_else(|e| e.into_inner());
+                h.record(t, &collected.summary);
+                let live: std::collections::HashSet<&str> =
+                    h.pods.keys().map(String::as_str).collect();
+                state
+                    .ui
+                    .probes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|uid| live.contains(uid));
+            }
+            Err(e) => tracing::debug!(error = %e.message(), "no stats for the page's history"),
+        }
+    }
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Follows the probe service's results into [`UiState::probes`].
+pub async fn follow_probes(state: Arc<AppState>, shutdown: nodeagent_transport::Shutdown) {
+    use nodeagent_proto::api::WatchProbeResultsRequest;
+    use nodeagent_proto::api::prober_client::ProberClient;
+    use nodeagent_transport::{WatchEvent, watch_with_retry};
+    let client = ProberClient::new(state.peers[&Service::Probe].clone()).with_limits();
+    let mut rx = watch_with_retry("probe", shutdown, move || {
+        let mut c = client.clone();
+        let request = WatchProbeResultsRequest {
+            accept_chunked_snapshot: true,
+        };
+        async move { Ok(c.watch(request).await?.into_inner()) }
+    });
+    while let Some(event) = rx.recv().await {
+        if let WatchEvent::Message(update) = event {
+            let t = unix_ms();
+            let mut log = state.ui.probes.lock().unwrap_or_else(|e| e.into_inner());
+            for r in &update.results {
+                log.record(t, r);
+            }
+        }
+    }
+}
+
+/// `/ui/api/node`: the Node (node-status's view), the services, the pressure signals.
+async fn node(State(state): State<Arc<AppState>>) -> Response {
+    let node = async {
+        let mut c = NodeStatusClient::new(state.peers[&Service::NodeStatus].clone()).with_limits();
+        match tokio::time::timeout(ASK, c.get_node(GetNodeRequest {})).await {
+            Ok(Ok(r)) => serde_json::from_slice::<Value>(&r.into_inner().node_json).ok(),
+            _ => None,
+        }
+    };
+    let services = async {
+        let (metrics, health) =
+            tokio::join!(crate::metrics::gather(&state, None), state.health.check());
+        let health = health
+            .checks
+            .iter()
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+        let families: Vec<_> = metrics.families().cloned().collect();
+        services::rows(&families, &health, &state.ui.restarts)
+    };
+    let signals = async {
+        let image_fs = state.cri.image_fs_mount().await;
+        let root_dir = state.config.root_dir.clone();
+        let observed = tokio::task::spawn_blocking(move || {
+            nodeagent_config::eviction::observe(
+                &nodeagent_config::cgroupfs::Cgroups::detect(),
+                &root_dir,
+                image_fs.as_deref(),
+            )
+        })
+        .await
+        .unwrap_or_default();
+        match nodeagent_config::eviction::Thresholds::from_config(&state.config.kubelet) {
+            Ok(thresholds) => signals::rows(&thresholds, &observed),
+            Err(_) => signals::rows(&Default::default(), &observed),
+        }
+    };
+    let (node, services, signals) = tokio::join!(node, services, signals);
+    json_response(&json!({
+        "nodeName": state.config.node_name,
+        "node": node,
+        "services": services,
+        "signals": signals,
+        "historyPeriodSeconds": history::PERIOD.as_secs(),
+    }))
+}
+
+#[derive(serde::Deserialize)]
+struct HistoryQuery {
+    /// A pod's UID; none for the node.
+    uid: Option<String>,
+}
+
+/// `/ui/api/history`: the node's series, or a pod's and its containers'.
+async fn history_of(State(state): State<Arc<AppState>>, Query(q): Query<HistoryQuery>) -> Response {
+    let h = state.ui.history.lock().unwrap_or_else(|e| e.into_inner());
+    let body = match q.uid {
+        None => json!({ "node": h.node }),
+        Some(uid) => match h.pods.get(&uid) {
+            Some(p) => json!(p),
+            None => json!({ "pod": [], "containers": {} }),
+        },
+    };
+    drop(h);
+    json_response(&body)
+}
+
+#[derive(serde::Deserialize)]
+struct PodQuery {
+    uid: String,
+    namespace: String,
+    name: String,
+}
+
+/// `/ui/api/pod`: a pod's events, mounted volumes, probe results and traces.
+async fn pod(State(state): State<Arc<AppState>>, Query(q): Query<PodQuery>) -> Response {
+    if q.uid.is_empty() {
+        return (StatusCode::BAD_REQUEST, "uid is required\n").into_response();
+    }
+    let volumes = async {
+        let mut c = VolumeClient::new(state.peers[&Service::Volume].clone()).with_limits();
+        match tokio::time::timeout(ASK, c.list(ListVolumesRequest {})).await {
+            Ok(Ok(r)) => r
+                .into_inner()
+                .volumes
+                .into_iter()
+                .filter(|v| v.pod_uid == q.uid)
+                .map(|v| json!({"name": v.name, "plugin": v.plugin, "hostPath": v.host_path}))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        }
+    };
+    let (events, volumes, traces) =
+        tokio::join!(events(&state, &q), volumes, traces::of_pod(&state, &q.uid));
+    let probes = state
+        .ui
+        .probes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .of(&q.uid);
+    json_response(&json!({
+        "events": events,
+        "volumes": volumes,
+        "probes": probes,
+        "traces": traces,
+    }))
+}
+
+/// The pod's events: from the API server when there is one (as `kubectl describe` lists
+/// them), else the Warning events the services recorded lately (each keeps its own).
+async fn events(state: &AppState, q: &PodQuery) -> Value {
+    if let Some(client) = &state.api {
+        use k8s_openapi::api::core::v1::Event;
+        let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &q.namespace);
+        let params =
+            kube::api::ListParams::default().fields(&format!("involvedObject.uid={}", q.uid));
+        return match tokio::time::timeout(ASK, api.list(&params)).await {
+            Ok(Ok(list)) => Value::Array(
+                list.items
+                    .iter()
+                    .map(|e| {
+                        json!({
+                            "type": e.type_,
+                            "reason": e.reason,
+                            "message": e.message,
+                            "count": e.count.unwrap_or(1),
+                            "last": e.last_timestamp.as_ref().map(|t| t.0.to_string())
+                                .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string())),
+                            "source": e.source.as_ref().and_then(|s| s.component.clone()),
+                            "fieldPath": e.involved_object.field_path,
+                        })
+                    })
+                    .collect(),
+            ),
+            Ok(Err(e)) => json!({"error": format!("listing events: {e}")}),
+            Err(_) => json!({"error": "listing events timed out"}),
+        };
+    }
+    let object = format!("{}/{}", q.namespace, q.name);
+    let mut out = Vec::new();
+    for (service, channel) in &state.peers {
+        use nodeagent_proto::api::RecentWarningsRequest;
+        use nodeagent_proto::api::metrics_client::MetricsClient;
+        let mut c = MetricsClient::new(channel.clone()).with_limits();
+        if let Ok(Ok(r)) =
+            tokio::time::timeout(ASK, c.recent_warnings(RecentWarningsRequest {})).await
+        {
+            for w in r
+                .into_inner()
+                .warnings
+                .into_iter()
+                .filter(|w| w.object == object)
+            {
+                out.push(json!({
+                    "type": "Warning",
+                    "reason": w.reason,
+                    "message": w.message,
+                    "count": w.count,
+                    "lastUnixMs": w.last_unix_nanos / 1_000_000,
+                    "source": service.name(),
+                    "fieldPath": w.field_path,
+                }));
+            }
+        }
+    }
+    Value::Array(out)
+}

@@ -1,0 +1,217 @@
+//! A real browser for the tests: Debian's headless Chromium, driven over the Chrome
+//! DevTools Protocol (CDP: JSON commands over a WebSocket, the protocol Puppeteer and
+//! Playwright speak). Only the few commands the tests need: open a page, send a header
+//! with every request (a bearer token, as an operator's browser extension or proxy would),
+//! navigate, evaluate a script, take a screenshot.
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// The Chromium on PATH (Debian's `chromium` package).
+pub fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+/// True when a browser is here; else the test is skipped (and fails under CI, which
+/// installs one: deploy/test.sh).
+pub fn require_chromium(test: &str) -> bool {
+    if chromium().is_some() {
+        return true;
+    }
+    let why = format!("{test} needs Chromium (Debian's `chromium` package) on PATH");
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+pub struct Browser {
+    _child: tokio::process::Child,
+    _profile: tempfile::TempDir,
+    socket: Socket,
+    next_id: u64,
+    session: Option<String>,
+}
+
+impl Browser {
+    /// Starts a headless Chromium with a profile of its own and attaches to a new page
+    /// of `width`×`height` CSS pixels.
+    pub async fn launch(width: u32, height: u32) -> Result<Browser, String> {
+        let binary = chromium().ok_or("no chromium on PATH")?;
+        let profile = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let child = tokio::process::Command::new(&binary)
+            .args([
+                "--headless",
+                // As root (the tests run as root) Chromium refuses its sandbox.
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                // The kubelet's serving certificate is the test CA's.
+                "--ignore-certificate-errors",
+                "--remote-debugging-port=0",
+                "--remote-debugging-address=127.0.0.1",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--window-size={width},{height}"))
+            .arg("about:blank")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+        let (port, url) = devtools_url(profile.path()).await?;
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("connecting to {url}: {e}"))?;
+        let (socket, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+            .await
+            .map_err(|e| format!("connecting to {url}: {e}"))?;
+        let mut browser = Browser {
+            _child: child,
+            _profile: profile,
+            socket,
+            next_id: 1,
+            session: None,
+        };
+        let target = browser
+            .call("Target.createTarget", json!({"url": "about:blank"}))
+            .await?;
+        let attached = browser
+            .call(
+                "Target.attachToTarget",
+                json!({"targetId": target["targetId"], "flatten": true}),
+            )
+            .await?;
+        browser.session = attached["sessionId"].as_str().map(str::to_string);
+        browser.call("Page.enable", json!({})).await?;
+        browser.call("Network.enable", json!({})).await?;
+        browser
+            .call(
+                "Emulation.setDeviceMetricsOverride",
+                json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
+            )
+            .await?;
+        Ok(browser)
+    }
+
+    /// Sends one command (to the page once attached) and waits for its answer, skipping
+    /// the events that arrive meanwhile.
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut command = json!({"id": id, "method": method, "params": params});
+        if let Some(session) = &self.session {
+            command["sessionId"] = json!(session);
+        }
+        self.socket
+            .send(Message::Text(command.to_string().into()))
+            .await
+            .map_err(|e| format!("{method}: {e}"))?;
+        let answer = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(message) = self.socket.next().await {
+                let Ok(Message::Text(text)) = message else {
+                    continue;
+                };
+                let Ok(value) = serde_json::from_str::<Value>(&text) else {
+                    continue;
+                };
+                if value["id"] == json!(id) {
+                    return Ok(value);
+                }
+            }
+            Err(format!("{method}: the browser closed the connection"))
+        })
+        .await
+        .map_err(|_| format!("{method}: no answer in 30 s"))??;
+        match answer.get("error") {
+            Some(e) => Err(format!("{method}: {e}")),
+            None => Ok(answer["result"].clone()),
+        }
+    }
+
+    /// Every request the page makes from now on carries these headers.
+    pub async fn set_headers(&mut self, headers: Value) -> Result<(), String> {
+        self.call("Network.setExtraHTTPHeaders", json!({"headers": headers}))
+            .await
+            .map(drop)
+    }
+
+    pub async fn navigate(&mut self, url: &str) -> Result<(), String> {
+        let r = self.call("Page.navigate", json!({"url": url})).await?;
+        match r.get("errorText") {
+            Some(e) => Err(format!("navigating to {url}: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Evaluates `expression` in the page (awaiting a promise) and returns its value.
+    pub async fn eval(&mut self, expression: &str) -> Result<Value, String> {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
+            )
+            .await?;
+        if let Some(e) = r.get("exceptionDetails") {
+            return Err(format!("{expression}: {e}"));
+        }
+        Ok(r["result"]["value"].clone())
+    }
+
+    /// A PNG of the whole page, written to `path`.
+    pub async fn screenshot(&mut self, path: &Path) -> Result<(), String> {
+        use base64::Engine;
+        let r = self
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "captureBeyondViewport": true}),
+            )
+            .await?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(path, png).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// The browser's DevTools WebSocket URL, from the `DevToolsActivePort` file Chromium
+/// writes into its profile (port, then path) once it listens.
+async fn devtools_url(profile: &Path) -> Result<(u16, String), String> {
+    let file = profile.join("DevToolsActivePort");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            let mut lines = text.lines();
+            if let (Some(Ok(port)), Some(path)) = (lines.next().map(str::parse), lines.next()) {
+                return Ok((port, format!("ws://127.0.0.1:{port}{path}")));
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err("Chromium wrote no DevToolsActivePort within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,361 @@
+//! The node's web page (`/ui/` on 10250, issue 34) in a real browser: headless Chromium
+//! (Debian's package) driven over the DevTools protocol, logged in with a bearer token
+//! that the test API server reviews (TokenReview, then SubjectAccessReview on
+//! `nodes/ui`), as a browser behind an authenticating proxy would send it. The oracles are
+//! outside the page: the pods must be those `/pods` lists, the log tail what
+//! `/containerLogs` answers, 401 and 403 with upstream's kubelet wording, and the
+//! SubjectAccessReview names the subresource `ui`.
+//! Needs root, the containerd that `deploy/runtime/setup.sh` starts, and Chromium.
+
+use super::kubectl::{Kubectl, require_kubectl};
+use nodeagent_tests::apiserver::{ApiServer, ApiState};
+use nodeagent_tests::browser::{Browser, require_chromium};
+use nodeagent_tests::kubelet_client::Credentials;
+use nodeagent_tests::pki::TestCa;
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+pub(crate) fn auth_config(ca: &std::path::Path) -> String {
+    format!(
+        "authentication:\n  x509:\n    clientCAFile: {}\n  webhook:\n    enabled: true\n\
+         \x20 anonymous:\n    enabled: false\nauthorization:\n  mode: Webhook\n",
+        ca.display()
+    )
+}
+
+fn pod(name: &str, script: &str, probe: bool) -> String {
+    let readiness = if probe {
+        "\n    readinessProbe:\n      exec:\n        command: [\"true\"]\n      periodSeconds: 2"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  volumes:\n  - name: scratch\n    emptyDir: {{}}\n  \
+         containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sh\", \"-c\", {script:?}]\n    \
+         volumeMounts:\n    - name: scratch\n      mountPath: /scratch{readiness}\n"
+    )
+}
+
+/// Where the screenshots go: `$NODEAGENT_SCREENSHOTS`, else `target/screenshots`.
+fn screenshots() -> PathBuf {
+    std::env::var_os("NODEAGENT_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+            target.join("screenshots")
+        })
+}
+
+/// Waits until the page has rendered `hash` (app.js marks `body[data-loaded]`), then
+/// until `check` (a script returning a string: empty when satisfied, else what is
+/// missing) is satisfied.
+pub(crate) async fn wait_page(browser: &mut Browser, hash: &str, what: &str, check: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let script = format!(
+        "(() => {{ if (!document.body || document.body.dataset.loaded !== {hash:?}) return 'not loaded: ' + \
+         (document.getElementById('live') || {{}}).textContent; return ({check})(); }})()"
+    );
+    loop {
+        // An error while the page navigates (no body yet, its context replaced) is a wait.
+        let got = browser.eval(&script).await.map_err(Value::String);
+        if got == Ok(Value::String(String::new())) {
+            return Value::Null;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("{what}: still {got:?} after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs() {
+    if !require_runtime("the node page")
+        || !require_chromium("the node page")
+        || require_kubectl("the node page").is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("node-page-client-ca");
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    let policy = server.state.auth.clone();
+    policy.add_token("operator-token", "operator", &[]);
+    policy.add_token("viewer-token", "viewer", &[]);
+    // The operator may open the page, list the pods and read logs (`/containerLogs` is
+    // `proxy`, as upstream); the viewer may only list pods.
+    for subresource in ["ui", "pods", "proxy"] {
+        policy.allow("operator", "get", subresource);
+    }
+    policy.allow("viewer", "get", "pods");
+    let options = NodeOptions {
+        kubeconfig: Some(server.kubeconfig()),
+        auth_config: Some(auth_config(&ca_file)),
+        ..NodeOptions::default()
+    };
+    let node = Node::start("node_page", options).await;
+    node.write_manifest(
+        "web.yaml",
+        &pod(
+            "web",
+            "i=0; while true; do i=$((i+1)); echo \"hello from web $i\"; sleep 1; done",
+            true,
+        ),
+    );
+    node.write_manifest("idle.yaml", &pod("idle", "sleep 3600", false));
+    let operator = node.api.with(Credentials::Token("operator-token".into()));
+    for name in ["web", "idle"] {
+        eventually(
+            &format!("{name} running"),
+            Duration::from_secs(60),
+            || async {
+                let pods: Value = serde_json::from_str(&operator.get("/pods").await?.text())
+                    .map_err(|e| e.to_string())?;
+                let running = pods["items"].as_array().into_iter().flatten().any(|p| {
+                    p["metadata"]["name"] == node.pod_name(name).as_str()
+                        && p["status"]["phase"] == "Running"
+                });
+                running.then_some(()).ok_or_else(|| format!("{pods}"))
+            },
+        )
+        .await;
+    }
+
+    // Who may not see it: no credentials 401, a user without `nodes/ui` (nor `proxy`)
+    // 403, in upstream's words; the operator's review names the subresource `ui`.
+    let none = node.api.with(Credentials::None).get("/ui/").await.unwrap();
+    assert_eq!((none.status, none.text().as_str()), (401, "Unauthorized"));
+    let viewer = node.api.with(Credentials::Token("viewer-token".into()));
+    let denied = viewer.get("/ui/").await.unwrap();
+    assert_eq!(
+        (denied.status, denied.text().as_str()),
+        (
+            403,
+            "Forbidden (user=viewer, verb=get, resource=nodes, subresource(s)=[ui proxy])\n"
+        )
+    );
+    let denied = viewer.get("/ui/api/node").await.unwrap();
+    assert_eq!(denied.status, 403, "{}", denied.text());
+    let page = operator.get("/ui/").await.unwrap();
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert!(
+        page.text().contains("<script src=\"app.js\""),
+        "{}",
+        page.text()
+    );
+    let reviewed: Vec<Value> = policy
+        .access_reviews()
+        .into_iter()
+        .filter(|s| s["user"] == "operator")
+        .collect();
+    assert!(
+        reviewed
+            .iter()
+            .any(|s| s["resourceAttributes"]["subresource"] == "ui"
+                && s["resourceAttributes"]["name"] == node.name.as_str()),
+        "{reviewed:?}"
+    );
+
+    let mut browser = Browser::launch(1400, 1000).await.expect("start Chromium");
+    browser
+        .set_headers(serde_json::json!({"Authorization": "Bearer operator-token"}))
+        .await
+        .unwrap();
+    let base = format!("https://127.0.0.1:{}/ui/", node.port);
+    let out = screenshots();
+
+    // The pod list is `/pods`'s, pod for pod.
+    browser.navigate(&format!("{base}#/pods")).await.unwrap();
+    wait_page(
+        &mut browser,
+        "#/pods",
+        "the pod list",
+        "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : 'rows: ' + \
+         document.querySelectorAll('tr.pod').length",
+    )
+    .await;
+    let listed: BTreeSet<String> = serde_json::from_value(
+        browser
+            .eval("[...document.querySelectorAll('tr.pod')].map(tr => tr.dataset.uid)")
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let pods: Value = serde_json::from_str(&operator.get("/pods").await.unwrap().text()).unwrap();
+    let served: BTreeSet<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        listed, served,
+        "the page lists exactly the pods /pods lists"
+    );
+    // The filter narrows the list to the web pod.
+    let shown = browser
+        .eval(
+            "(() => { const f = document.getElementById('pod-filter'); f.value = 'web'; \
+             f.dispatchEvent(new Event('input')); return [...document.querySelectorAll('tr.pod')]\
+             .map(tr => tr.children[1].textContent); })()",
+        )
+        .await
+        .unwrap();
+    assert_eq!(shown, serde_json::json!([node.pod_name("web")]));
+
+    // The node page: seven services, every one healthy, and graphs with points (one point
+    // at the start and one every 15 s).
+    browser.navigate(&format!("{base}#/")).await.unwrap();
+    wait_page(
+        &mut browser,
+        "#/",
+        "the node page's services and conditions",
+        "() => { const rows = [...document.querySelectorAll('.card')].find(c => \
+         c.querySelector('h2').textContent === 'Services').querySelectorAll('tbody tr'); \
+         const bad = [...rows].filter(r => r.children[1].textContent !== 'healthy')\
+         .map(r => r.textContent); return rows.length === 7 && !bad.length ? '' : \
+         rows.length + ' services, unhealthy: ' + bad.join('; '); }",
+    )
+    .await;
+    wait_page(
+        &mut browser,
+        "#/",
+        "the node's CPU and memory graphs with two points",
+        "() => { const n = (k) => Number(document.querySelector(`#node-graphs \
+         canvas[data-graph=\"${k}\"]`).dataset.points || 0); return n('mem') >= 2 && \
+         n('cpu') >= 1 ? '' : 'points: mem ' + n('mem') + ', cpu ' + n('cpu'); }",
+    )
+    .await;
+    let ready = browser
+        .eval(
+            "[...document.querySelectorAll('.card')].find(c => c.querySelector('h2').textContent \
+             === 'Conditions').textContent.includes('Ready')",
+        )
+        .await
+        .unwrap();
+    assert_eq!(ready, Value::Bool(true), "the node's conditions are shown");
+    browser
+        .screenshot(&out.join("node-page.png"))
+        .await
+        .unwrap();
+
+    // The web pod's page: its log tail is its output, its readiness probe's result and its
+    // volume are shown.
+    let web = node.pod_name("web");
+    let hash = format!("#/pod/default/{web}");
+    browser.navigate(&format!("{base}{hash}")).await.unwrap();
+    wait_page(
+        &mut browser,
+        &hash,
+        "the web pod's log tail, probe result and volume",
+        "() => { const logs = document.getElementById('logs').textContent; \
+         const text = document.getElementById('view').textContent; \
+         if (!/hello from web \\d+/.test(logs)) return 'logs: ' + logs; \
+         if (!text.includes('readiness') || !/Success \\d/.test(text)) return 'no probe result'; \
+         if (!text.includes('scratch') || !text.includes('kubernetes.io~empty-dir')) \
+         return 'no volume'; return ''; }",
+    )
+    .await;
+    let tail = browser
+        .eval("document.getElementById('logs').textContent")
+        .await
+        .unwrap();
+    let served = operator
+        .get(&format!("/containerLogs/default/{web}/c?tailLines=200"))
+        .await
+        .unwrap()
+        .text();
+    let first_shown = tail.as_str().unwrap().lines().next().unwrap().to_string();
+    assert!(
+        served.lines().any(|l| l == first_shown),
+        "the tail is /containerLogs' answer: {first_shown:?} not in {served:?}"
+    );
+    wait_page(
+        &mut browser,
+        &hash,
+        "the web pod's memory graph with a point",
+        "() => { const n = Number(document.querySelector('#pod-graphs \
+         canvas[data-graph=\"mem\"]').dataset.points || 0); return n >= 1 ? '' : 'points ' + n; }",
+    )
+    .await;
+    // Its traces: one crosses services (the sync's calls to the volume service carry its
+    // trace), under a 32-hex-digit OTLP trace ID.
+    wait_page(
+        &mut browser,
+        &hash,
+        "a trace of the web pod across two services",
+        "() => { const ts = [...document.querySelectorAll('details.trace')]; \
+         const across = ts.find(t => new Set([...t.querySelectorAll('tbody tr')]\
+         .map(r => r.children[0].textContent)).size >= 2); if (!across) return ts.length + \
+         ' traces, none across services'; const id = across.querySelector('.trace-id').textContent; \
+         return /^[0-9a-f]{32}$/.test(id) ? '' : 'trace id ' + id; }",
+    )
+    .await;
+    browser.screenshot(&out.join("pod-page.png")).await.unwrap();
+    eprintln!("screenshots in {}", out.display());
+
+    // Through the API server's node proxy (`kubectl proxy`), as an operator without a
+    // credential of the node's opens it: no header from the browser; the API server's own
+    // client certificate reaches the kubelet (kube-apiserver's
+    // `--kubelet-client-certificate`), allowed `nodes/proxy` as upstream's
+    // system:kubelet-api-admin role allows it, so `ui` falls back to `proxy`. Every URL
+    // in the page is relative, so it all goes through the proxy.
+    let serving = std::fs::read_to_string(node.path("cert-dir/kubelet.crt")).unwrap();
+    server.state.kubelet.configure(|k| {
+        k.client = Some(ca.issue_client("kube-apiserver-kubelet-client", &[]));
+        k.server_ca = Some(serving.clone());
+        k.hosts.insert(node.name.clone(), "127.0.0.1".into());
+    });
+    policy.allow("kube-apiserver-kubelet-client", "get", "proxy");
+    let kubectl = Kubectl::new(&server);
+    let mut proxy = kubectl
+        .command(&["proxy", "--port=0"])
+        .spawn()
+        .expect("kubectl proxy");
+    let mut lines = tokio::io::BufReader::new(proxy.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("kubectl proxy's first line")
+        .unwrap()
+        .unwrap_or_default();
+    let port = first
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no port in {first:?}"));
+    browser.set_headers(serde_json::json!({})).await.unwrap();
+    let proxied = format!(
+        "http://127.0.0.1:{port}/api/v1/nodes/{}/proxy/ui/",
+        node.name
+    );
+    browser.navigate(&format!("{proxied}#/pods")).await.unwrap();
+    wait_page(
+        &mut browser,
+        "#/pods",
+        "the pod list through kubectl proxy",
+        "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : 'rows: ' + \
+         document.querySelectorAll('tr.pod').length",
+    )
+    .await;
+    browser.navigate(&format!("{proxied}{hash}")).await.unwrap();
+    wait_page(
+        &mut browser,
+        &hash,
+        "the web pod's log tail through kubectl proxy",
+        "() => /hello from web \\d+/.test(document.getElementById('logs').textContent) ? '' : \
+         document.getElementById('logs').textContent",
+    )
+    .await;
+    proxy.kill().await.unwrap();
+    drop(browser);
+    node.stop().await;
+}
