@@ -207,6 +207,11 @@ pub struct KubeletFlags {
     /// specific; upstream hard-codes its server's IdleTimeout, 90s; 0: never closed).
     #[arg(long, default_value = "90s", value_parser = duration::parse_go_duration)]
     pub http_idle_timeout: Duration,
+    /// A port on 127.0.0.1 serving the node's web page (`/ui/`, with `/pods` and
+    /// `/containerLogs` it reads) in plain HTTP to root's processes only, without
+    /// credentials, for an operator on the node (node-agent specific; 0, the default: off).
+    #[arg(long, default_value_t = 0)]
+    pub ui_loopback_port: u16,
     /// The node's IP addresses (upstream --node-ip): one, or an IPv4 and an IPv6 one
     /// comma-separated, each an address of this host; the first is the node's InternalIP.
     /// Unset: the address of the default route's interface, as upstream's.
@@ -270,6 +275,8 @@ pub struct Config {
     pub image_gc_period: Duration,
     /// See [`KubeletFlags::http_idle_timeout`].
     pub http_idle_timeout: Duration,
+    /// See [`KubeletFlags::ui_loopback_port`] (0: off).
+    pub ui_loopback_port: u16,
     /// See [`KubeletFlags::container_gc_period`].
     pub container_gc_period: Duration,
     /// See [`KubeletFlags::eviction_monitoring_period`].
@@ -429,6 +436,7 @@ impl Config {
             minimum_container_ttl_duration: flags.minimum_container_ttl_duration,
             image_gc_period: flags.image_gc_period,
             http_idle_timeout: flags.http_idle_timeout,
+            ui_loopback_port: flags.ui_loopback_port,
             container_gc_period: flags.container_gc_period,
             eviction_monitoring_period: flags.eviction_monitoring_period,
             max_parallel_runtime_calls: flags.max_parallel_runtime_calls,

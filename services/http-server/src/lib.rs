@@ -177,7 +177,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             Ok(())
         });
     }
-    if secure {
+    if secure || config.ui_loopback_port > 0 {
         // The node page's history and probe results, kept from the start.
         let (sampled, stop) = (state.clone(), shutdown.clone());
         tasks.spawn(async move {
@@ -192,6 +192,20 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
             ui::follow_probes(followed, stop).await;
             Ok(())
         });
+    }
+    if config.ui_loopback_port > 0 {
+        // The node page for root on the node: its routes, the pod list and the log tail
+        // it reads, nothing else (no exec, no configz).
+        let mut app = ui::routes().route("/pods", get(pods));
+        if config.kubelet.enable_debugging_handlers {
+            app = app.merge(logs::routes());
+        }
+        tasks.spawn(listener::serve_loopback_root(
+            format!("127.0.0.1:{}", config.ui_loopback_port),
+            app.with_state(state.clone()),
+            shutdown.clone(),
+            config.http_idle_timeout,
+        ));
     }
     if config.kubelet.healthz_port > 0 {
         let addr = format!(

@@ -173,6 +173,69 @@ pub async fn serve_plain(
     .await
 }
 
+/// Serves `app` over plain HTTP/1 on a loopback `addr`, to root's processes only: the
+/// uid that owns each connection's client socket is read from the kernel's socket table
+/// (`/proc/net/tcp`, `tcp6`), and a connection of any other uid is closed unanswered (the
+/// node page's operator port, `--ui-loopback-port`).
+pub async fn serve_loopback_root(
+    addr: String,
+    app: Router,
+    shutdown: Shutdown,
+    idle_timeout: Duration,
+) -> anyhow::Result<()> {
+    let app = with_inflight_cap(app);
+    serve(addr, "HTTP to root on loopback", shutdown.clone(), move |tcp, peer, slots| {
+        let (app, shutdown) = (app.clone(), shutdown.clone());
+        async move {
+            let Ok(local) = tcp.local_addr() else { return };
+            let tables = [
+                std::fs::read_to_string("/proc/net/tcp").unwrap_or_default(),
+                std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default(),
+            ];
+            match tables.iter().find_map(|t| socket_uid(t, peer, local)) {
+                Some(0) => {}
+                uid => {
+                    tracing::warn!(%peer, ?uid, "closing a connection to the loopback port: only root's are served");
+                    return;
+                }
+            }
+            let Some(_slot) = established(&slots, peer) else {
+                return;
+            };
+            serve_connection(tcp, peer, false, app, shutdown, idle_timeout).await;
+        }
+    })
+    .await
+}
+
+/// An address as the kernel's socket tables write it: the IP's bytes in the host's order
+/// as 32-bit words in hex, a colon, the port in hex (`0100007F:1F90` for 127.0.0.1:8080 on
+/// a little-endian host).
+fn proc_net_address(a: SocketAddr) -> String {
+    let words: Vec<u32> = match a.ip() {
+        std::net::IpAddr::V4(v4) => vec![u32::from_ne_bytes(v4.octets())],
+        std::net::IpAddr::V6(v6) => v6
+            .octets()
+            .chunks(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    };
+    let ip: String = words.iter().map(|w| format!("{w:08X}")).collect();
+    format!("{ip}:{:04X}", a.port())
+}
+
+/// The uid owning the socket whose local address is `client` and remote `server`, from a
+/// `/proc/net/tcp` or `tcp6` table (`sl local rem st queues timer retransmits uid ...`).
+fn socket_uid(table: &str, client: SocketAddr, server: SocketAddr) -> Option<u32> {
+    let (local, remote) = (proc_net_address(client), proc_net_address(server));
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
+            .then(|| f.get(7)?.parse().ok())
+            .flatten()
+    })
+}
+
 /// The accept loop: binds (a failure ends the process, since running without the port
 /// would look healthy and serve nothing), runs `connection` for each accepted one with the
 /// listener's connection slots (which it takes once the client is established), and drains
@@ -587,6 +650,31 @@ pub fn ensure_request_migration(protect_kernel_defaults: bool) {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Lines of a real `/proc/net/tcp` (little-endian host): a listener on 127.0.0.1:8080
+    /// (root's), a client of it from 127.0.0.1:50000 owned by uid 1000, and root's end.
+    #[test]
+    fn the_client_sockets_uid_comes_from_the_kernels_table() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+           0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1001 1 0 100 0 0 10 0\n\
+           1: 0100007F:C350 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 1002 1 0 20 4 30 10 -1\n\
+           2: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 1003 1 0 20 4 30 10 -1\n";
+        let server: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let client: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+        if cfg!(target_endian = "little") {
+            assert_eq!(proc_net_address(server), "0100007F:1F90");
+            assert_eq!(socket_uid(table, client, server), Some(1000));
+            assert_eq!(
+                socket_uid(table, server, client),
+                Some(0),
+                "the server's end"
+            );
+            let other: SocketAddr = "127.0.0.1:50001".parse().unwrap();
+            assert_eq!(socket_uid(table, other, server), None);
+        }
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap();
+        assert_eq!(proc_net_address(v6).len(), 32 + 5);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_first_bytes_must_come_in_time() {

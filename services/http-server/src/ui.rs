@@ -27,6 +27,7 @@ use nodeagent_proto::api::volume_client::VolumeClient;
 use nodeagent_proto::api::{GetNodeRequest, ListVolumesRequest};
 use nodeagent_transport::WithLimits;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ const ASK: Duration = Duration::from_secs(2);
 #[derive(Default)]
 pub struct UiState {
     pub history: Mutex<history::History>,
-    pub restarts: services::Restarts,
+    pub services: services::Seen,
     pub probes: Mutex<probes::ProbeLog>,
 }
 
@@ -149,6 +150,79 @@ pub async fn follow_probes(state: Arc<AppState>, shutdown: nodeagent_transport::
     }
 }
 
+/// Each service's process: the one serving its socket (peer credentials), this one for
+/// http-server; its start time and resident memory from `/proc`.
+async fn processes(state: &AppState) -> BTreeMap<&'static str, services::Process> {
+    let sockets: Vec<(&'static str, Option<std::path::PathBuf>)> = Service::ALL
+        .into_iter()
+        .map(|s| match state.config.endpoint(s) {
+            nodeagent_config::Address::Unix(path) => (s.name(), Some(path.clone())),
+            nodeagent_config::Address::Vsock { .. } => (s.name(), None),
+        })
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        use crate::stats::process::{read_stat, read_status, socket_server_pid, status_bytes};
+        let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let boot = crate::stats::host::boot_time_ns(&proc_stat).unwrap_or(0) as f64 / 1e9;
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .map_or(100.0, |t| t as f64);
+        sockets
+            .into_iter()
+            .map(|(name, socket)| {
+                let pid = if name == Service::HttpServer.name() {
+                    Some(std::process::id())
+                } else {
+                    socket.as_deref().and_then(socket_server_pid)
+                };
+                let process =
+                    pid.map_or_else(services::Process::default, |pid| services::Process {
+                        start_time: read_stat(pid).map(|s| boot + s.start_ticks as f64 / ticks),
+                        resident_memory_bytes: read_status(pid)
+                            .and_then(|t| status_bytes(&t, "VmRSS"))
+                            .map(|b| b as f64),
+                    });
+                (name, process)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// Fills in the versions not known yet, asking only those services (a scrape of each, once
+/// per process).
+async fn versions(state: &AppState, rows: &mut [services::Row]) {
+    let missing: Vec<Service> = rows
+        .iter()
+        .filter(|r| r.version.is_none() && r.start_time.is_some())
+        .filter_map(|r| Service::from_name(r.name))
+        .collect();
+    let asks = missing.into_iter().map(|s| async move {
+        let families: Vec<crate::metrics::exposition::Family> = if s == Service::HttpServer {
+            let text = tokio::task::spawn_blocking(nodeagent_telemetry::metrics::encode)
+                .await
+                .unwrap_or_default();
+            crate::metrics::exposition::parse(&text).unwrap_or_default()
+        } else {
+            crate::metrics::gather(state, Some(s))
+                .await
+                .families()
+                .cloned()
+                .collect()
+        };
+        (s, services::version_of(&families, s.name()))
+    });
+    for (s, version) in futures::future::join_all(asks).await {
+        let Some(version) = version else { continue };
+        state.ui.services.set_version(s.name(), version.clone());
+        if let Some(row) = rows.iter_mut().find(|r| r.name == s.name()) {
+            row.version = Some(version);
+        }
+    }
+}
+
 /// `/ui/api/node`: the Node (node-status's view), the services, the pressure signals.
 async fn node(State(state): State<Arc<AppState>>) -> Response {
     let node = async {
@@ -159,15 +233,15 @@ async fn node(State(state): State<Arc<AppState>>) -> Response {
         }
     };
     let services = async {
-        let (metrics, health) =
-            tokio::join!(crate::metrics::gather(&state, None), state.health.check());
+        let (processes, health) = tokio::join!(processes(&state), state.health.check());
         let health = health
             .checks
             .iter()
             .map(|(n, r)| (n.clone(), r.clone()))
             .collect();
-        let families: Vec<_> = metrics.families().cloned().collect();
-        services::rows(&families, &health, &state.ui.restarts)
+        let mut rows = services::rows(&processes, &health, &state.ui.services);
+        versions(&state, &mut rows).await;
+        rows
     };
     let signals = async {
         let image_fs = state.cri.image_fs_mount().await;

@@ -8,11 +8,12 @@
 //! Needs root, the containerd that `deploy/runtime/setup.sh` starts, and Chromium.
 
 use super::kubectl::{Kubectl, require_kubectl};
+use nodeagent_config::Service;
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::browser::{Browser, require_chromium};
 use nodeagent_tests::kubelet_client::Credentials;
 use nodeagent_tests::pki::TestCa;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, free_port, require_runtime};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -97,9 +98,14 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         policy.allow("operator", "get", subresource);
     }
     policy.allow("viewer", "get", "pods");
+    let ui_port = free_port();
     let options = NodeOptions {
         kubeconfig: Some(server.kubeconfig()),
         auth_config: Some(auth_config(&ca_file)),
+        service_args: vec![(
+            Service::HttpServer,
+            vec![format!("--ui-loopback-port={ui_port}")],
+        )],
         ..NodeOptions::default()
     };
     let node = Node::start("node_page", options).await;
@@ -163,6 +169,62 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
             .any(|s| s["resourceAttributes"]["subresource"] == "ui"
                 && s["resourceAttributes"]["name"] == node.name.as_str()),
         "{reviewed:?}"
+    );
+
+    // The operator's port on loopback: root's processes get the page, the pod list and a
+    // log tail without credentials; a connection of another uid (nobody's) is closed
+    // unanswered, and nothing but those paths is served there.
+    let wget = |path: &str, uid: Option<u32>| {
+        let mut cmd = tokio::process::Command::new("/bin/busybox");
+        // (Debian's busybox 1.35 wget crashes with `-T`: the wait is bounded here instead.)
+        cmd.args(["wget", "-q", "-O-"])
+            .arg(format!("http://127.0.0.1:{ui_port}{path}"));
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        async move {
+            tokio::time::timeout(Duration::from_secs(20), cmd.output())
+                .await
+                .map_err(|_| "wget took over 20 s".to_string())?
+                .map_err(|e| e.to_string())
+        }
+    };
+    let root = wget("/ui/", None).await.unwrap();
+    assert!(
+        root.status.success() && String::from_utf8_lossy(&root.stdout).contains("app.js"),
+        "{root:?}"
+    );
+    let pods = wget("/pods", None).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&pods.stdout).contains(&node.pod_name("web")),
+        "{pods:?}"
+    );
+    let logs = wget(
+        &format!("/containerLogs/default/{}/c", node.pod_name("web")),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("hello from web"),
+        "{logs:?}"
+    );
+    let nobody = wget("/ui/", Some(65534)).await.unwrap();
+    assert!(
+        !nobody.status.success() && nobody.stdout.is_empty(),
+        "another uid is not served: {nobody:?}"
+    );
+    for path in ["/configz", "/stats/summary", "/runningpods/"] {
+        let other = wget(path, None).await.unwrap();
+        assert!(
+            !other.status.success(),
+            "{path} is not served on loopback: {other:?}"
+        );
+    }
+    assert!(
+        node.log(Service::HttpServer)
+            .contains("only root's are served"),
+        "the refused connection is logged"
     );
 
     let mut browser = Browser::launch(1400, 1000).await.expect("start Chromium");
