@@ -160,17 +160,7 @@ pub async fn serve_plain(
     shutdown: Shutdown,
     idle_timeout: Duration,
 ) -> anyhow::Result<()> {
-    let app = with_inflight_cap(app);
-    serve(addr, "HTTP", shutdown.clone(), move |tcp, peer, slots| {
-        let (app, shutdown) = (app.clone(), shutdown.clone());
-        async move {
-            let Some(_slot) = established(&slots, peer) else {
-                return;
-            };
-            serve_connection(tcp, peer, false, app, shutdown, idle_timeout).await;
-        }
-    })
-    .await
+    serve_plain_to(addr, "HTTP", app, shutdown, idle_timeout, |_, _| true).await
 }
 
 /// Serves `app` over plain HTTP/1 on a loopback `addr`, to root's processes only: the
@@ -183,21 +173,46 @@ pub async fn serve_loopback_root(
     shutdown: Shutdown,
     idle_timeout: Duration,
 ) -> anyhow::Result<()> {
+    let admit = |tcp: &TcpStream, peer: SocketAddr| {
+        let Ok(local) = tcp.local_addr() else {
+            return false;
+        };
+        let tables = [
+            std::fs::read_to_string("/proc/net/tcp").unwrap_or_default(),
+            std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default(),
+        ];
+        let uid = tables.iter().find_map(|t| socket_uid(t, peer, local));
+        if uid != Some(0) {
+            tracing::warn!(%peer, ?uid, "closing a connection to the loopback port: only root's are served");
+        }
+        uid == Some(0)
+    };
+    serve_plain_to(
+        addr,
+        "HTTP to root on loopback",
+        app,
+        shutdown,
+        idle_timeout,
+        admit,
+    )
+    .await
+}
+
+/// Plain HTTP/1 to the connections `admit` lets in (the others are closed unanswered).
+async fn serve_plain_to(
+    addr: String,
+    what: &str,
+    app: Router,
+    shutdown: Shutdown,
+    idle_timeout: Duration,
+    admit: impl Fn(&TcpStream, SocketAddr) -> bool + Copy + Send + 'static,
+) -> anyhow::Result<()> {
     let app = with_inflight_cap(app);
-    serve(addr, "HTTP to root on loopback", shutdown.clone(), move |tcp, peer, slots| {
+    serve(addr, what, shutdown.clone(), move |tcp, peer, slots| {
         let (app, shutdown) = (app.clone(), shutdown.clone());
         async move {
-            let Ok(local) = tcp.local_addr() else { return };
-            let tables = [
-                std::fs::read_to_string("/proc/net/tcp").unwrap_or_default(),
-                std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default(),
-            ];
-            match tables.iter().find_map(|t| socket_uid(t, peer, local)) {
-                Some(0) => {}
-                uid => {
-                    tracing::warn!(%peer, ?uid, "closing a connection to the loopback port: only root's are served");
-                    return;
-                }
+            if !admit(&tcp, peer) {
+                return;
             }
             let Some(_slot) = established(&slots, peer) else {
                 return;

@@ -24,7 +24,7 @@ pub use chunk::{
 pub use client::{Channel, check_health, connect, connect_with_secret};
 pub use limit::{Adaptive, CallLimit};
 pub use loop_health::{CHECK_GRACE, Heartbeat, LivenessCheck, LoopHealth};
-pub use metrics::MetricsService;
+pub use metrics::{MetricsService, span_message};
 pub use server::{ServeError, Server};
 pub use service_main::{
     KUBELET_ENV, VERSION, kubelet_main, parse_command_line, run_main, shared_flags_main,

@@ -50,17 +50,22 @@ impl Metrics for MetricsService {
         let request = request.into_inner();
         let spans = nodeagent_telemetry::recent::matching(&request.pod_uid, &request.trace_ids)
             .into_iter()
-            .map(|s| RecentSpan {
-                trace_id: s.trace_id,
-                span_id: s.span_id,
-                parent_span_id: s.parent_span_id,
-                name: s.name,
-                start_unix_nanos: s.start_unix_nanos,
-                end_unix_nanos: s.end_unix_nanos,
-                attributes: s.attributes.into_iter().collect(),
-                error: s.error.unwrap_or_default(),
-            })
+            .map(span_message)
             .collect();
         Ok(tonic::Response::new(RecentSpansResponse { spans }))
+    }
+}
+
+/// A span this process kept, as `Metrics.RecentSpans` sends it.
+pub fn span_message(s: nodeagent_telemetry::recent::RecentSpan) -> RecentSpan {
+    RecentSpan {
+        trace_id: s.trace_id,
+        span_id: s.span_id,
+        parent_span_id: s.parent_span_id,
+        name: s.name,
+        start_unix_nanos: s.start_unix_nanos,
+        end_unix_nanos: s.end_unix_nanos,
+        attributes: s.attributes.into_iter().collect(),
+        error: s.error.unwrap_or_default(),
     }
 }

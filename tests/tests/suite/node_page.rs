@@ -20,7 +20,50 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 
-pub(crate) fn auth_config(ca: &std::path::Path) -> String {
+/// A node behind webhook authentication and authorization (the test API server's
+/// TokenReview and SubjectAccessReview) whose operator (`operator-token`) may open the
+/// page, list the pods and read logs (`nodes/ui`, `pods`, and `proxy` for
+/// `/containerLogs`, as upstream maps it).
+pub(crate) struct OperatorNode {
+    pub server: ApiServer,
+    pub node: Node,
+    /// The client CA the node trusts.
+    pub ca: TestCa,
+    pub _dir: tempfile::TempDir,
+}
+
+pub(crate) async fn operator_node(
+    test: &str,
+    service_args: Vec<(Service, Vec<String>)>,
+) -> OperatorNode {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(&format!("{test}-client-ca"));
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let server = ApiServer::start(ApiState::default(), 0).await;
+    server
+        .state
+        .auth
+        .add_token("operator-token", "operator", &[]);
+    for subresource in ["ui", "pods", "proxy"] {
+        server.state.auth.allow("operator", "get", subresource);
+    }
+    let options = NodeOptions {
+        kubeconfig: Some(server.kubeconfig()),
+        auth_config: Some(auth_config(&ca_file)),
+        service_args,
+        ..NodeOptions::default()
+    };
+    let node = Node::start(test, options).await;
+    OperatorNode {
+        server,
+        node,
+        ca,
+        _dir: dir,
+    }
+}
+
+fn auth_config(ca: &std::path::Path) -> String {
     format!(
         "authentication:\n  x509:\n    clientCAFile: {}\n  webhook:\n    enabled: true\n\
          \x20 anonymous:\n    enabled: false\nauthorization:\n  mode: Webhook\n",
@@ -84,31 +127,24 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
     {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new("node-page-client-ca");
-    let ca_file = dir.path().join("ca.crt");
-    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
-    let server = ApiServer::start(ApiState::default(), 0).await;
-    let policy = server.state.auth.clone();
-    policy.add_token("operator-token", "operator", &[]);
-    policy.add_token("viewer-token", "viewer", &[]);
-    // The operator may open the page, list the pods and read logs (`/containerLogs` is
-    // `proxy`, as upstream); the viewer may only list pods.
-    for subresource in ["ui", "pods", "proxy"] {
-        policy.allow("operator", "get", subresource);
-    }
-    policy.allow("viewer", "get", "pods");
     let ui_port = free_port();
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        auth_config: Some(auth_config(&ca_file)),
-        service_args: vec![(
+    let OperatorNode {
+        server,
+        node,
+        ca,
+        _dir,
+    } = operator_node(
+        "node_page",
+        vec![(
             Service::HttpServer,
             vec![format!("--ui-loopback-port={ui_port}")],
         )],
-        ..NodeOptions::default()
-    };
-    let node = Node::start("node_page", options).await;
+    )
+    .await;
+    let policy = server.state.auth.clone();
+    // The viewer may only list pods.
+    policy.add_token("viewer-token", "viewer", &[]);
+    policy.allow("viewer", "get", "pods");
     node.write_manifest(
         "web.yaml",
         &pod(

@@ -2,13 +2,11 @@
 //! asserts no timing (issue 34's goals: the first paint within 300 ms, the open page's
 //! live updates under 0.5 % of a core). Run it with `bash tests/bench/node-page.sh`.
 
-use super::node_page::{auth_config, wait_page};
+use super::node_page::{OperatorNode, operator_node, wait_page};
 use nodeagent_config::Service;
-use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::browser::{Browser, require_chromium};
 use nodeagent_tests::kubelet_client::Credentials;
-use nodeagent_tests::pki::TestCa;
-use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
+use nodeagent_tests::{Node, eventually, require_runtime};
 use std::time::{Duration, Instant};
 
 const PODS: usize = 100;
@@ -50,24 +48,13 @@ async fn node_page_first_paint_and_cost_at_100_pods() {
     if !require_runtime("node page benchmark") || !require_chromium("node page benchmark") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new("node-page-bench-ca");
-    let ca_file = dir.path().join("ca.crt");
-    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
-    let server = ApiServer::start(ApiState::default(), 0).await;
-    server
-        .state
-        .auth
-        .add_token("operator-token", "operator", &[]);
-    for subresource in ["ui", "pods", "proxy"] {
-        server.state.auth.allow("operator", "get", subresource);
-    }
-    let options = NodeOptions {
-        kubeconfig: Some(server.kubeconfig()),
-        auth_config: Some(auth_config(&ca_file)),
-        ..NodeOptions::default()
-    };
-    let node = Node::start("node_page_bench", options).await;
+    // Each part bound: the API server and the client CA's directory live to the end.
+    let OperatorNode {
+        node,
+        server: _server,
+        ca: _ca,
+        _dir,
+    } = operator_node("node_page_bench", vec![]).await;
     for i in 0..PODS {
         node.write_manifest(
             &format!("p{i}.yaml"),

@@ -129,16 +129,7 @@ async fn ask_all(state: &AppState, request: RecentSpansRequest) -> Vec<(&'static
             .map(|s| {
                 (
                     Service::HttpServer.name(),
-                    RecentSpan {
-                        trace_id: s.trace_id,
-                        span_id: s.span_id,
-                        parent_span_id: s.parent_span_id,
-                        name: s.name,
-                        start_unix_nanos: s.start_unix_nanos,
-                        end_unix_nanos: s.end_unix_nanos,
-                        attributes: s.attributes.into_iter().collect(),
-                        error: s.error.unwrap_or_default(),
-                    },
+                    nodeagent_transport::span_message(s),
                 )
             }),
     );
