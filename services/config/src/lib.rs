@@ -210,6 +210,7 @@ pub struct KubeletFlags {
     /// A port on 127.0.0.1 serving the node's web page (`/ui/`, with `/pods` and
     /// `/containerLogs` it reads) in plain HTTP to root's processes only, without
     /// credentials, for an operator on the node (node-agent specific; 0, the default: off).
+    /// Below 1024, so that no unprivileged user can take it first.
     #[arg(long, default_value_t = 0)]
     pub ui_loopback_port: u16,
     /// The node's IP addresses (upstream --node-ip): one, or an IPv4 and an IPv6 one
@@ -416,6 +417,13 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "the node name is empty; set --hostname-override".into(),
             ));
+        }
+        if flags.ui_loopback_port >= 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "--ui-loopback-port={}: must be below 1024 (a privileged port, so that no \
+                 unprivileged user can bind it first and serve root a page of its own)",
+                flags.ui_loopback_port
+            )));
         }
         Ok(Self {
             kubelet,

@@ -200,8 +200,32 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
         if config.kubelet.enable_debugging_handlers {
             app = app.merge(logs::routes());
         }
+        let port = config.ui_loopback_port;
+        // Only requests that name this port on loopback: a web page of another site that
+        // re-points its name to 127.0.0.1 (DNS rebinding) sends its own name as Host.
+        let app = app.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                let host = request
+                    .headers()
+                    .get(axum::http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or_default();
+                let ours = ["127.0.0.1", "localhost", "[::1]"]
+                    .iter()
+                    .any(|name| host == format!("{name}:{port}"));
+                if ours {
+                    next.run(request).await
+                } else {
+                    (
+                        StatusCode::MISDIRECTED_REQUEST,
+                        "the loopback port answers requests for 127.0.0.1 and localhost only\n",
+                    )
+                        .into_response()
+                }
+            },
+        ));
         tasks.spawn(listener::serve_loopback_root(
-            format!("127.0.0.1:{}", config.ui_loopback_port),
+            format!("127.0.0.1:{port}"),
             app.with_state(state.clone()),
             shutdown.clone(),
             config.http_idle_timeout,

@@ -164,19 +164,18 @@ pub async fn serve_plain(
 }
 
 /// Serves `app` over plain HTTP/1 on a loopback `addr`, to root's processes only: the
-/// uid that owns each connection's client socket is read from the kernel's socket table
-/// (`/proc/net/tcp`, `tcp6`), and a connection of any other uid is closed unanswered (the
-/// node page's operator port, `--ui-loopback-port`).
+/// uid that owns each connection's client socket (established, with an inode: a closed
+/// socket's entry says uid 0) is read from the kernel's socket tables (`/proc/net/tcp`,
+/// `tcp6`, an IPv4 client also in its IPv4-mapped form), and a connection of any other uid,
+/// or none found, is closed unanswered (the node page's operator port,
+/// `--ui-loopback-port`).
 pub async fn serve_loopback_root(
     addr: String,
     app: Router,
     shutdown: Shutdown,
     idle_timeout: Duration,
 ) -> anyhow::Result<()> {
-    let admit = |tcp: &TcpStream, peer: SocketAddr| {
-        let Ok(local) = tcp.local_addr() else {
-            return false;
-        };
+    let admit = |peer: SocketAddr, local: SocketAddr| {
         let tables = [
             std::fs::read_to_string("/proc/net/tcp").unwrap_or_default(),
             std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default(),
@@ -198,25 +197,31 @@ pub async fn serve_loopback_root(
     .await
 }
 
-/// Plain HTTP/1 to the connections `admit` lets in (the others are closed unanswered).
+/// Plain HTTP/1 to the connections `admit` (run on a blocking thread, with the client's
+/// and this end's addresses, once the connection holds a slot) lets in; the others are
+/// closed unanswered.
 async fn serve_plain_to(
     addr: String,
     what: &str,
     app: Router,
     shutdown: Shutdown,
     idle_timeout: Duration,
-    admit: impl Fn(&TcpStream, SocketAddr) -> bool + Copy + Send + 'static,
+    admit: impl Fn(SocketAddr, SocketAddr) -> bool + Copy + Send + 'static,
 ) -> anyhow::Result<()> {
     let app = with_inflight_cap(app);
     serve(addr, what, shutdown.clone(), move |tcp, peer, slots| {
         let (app, shutdown) = (app.clone(), shutdown.clone());
         async move {
-            if !admit(&tcp, peer) {
-                return;
-            }
             let Some(_slot) = established(&slots, peer) else {
                 return;
             };
+            let Ok(local) = tcp.local_addr() else { return };
+            let admitted = tokio::task::spawn_blocking(move || admit(peer, local))
+                .await
+                .unwrap_or(false);
+            if !admitted {
+                return;
+            }
             serve_connection(tcp, peer, false, app, shutdown, idle_timeout).await;
         }
     })
@@ -239,15 +244,31 @@ fn proc_net_address(a: SocketAddr) -> String {
     format!("{ip}:{:04X}", a.port())
 }
 
-/// The uid owning the socket whose local address is `client` and remote `server`, from a
-/// `/proc/net/tcp` or `tcp6` table (`sl local rem st queues timer retransmits uid ...`).
+/// The uid owning the established socket whose local address is `client` and remote
+/// `server`, from a `/proc/net/tcp` or `tcp6` table (`sl local rem st queues timer
+/// retransmits uid timeout inode ...`): state `01` (ESTABLISHED) with an inode (a closed
+/// socket's leftover, TIME_WAIT or orphaned, is listed with uid 0 and inode 0). An IPv4
+/// pair is also looked for in its IPv4-mapped IPv6 form (a dual-stack client's socket).
 fn socket_uid(table: &str, client: SocketAddr, server: SocketAddr) -> Option<u32> {
-    let (local, remote) = (proc_net_address(client), proc_net_address(server));
+    let mapped = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
+        v6 => v6,
+    };
+    let pairs = [
+        (proc_net_address(client), proc_net_address(server)),
+        (
+            proc_net_address(mapped(client)),
+            proc_net_address(mapped(server)),
+        ),
+    ];
     table.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
-            .then(|| f.get(7)?.parse().ok())
-            .flatten()
+        let (Some(local), Some(remote)) = (f.get(1), f.get(2)) else {
+            return None;
+        };
+        let ours = pairs.iter().any(|(l, r)| local == l && remote == r);
+        let live = f.get(3) == Some(&"01") && f.get(9).is_some_and(|inode| *inode != "0");
+        (ours && live).then(|| f.get(7)?.parse().ok()).flatten()
     })
 }
 
@@ -673,7 +694,11 @@ mod tests {
         let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
            0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1001 1 0 100 0 0 10 0\n\
            1: 0100007F:C350 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 1002 1 0 20 4 30 10 -1\n\
-           2: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 1003 1 0 20 4 30 10 -1\n";
+           2: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 1003 1 0 20 4 30 10 -1\n\
+           3: 0100007F:C351 0100007F:1F90 06 00000000:00000000 03:00000ABC 00000000     0        0 0 3 0 0 0 0 0 0\n";
+        // A root client of the IPv6 socket, from ::ffff:127.0.0.1 (tcp6's IPv4-mapped form).
+        let table6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+           0: 0000000000000000FFFF00000100007F:C352 0000000000000000FFFF00000100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 2001 1 0 20 4 30 10 -1\n";
         let server: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let client: SocketAddr = "127.0.0.1:50000".parse().unwrap();
         if cfg!(target_endian = "little") {
@@ -684,8 +709,17 @@ mod tests {
                 Some(0),
                 "the server's end"
             );
-            let other: SocketAddr = "127.0.0.1:50001".parse().unwrap();
+            let other: SocketAddr = "127.0.0.1:50009".parse().unwrap();
             assert_eq!(socket_uid(table, other, server), None);
+            // A client that closed before it was looked up: TIME_WAIT, uid 0, no inode.
+            let closed: SocketAddr = "127.0.0.1:50001".parse().unwrap();
+            assert_eq!(
+                socket_uid(table, closed, server),
+                None,
+                "not taken for root's"
+            );
+            let dual: SocketAddr = "127.0.0.1:50002".parse().unwrap();
+            assert_eq!(socket_uid(table6, dual, server), Some(0));
         }
         let v6: SocketAddr = "[::1]:8080".parse().unwrap();
         assert_eq!(proc_net_address(v6).len(), 32 + 5);

@@ -106,18 +106,40 @@ pub async fn sample(state: Arc<AppState>) {
                 let t = unix_ms();
                 let mut h = state.ui.history.lock().unwrap_or_else(|e| e.into_inner());
                 h.record(t, &collected.summary);
-                let live: std::collections::HashSet<&str> =
-                    h.pods.keys().map(String::as_str).collect();
-                state
-                    .ui
-                    .probes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .retain(|uid| live.contains(uid));
             }
             Err(e) => tracing::debug!(error = %e.message(), "no stats for the page's history"),
         }
+        // The probe results of pods no longer on the node go (pod-sync's list, as `/pods`).
+        if let Some(live) = pods_here(&state) {
+            let live: std::collections::HashSet<String> =
+                live.iter().map(|(uid, _, _)| uid.clone()).collect();
+            state
+                .ui
+                .probes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|uid| live.contains(uid));
+        }
     }
+}
+
+/// The pods on this node as (uid, namespace, name), from the list `/pods` serves; None
+/// before pod-sync gave one.
+fn pods_here(state: &AppState) -> Option<Vec<(String, String, String)>> {
+    let (pods, _) = state.last_pods.recent()?;
+    Some(
+        pods.iter()
+            .filter_map(|json| {
+                let p: Value = serde_json::from_slice(json).ok()?;
+                let m = &p["metadata"];
+                Some((
+                    m["uid"].as_str()?.to_string(),
+                    m["namespace"].as_str()?.to_string(),
+                    m["name"].as_str()?.to_string(),
+                ))
+            })
+            .collect(),
+    )
 }
 
 fn unix_ms() -> i64 {
@@ -233,7 +255,13 @@ async fn node(State(state): State<Arc<AppState>>) -> Response {
         }
     };
     let services = async {
-        let (processes, health) = tokio::join!(processes(&state), state.health.check());
+        // A wedged service's socket (a full backlog) must not hold the page up.
+        let processes = async {
+            tokio::time::timeout(ASK, processes(&state))
+                .await
+                .unwrap_or_default()
+        };
+        let (processes, health) = tokio::join!(processes, state.health.check());
         let health = health
             .checks
             .iter()
@@ -293,15 +321,30 @@ async fn history_of(State(state): State<Arc<AppState>>, Query(q): Query<HistoryQ
 #[derive(serde::Deserialize)]
 struct PodQuery {
     uid: String,
+}
+
+/// A pod of this node, as `/pods` lists it.
+struct PodRef {
+    uid: String,
     namespace: String,
     name: String,
 }
 
-/// `/ui/api/pod`: a pod's events, mounted volumes, probe results and traces.
+/// `/ui/api/pod?uid=`: a pod's events, mounted volumes, probe results and traces; only for
+/// a pod on this node (its namespace and name from the node's own list), else 404.
 async fn pod(State(state): State<Arc<AppState>>, Query(q): Query<PodQuery>) -> Response {
-    if q.uid.is_empty() {
-        return (StatusCode::BAD_REQUEST, "uid is required\n").into_response();
-    }
+    let Some(q) = pods_here(&state)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(uid, _, _)| *uid == q.uid)
+        .map(|(uid, namespace, name)| PodRef {
+            uid,
+            namespace,
+            name,
+        })
+    else {
+        return (StatusCode::NOT_FOUND, "no such pod on this node\n").into_response();
+    };
     let volumes = async {
         let mut c = VolumeClient::new(state.peers[&Service::Volume].clone()).with_limits();
         match tokio::time::timeout(ASK, c.list(ListVolumesRequest {})).await {
@@ -333,60 +376,76 @@ async fn pod(State(state): State<Arc<AppState>>, Query(q): Query<PodQuery>) -> R
 
 /// The pod's events: from the API server when there is one (as `kubectl describe` lists
 /// them), else the Warning events the services recorded lately (each keeps its own).
-async fn events(state: &AppState, q: &PodQuery) -> Value {
+async fn events(state: &AppState, q: &PodRef) -> Value {
+    let mut refused = None;
     if let Some(client) = &state.api {
         use k8s_openapi::api::core::v1::Event;
         let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &q.namespace);
         let params =
             kube::api::ListParams::default().fields(&format!("involvedObject.uid={}", q.uid));
-        return match tokio::time::timeout(ASK, api.list(&params)).await {
-            Ok(Ok(list)) => Value::Array(
-                list.items
-                    .iter()
-                    .map(|e| {
-                        json!({
-                            "type": e.type_,
-                            "reason": e.reason,
-                            "message": e.message,
-                            "count": e.count.unwrap_or(1),
-                            "last": e.last_timestamp.as_ref().map(|t| t.0.to_string())
-                                .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string())),
-                            "source": e.source.as_ref().and_then(|s| s.component.clone()),
-                            "fieldPath": e.involved_object.field_path,
+        match tokio::time::timeout(ASK, api.list(&params)).await {
+            Ok(Ok(list)) => {
+                return Value::Array(
+                    list.items
+                        .iter()
+                        .map(|e| {
+                            json!({
+                                "type": e.type_,
+                                "reason": e.reason,
+                                "message": e.message,
+                                "count": e.count.unwrap_or(1),
+                                "last": e.last_timestamp.as_ref().map(|t| t.0.to_string())
+                                    .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string())),
+                                "source": e.source.as_ref().and_then(|s| s.component.clone()),
+                                "fieldPath": e.involved_object.field_path,
+                            })
                         })
-                    })
-                    .collect(),
-            ),
-            Ok(Err(e)) => json!({"error": format!("listing events: {e}")}),
-            Err(_) => json!({"error": "listing events timed out"}),
-        };
+                        .collect(),
+                );
+            }
+            // Upstream's `system:node` role may create events, not list them: on such a
+            // cluster the services' own Warnings are shown instead, saying why.
+            Ok(Err(e)) => refused = Some(format!("listing events: {e}")),
+            Err(_) => refused = Some("listing events timed out".to_string()),
+        }
     }
     let object = format!("{}/{}", q.namespace, q.name);
-    let mut out = Vec::new();
-    for (service, channel) in &state.peers {
+    let asks = state.peers.iter().map(|(service, channel)| {
         use nodeagent_proto::api::RecentWarningsRequest;
         use nodeagent_proto::api::metrics_client::MetricsClient;
         let mut c = MetricsClient::new(channel.clone()).with_limits();
-        if let Ok(Ok(r)) =
-            tokio::time::timeout(ASK, c.recent_warnings(RecentWarningsRequest {})).await
-        {
-            for w in r
-                .into_inner()
+        let object = object.clone();
+        async move {
+            let Ok(Ok(r)) =
+                tokio::time::timeout(ASK, c.recent_warnings(RecentWarningsRequest {})).await
+            else {
+                return Vec::new();
+            };
+            r.into_inner()
                 .warnings
                 .into_iter()
                 .filter(|w| w.object == object)
-            {
-                out.push(json!({
-                    "type": "Warning",
-                    "reason": w.reason,
-                    "message": w.message,
-                    "count": w.count,
-                    "lastUnixMs": w.last_unix_nanos / 1_000_000,
-                    "source": service.name(),
-                    "fieldPath": w.field_path,
-                }));
-            }
+                .map(|w| {
+                    json!({
+                        "type": "Warning",
+                        "reason": w.reason,
+                        "message": w.message,
+                        "count": w.count,
+                        "lastUnixMs": w.last_unix_nanos / 1_000_000,
+                        "source": service.name(),
+                        "fieldPath": w.field_path,
+                    })
+                })
+                .collect::<Vec<_>>()
         }
+    });
+    let warnings: Vec<Value> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    match refused {
+        Some(why) => json!({"error": why, "warnings": warnings}),
+        None => Value::Array(warnings),
     }
-    Value::Array(out)
 }

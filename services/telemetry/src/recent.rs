@@ -59,13 +59,23 @@ fn keep(span: RecentSpan) {
     all.push_back(span);
 }
 
-/// The spans kept that carry `pod_uid` as an attribute value (when not empty) or belong
+/// The attribute that names a span's pod.
+pub const POD_UID: &str = "k8s.pod.uid";
+
+/// The calls whose spans are not kept: health checks and metrics scrapes (and this ring's
+/// own reads) come every few seconds and would push the pods' traces out.
+const NOT_KEPT: [&str; 2] = ["grpc.health.v1.Health/", "kubelet.v1.Metrics/"];
+
+/// The spans kept that carry `pod_uid` as their `k8s.pod.uid` (when not empty) or belong
 /// to one of `trace_ids`, oldest first.
 pub fn matching(pod_uid: &str, trace_ids: &[String]) -> Vec<RecentSpan> {
     let all = RECENT.lock().unwrap_or_else(|e| e.into_inner());
     all.iter()
         .filter(|s| {
-            (!pod_uid.is_empty() && s.attributes.iter().any(|(_, v)| v == pod_uid))
+            (!pod_uid.is_empty()
+                && s.attributes
+                    .iter()
+                    .any(|(k, v)| k == POD_UID && v == pod_uid))
                 || trace_ids.contains(&s.trace_id)
         })
         .cloned()
@@ -80,6 +90,9 @@ impl SpanProcessor for RecentSpans {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
+        if NOT_KEPT.iter().any(|p| span.name.starts_with(p)) {
+            return;
+        }
         let parent = span.parent_span_id;
         keep(RecentSpan {
             trace_id: span.span_context.trace_id().to_string(),
@@ -131,6 +144,10 @@ mod tests {
         let mut root = tracer.start("sync_pod");
         root.set_attribute(opentelemetry::KeyValue::new("k8s.pod.uid", uid));
         root.set_attribute(opentelemetry::KeyValue::new("long", "x".repeat(1000)));
+        root.set_attribute(opentelemetry::KeyValue::new(
+            "k8s.namespace.name",
+            "default",
+        ));
         let trace_id = root.span_context().trace_id().to_string();
         let cx = Context::current_with_span(root);
         let mut child = tracer.start_with_context("ensure_volumes", &cx);
@@ -159,6 +176,16 @@ mod tests {
         );
         assert_eq!(by_trace[0].parent_span_id, by_pod[0].span_id);
         assert_eq!(by_trace[0].error.as_deref(), Some("mount failed"));
+        // Only the pod's own attribute names it; a scrape's span is not kept at all.
+        assert!(matching("default", &[]).is_empty());
+        tracer.start("kubelet.v1.Metrics/Scrape").end();
+        assert!(
+            !RECENT
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|s| s.name.starts_with("kubelet.v1.Metrics/"))
+        );
         for i in 0..KEPT {
             keep(RecentSpan {
                 trace_id: format!("{i}"),

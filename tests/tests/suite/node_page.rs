@@ -13,7 +13,7 @@ use nodeagent_tests::apiserver::{ApiServer, ApiState};
 use nodeagent_tests::browser::{Browser, require_chromium};
 use nodeagent_tests::kubelet_client::Credentials;
 use nodeagent_tests::pki::TestCa;
-use nodeagent_tests::{Node, NodeOptions, eventually, free_port, require_runtime};
+use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -85,6 +85,13 @@ fn pod(name: &str, script: &str, probe: bool) -> String {
     )
 }
 
+/// A port below 1024 that nothing listens on (`--ui-loopback-port` must be privileged).
+fn free_privileged_port() -> u16 {
+    (700..1000)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port below 1024")
+}
+
 /// Where the screenshots go: `$NODEAGENT_SCREENSHOTS`, else `target/screenshots`.
 fn screenshots() -> PathBuf {
     std::env::var_os("NODEAGENT_SCREENSHOTS")
@@ -127,7 +134,7 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
     {
         return;
     }
-    let ui_port = free_port();
+    let ui_port = free_privileged_port();
     let OperatorNode {
         server,
         node,
@@ -210,13 +217,17 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
     // The operator's port on loopback: root's processes get the page, the pod list and a
     // log tail without credentials; a connection of another uid (nobody's) is closed
     // unanswered, and nothing but those paths is served there.
-    let wget = |path: &str, uid: Option<u32>| {
+    let wget = |path: &str, uid: Option<u32>, host: Option<&str>| {
         let mut cmd = tokio::process::Command::new("/bin/busybox");
+        cmd.kill_on_drop(true);
         // (Debian's busybox 1.35 wget crashes with `-T`: the wait is bounded here instead.)
         cmd.args(["wget", "-q", "-O-"])
             .arg(format!("http://127.0.0.1:{ui_port}{path}"));
         if let Some(uid) = uid {
             cmd.uid(uid).gid(uid);
+        }
+        if let Some(host) = host {
+            cmd.args(["--header", &format!("Host: {host}")]);
         }
         async move {
             tokio::time::timeout(Duration::from_secs(20), cmd.output())
@@ -225,18 +236,19 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
                 .map_err(|e| e.to_string())
         }
     };
-    let root = wget("/ui/", None).await.unwrap();
+    let root = wget("/ui/", None, None).await.unwrap();
     assert!(
         root.status.success() && String::from_utf8_lossy(&root.stdout).contains("app.js"),
         "{root:?}"
     );
-    let pods = wget("/pods", None).await.unwrap();
+    let pods = wget("/pods", None, None).await.unwrap();
     assert!(
         String::from_utf8_lossy(&pods.stdout).contains(&node.pod_name("web")),
         "{pods:?}"
     );
     let logs = wget(
         &format!("/containerLogs/default/{}/c", node.pod_name("web")),
+        None,
         None,
     )
     .await
@@ -245,13 +257,13 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         String::from_utf8_lossy(&logs.stdout).contains("hello from web"),
         "{logs:?}"
     );
-    let nobody = wget("/ui/", Some(65534)).await.unwrap();
+    let nobody = wget("/ui/", Some(65534), None).await.unwrap();
     assert!(
         !nobody.status.success() && nobody.stdout.is_empty(),
         "another uid is not served: {nobody:?}"
     );
     for path in ["/configz", "/stats/summary", "/runningpods/"] {
-        let other = wget(path, None).await.unwrap();
+        let other = wget(path, None, None).await.unwrap();
         assert!(
             !other.status.success(),
             "{path} is not served on loopback: {other:?}"
@@ -259,8 +271,18 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
     }
     assert!(
         node.log(Service::HttpServer)
-            .contains("only root's are served"),
-        "the refused connection is logged"
+            .lines()
+            .any(|l| l.contains("only root's are served") && l.contains("uid=\"Some(65534)\"")),
+        "the refused connection is logged with its uid"
+    );
+    // A web page of another site whose name was re-pointed to 127.0.0.1 (DNS rebinding)
+    // sends its own name: refused.
+    let rebound = wget("/pods", None, Some(&format!("evil.example:{ui_port}")))
+        .await
+        .unwrap();
+    assert!(
+        !rebound.status.success() && rebound.stdout.is_empty(),
+        "another Host is refused: {rebound:?}"
     );
 
     let mut browser = Browser::launch(1400, 1000).await.expect("start Chromium");

@@ -109,6 +109,11 @@ async fn node_page_first_paint_and_cost_at_100_pods() {
             paint.push(times[0].as_f64().unwrap_or(f64::NAN));
             data.push(times[1].as_f64().unwrap_or(f64::NAN));
         }
+        // A load without a paint or data mark would be NaN, and sort last as the "max".
+        assert!(
+            paint.iter().chain(&data).all(|v| v.is_finite()),
+            "{label}: a load without its marks: {paint:?} {data:?}"
+        );
         paint.sort_by(f64::total_cmp);
         data.sort_by(f64::total_cmp);
         rows.push(format!(

@@ -2,7 +2,7 @@
 //! filesystem use, kept in memory so that the page shows history the moment it opens.
 //! One point per [`PERIOD`] from the same Summary `/stats/summary` serves; a pod's series
 //! go with the pod (when it leaves the Summary), so the memory is bounded by the pods
-//! running: [`POINTS`] points of 48 bytes per series.
+//! running: [`POINTS`] points of 88 bytes per series (21 KiB).
 
 use crate::stats::types::{ContainerStats, NetworkStats, Summary};
 use serde::Serialize;

@@ -167,7 +167,7 @@ function conditionClass(c) {
 
 async function nodePage(gen) {
   const [n, h] = await Promise.all([get("api/node"), get("api/history")]);
-  if (gen !== generation) return;
+  if (gen !== generation) return false;
   document.getElementById("node-name").textContent = n.nodeName;
   const node = n.node || {};
   const st = node.status || {};
@@ -215,6 +215,7 @@ async function nodePage(gen) {
     if (i && Number(bar.dataset.used) >= Number(bar.dataset.thr)) bar.firstElementChild.style.background = "var(--bad)";
   }
   drawGraphs("node-graphs", [{ label: "", points: h.node || [] }]);
+  return true;
 }
 
 // ---- pods ------------------------------------------------------------------------
@@ -230,7 +231,7 @@ function podRow(p) {
   return {
     key: `${p.metadata.namespace}/${p.metadata.name} ${phase} ${st.qosClass || ""}`.toLowerCase(),
     cells: [esc(p.metadata.namespace), esc(p.metadata.name), `<span class="${cls}">${esc(phase)}</span>`,
-      `${ready}/${(p.spec.containers || []).length}`, esc(restarts),
+      `${ready}/${((p.spec || {}).containers || []).length}`, esc(restarts),
       esc(age(st.startTime || p.metadata.creationTimestamp)), esc(st.qosClass || "–")],
     href: `#/pod/${encodeURIComponent(p.metadata.namespace)}/${encodeURIComponent(p.metadata.name)}`,
     uid: p.metadata.uid,
@@ -241,7 +242,7 @@ let podFilter = "";
 
 async function podsPage(gen) {
   const list = await get("../pods");
-  if (gen !== generation) return;
+  if (gen !== generation) return false;
   const pods = (list.items || []).slice().sort((a, b) =>
     (a.metadata.namespace + "/" + a.metadata.name).localeCompare(b.metadata.namespace + "/" + b.metadata.name));
   const rows = pods.map(podRow);
@@ -255,6 +256,7 @@ async function podsPage(gen) {
   }
   lastRows = rows;
   renderPods(rows);
+  return true;
 }
 let lastRows = [];
 
@@ -317,18 +319,18 @@ let logContainer = "";
 
 async function podPage(gen, ns, name) {
   const list = await get("../pods");
-  if (gen !== generation) return;
+  if (gen !== generation) return false;
   const pod = (list.items || []).find((p) => p.metadata.namespace === ns && p.metadata.name === name);
   if (!pod) {
     view().innerHTML = `<h1>Pod ${esc(ns)}/${esc(name)}</h1><p class="bad">Not on this node (no longer, or not yet).</p>`;
-    return;
+    return true;
   }
   const uid = pod.metadata.uid;
-  const q = `uid=${encodeURIComponent(uid)}&namespace=${encodeURIComponent(ns)}&name=${encodeURIComponent(name)}`;
-  const [extra, hist] = await Promise.all([get("api/pod?" + q), get("api/history?uid=" + encodeURIComponent(uid))]);
-  if (gen !== generation) return;
+  const [extra, hist] = await Promise.all([get("api/pod?uid=" + encodeURIComponent(uid)), get("api/history?uid=" + encodeURIComponent(uid))]);
+  if (gen !== generation) return false;
   const st = pod.status || {};
-  const specs = [...(pod.spec.initContainers || []).map((c) => [c, "init"]), ...(pod.spec.containers || []).map((c) => [c, ""])];
+  const spec = pod.spec || {};
+  const specs = [...(spec.initContainers || []).map((c) => [c, "init"]), ...(spec.containers || []).map((c) => [c, ""])];
   const statuses = [...(st.initContainerStatuses || []), ...(st.containerStatuses || [])];
   const crow = specs.map(([c, kind]) => {
     const s = statuses.find((x) => x.name === c.name) || {};
@@ -349,16 +351,18 @@ async function podPage(gen, ns, name) {
     }
   }
   const mounted = extra.volumes || [];
-  const vols = (pod.spec.volumes || []).map((v) => {
+  const vols = (spec.volumes || []).map((v) => {
     const type = Object.keys(v).find((k) => k !== "name") || "?";
     const m = mounted.find((x) => x.name === v.name);
     return [esc(v.name), esc(type), `<span class="wrap">${esc(m ? m.hostPath : "–")}</span>`];
   });
-  const evs = Array.isArray(extra.events) ? extra.events : [];
+  // Without the right to list events (upstream's system:node role has none), the
+  // services' own Warnings, with why.
+  const evs = Array.isArray(extra.events) ? extra.events : ((extra.events || {}).warnings || []);
   const evRows = evs.map((e) => [`<span class="${e.type === "Warning" ? "warn" : ""}">${esc(e.type)}</span>`, esc(e.reason),
     esc(e.last ? age(e.last) : e.lastUnixMs ? age(new Date(e.lastUnixMs).toISOString()) : "–"), esc(e.count), esc(e.source),
     `<span class="wrap">${esc(e.message)}</span>`]);
-  const names = (pod.spec.containers || []).map((c) => c.name);
+  const names = (spec.containers || []).map((c) => c.name);
   if (!names.includes(logContainer)) logContainer = names[0] || "";
   const ready = (st.conditions || []).map((c) => `${esc(c.type)}=<span class="${c.status === "True" ? "ok" : "bad"}">${esc(c.status)}</span>`).join(" ");
   view().innerHTML = `
@@ -377,11 +381,11 @@ async function podPage(gen, ns, name) {
       <div class="card"><h2>Probes</h2>${probes.length ? table(["Container", "Probe", "Spec", "Recent results (newest first)"], probes) : '<p class="muted">No probes.</p>'}</div>
       <div class="card"><h2>Volumes</h2>${vols.length ? table(["Name", "Type", "On the host"], vols) : '<p class="muted">No volumes.</p>'}</div>
     </div>
-    <div class="card"><h2>Events</h2>${extra.events && extra.events.error ? `<p class="bad">${esc(extra.events.error)}</p>` : evRows.length ? table(["Type", "Reason", "Last", "Count", "From", "Message"], evRows) : '<p class="muted">No events.</p>'}</div>
+    <div class="card"><h2>Events</h2>${extra.events && extra.events.error ? `<p class="muted">${esc(extra.events.error)}: the Warnings the services recorded follow.</p>` : ""}${evRows.length ? table(["Type", "Reason", "Last", "Count", "From", "Message"], evRows) : '<p class="muted">No events.</p>'}</div>
     <div class="card"><h2>Traces</h2>${traceBlocks(extra.traces || [])}</div>
     <div class="card"><h2>Log tail <select id="log-container">${names.map((n) => `<option${n === logContainer ? " selected" : ""}>${esc(n)}</option>`).join("")}</select></h2>
       <pre class="logs" id="logs">…</pre></div>`;
-  document.getElementById("log-container").addEventListener("change", (e) => { logContainer = e.target.value; refresh(); });
+  document.getElementById("log-container").addEventListener("change", (e) => { logContainer = e.target.value; route(); });
   placeSpanBars();
   const series = [{ label: "pod", points: hist.pod || [] },
     ...Object.entries(hist.containers || {}).map(([c, points]) => ({ label: c, points }))];
@@ -389,31 +393,43 @@ async function podPage(gen, ns, name) {
   const logs = document.getElementById("logs");
   try {
     const text = await get(`../containerLogs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/${encodeURIComponent(logContainer)}?tailLines=200`, true);
-    if (gen !== generation) return;
+    if (gen !== generation) return false;
     logs.textContent = text || "(no output yet)";
     logs.scrollTop = logs.scrollHeight;
   } catch (e) {
     logs.textContent = String(e.message);
   }
+  return true;
 }
 
 // ---- routing ---------------------------------------------------------------------
 
-async function refresh() {
-  const gen = generation;
+// One refresh at a time: the next starts REFRESH_MS after the last ended. A refresh of a
+// page the user has left (`generation` moved on) changes nothing.
+async function refresh(gen) {
   const hash = location.hash || "#/";
   try {
     const m = hash.match(/^#\/pod\/([^/]+)\/([^/]+)$/);
-    if (m) await podPage(gen, decodeURIComponent(m[1]), decodeURIComponent(m[2]));
-    else if (hash === "#/pods") await podsPage(gen);
-    else await nodePage(gen);
+    let rendered;
+    if (m) rendered = await podPage(gen, decodeURIComponent(m[1]), decodeURIComponent(m[2]));
+    else if (hash === "#/pods") rendered = await podsPage(gen);
+    else rendered = await nodePage(gen);
+    if (!rendered || gen !== generation) return;
     setLive(true);
     document.body.dataset.loaded = hash;
     // For tests/bench/node-page.sh: when the data was first on screen.
     if (!performance.getEntriesByName("rendered " + hash).length) performance.mark("rendered " + hash);
   } catch (e) {
+    if (gen !== generation) return;
     setLive(false, e.message);
     if (!view().querySelector("h1")) view().innerHTML = `<p class="bad">${esc(e.message)}</p>`;
+  }
+}
+
+async function loop(gen) {
+  while (gen === generation) {
+    if (!document.hidden) await refresh(gen);
+    await new Promise((resolve) => { timer = setTimeout(resolve, REFRESH_MS); });
   }
 }
 
@@ -421,9 +437,8 @@ function route() {
   generation++;
   delete document.body.dataset.loaded;
   view().innerHTML = '<p class="muted">Loading…</p>';
-  clearInterval(timer);
-  refresh();
-  timer = setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
+  clearTimeout(timer);
+  loop(generation);
 }
 
 window.addEventListener("hashchange", route);
