@@ -418,6 +418,16 @@ impl Node {
             "--cert-dir".into(),
             self.path("cert-dir").display().to_string(),
         ];
+        // No node page history (a Summary every 15 s on every node of the suite) unless a
+        // test asks http-server for it.
+        let history_asked = self
+            .service_args
+            .get(&Service::HttpServer)
+            .is_some_and(|a| a.iter().any(|a| a.starts_with("--ui-history-period")));
+        if !history_asked {
+            args.push("--ui-history-period".into());
+            args.push("0s".into());
+        }
         if self.kubeconfig {
             args.push("--kubeconfig".into());
             args.push(self.path("kubeconfig").display().to_string());

@@ -213,6 +213,11 @@ pub struct KubeletFlags {
     /// Below 1024, so that no unprivileged user can take it first.
     #[arg(long, default_value_t = 0)]
     pub ui_loopback_port: u16,
+    /// How often http-server takes a point of the node page's history (node-agent
+    /// specific; the page keeps 240 points: an hour at the default 15s; 0: no history is
+    /// kept, which the tests' nodes use, since every node of the suite would sample).
+    #[arg(long, default_value = "15s", value_parser = duration::parse_go_duration)]
+    pub ui_history_period: Duration,
     /// The node's IP addresses (upstream --node-ip): one, or an IPv4 and an IPv6 one
     /// comma-separated, each an address of this host; the first is the node's InternalIP.
     /// Unset: the address of the default route's interface, as upstream's.
@@ -278,6 +283,8 @@ pub struct Config {
     pub http_idle_timeout: Duration,
     /// See [`KubeletFlags::ui_loopback_port`] (0: off).
     pub ui_loopback_port: u16,
+    /// See [`KubeletFlags::ui_history_period`] (zero: none kept).
+    pub ui_history_period: Duration,
     /// See [`KubeletFlags::container_gc_period`].
     pub container_gc_period: Duration,
     /// See [`KubeletFlags::eviction_monitoring_period`].
@@ -445,6 +452,7 @@ impl Config {
             image_gc_period: flags.image_gc_period,
             http_idle_timeout: flags.http_idle_timeout,
             ui_loopback_port: flags.ui_loopback_port,
+            ui_history_period: flags.ui_history_period,
             container_gc_period: flags.container_gc_period,
             eviction_monitoring_period: flags.eviction_monitoring_period,
             max_parallel_runtime_calls: flags.max_parallel_runtime_calls,

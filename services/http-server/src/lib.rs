@@ -179,14 +179,16 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     }
     if secure || config.ui_loopback_port > 0 {
         // The node page's history and probe results, kept from the start.
-        let (sampled, stop) = (state.clone(), shutdown.clone());
-        tasks.spawn(async move {
-            tokio::select! {
-                _ = ui::sample(sampled) => {}
-                _ = stop.wait() => {}
-            }
-            Ok(())
-        });
+        if !config.ui_history_period.is_zero() {
+            let (sampled, stop) = (state.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                tokio::select! {
+                    _ = ui::sample(sampled) => {}
+                    _ = stop.wait() => {}
+                }
+                Ok(())
+            });
+        }
         let (followed, stop) = (state.clone(), shutdown.clone());
         tasks.spawn(async move {
             ui::follow_probes(followed, stop).await;

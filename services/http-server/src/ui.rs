@@ -94,10 +94,10 @@ fn json_response(value: &Value) -> Response {
         .into_response()
 }
 
-/// Takes a point of history now and then every [`history::PERIOD`]; forgets the probe
-/// results of pods that are gone.
+/// Takes a point of history now and then every `--ui-history-period` (15 s by default,
+/// [`history::PERIOD`]); forgets the probe results of pods that are gone.
 pub async fn sample(state: Arc<AppState>) {
-    let mut tick = tokio::time::interval(history::PERIOD);
+    let mut tick = tokio::time::interval(state.config.ui_history_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -294,7 +294,7 @@ async fn node(State(state): State<Arc<AppState>>) -> Response {
         "node": node,
         "services": services,
         "signals": signals,
-        "historyPeriodSeconds": history::PERIOD.as_secs(),
+        "historyPeriodSeconds": state.config.ui_history_period.as_secs(),
     }))
 }
 

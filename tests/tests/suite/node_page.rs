@@ -144,7 +144,11 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         "node_page",
         vec![(
             Service::HttpServer,
-            vec![format!("--ui-loopback-port={ui_port}")],
+            vec![
+                format!("--ui-loopback-port={ui_port}"),
+                // The history the page draws (the harness turns it off elsewhere).
+                "--ui-history-period=15s".into(),
+            ],
         )],
     )
     .await;

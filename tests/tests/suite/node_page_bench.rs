@@ -54,7 +54,11 @@ async fn node_page_first_paint_and_cost_at_100_pods() {
         server: _server,
         ca: _ca,
         _dir,
-    } = operator_node("node_page_bench", vec![]).await;
+    } = operator_node(
+        "node_page_bench",
+        vec![(Service::HttpServer, vec!["--ui-history-period=15s".into()])],
+    )
+    .await;
     for i in 0..PODS {
         node.write_manifest(
             &format!("p{i}.yaml"),

@@ -9,9 +9,9 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-/// How often a point is taken.
+/// How often a point is taken by default (`--ui-history-period`).
 pub const PERIOD: Duration = Duration::from_secs(15);
-/// One hour of points.
+/// One hour of points at the default period.
 pub const POINTS: usize = 240;
 
 /// One sample. `None` where the Summary had no value.
