@@ -427,8 +427,12 @@ async function refresh(gen) {
 }
 
 async function loop(gen) {
+  // The first refresh always (a page opened in a background tab, or a headless browser's,
+  // may count as hidden), the next ones while the page is visible.
+  let first = true;
   while (gen === generation) {
-    if (!document.hidden) await refresh(gen);
+    if (first || !document.hidden) await refresh(gen);
+    first = false;
     await new Promise((resolve) => { timer = setTimeout(resolve, REFRESH_MS); });
   }
 }
