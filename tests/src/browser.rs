@@ -201,17 +201,17 @@ impl Browser {
 /// writes into its profile (port, then path) once it listens.
 async fn devtools_url(profile: &Path) -> Result<(u16, String), String> {
     let file = profile.join("DevToolsActivePort");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&file) {
+    Ok(crate::eventually(
+        "Chromium's DevToolsActivePort",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
             let mut lines = text.lines();
-            if let (Some(Ok(port)), Some(path)) = (lines.next().map(str::parse), lines.next()) {
-                return Ok((port, format!("ws://127.0.0.1:{port}{path}")));
+            match (lines.next().map(str::parse::<u16>), lines.next()) {
+                (Some(Ok(port)), Some(path)) => Ok((port, format!("ws://127.0.0.1:{port}{path}"))),
+                _ => Err(format!("not complete yet: {text:?}")),
             }
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err("Chromium wrote no DevToolsActivePort within 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        },
+    )
+    .await)
 }
