@@ -69,12 +69,16 @@ pub fn require_runtime(test: &str) -> bool {
     false
 }
 
-/// Waits (30 s at most) until the gRPC server at `address`, named `name` in the wait,
+/// Waits (90 s at most) until the gRPC server at `address`, named `name` in the wait,
 /// answers its health check.
+///
+/// 90 s, the suites' deadline: in the cgroup v2 guest (emulated, no KVM, beside the host's
+/// tests) a debug pod-sync once took over 30 s from exec to serving after a SIGKILL
+/// (stop 58's CI, cpu_manager::static_policy...); a service that never serves still fails.
 pub async fn wait_serving(address: &Address, name: &str) {
     crate::eventually(
         &format!("{name} serving"),
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async {
             nodeagent_transport::check_health(
                 nodeagent_transport::connect(address),
