@@ -13,6 +13,11 @@ pub enum ActionError {
     /// The action ran and failed: a non-zero exit, a timeout, an HTTP status, a refused
     /// connection.
     Failed(String),
+    /// An exec that exited non-zero, with what it printed: stdout then stderr, as
+    /// upstream's `RunInContainer` joins them, at most [`EXEC_OUTPUT_BYTES`]. Upstream's
+    /// exec prober makes that output, raw, the probe's whole message (`Readiness probe
+    /// failed: <output>`); a hook's log says the exit code too.
+    Exited { code: i32, output: String },
     /// The action could not be run at all (the runtime's exec call itself failed, say for a
     /// container that is gone): upstream's prober error, which a probe throws away instead
     /// of counting it as a failure, and which a hook counts as a failure.
@@ -23,6 +28,9 @@ impl std::fmt::Display for ActionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ActionError::Failed(m) | ActionError::Errored(m) => f.write_str(m),
+            ActionError::Exited { code, output } => {
+                write!(f, "command exited with {code}: {}", output.trim())
+            }
         }
     }
 }
@@ -33,7 +41,11 @@ impl From<ActionError> for String {
     }
 }
 
-/// Runs `cmd` in the container; Ok when it exits 0, `Failed` with what it printed
+/// Upstream's exec prober keeps this much of a command's output (`maxReadLength`, 10 KiB,
+/// pkg/probe/exec/exec.go).
+pub const EXEC_OUTPUT_BYTES: usize = 10 * 1024;
+
+/// Runs `cmd` in the container; Ok when it exits 0, `Exited` with what it printed
 /// otherwise, `Errored` when the runtime could not run it.
 pub async fn exec(
     cri: &Cri,
@@ -54,19 +66,13 @@ pub async fn exec(
             if r.exit_code == 0 {
                 Ok(())
             } else {
-                let mut out = String::from_utf8_lossy(&r.stdout).trim().to_string();
-                let err = String::from_utf8_lossy(&r.stderr).trim().to_string();
-                if !err.is_empty() {
-                    out = if out.is_empty() {
-                        err
-                    } else {
-                        format!("{out} {err}")
-                    };
-                }
-                Err(ActionError::Failed(format!(
-                    "command exited with {}: {out}",
-                    r.exit_code
-                )))
+                let mut out = r.stdout;
+                out.extend_from_slice(&r.stderr);
+                out.truncate(EXEC_OUTPUT_BYTES);
+                Err(ActionError::Exited {
+                    code: r.exit_code,
+                    output: String::from_utf8_lossy(&out).into_owned(),
+                })
             }
         }
         // containerd reports an ExecSync timeout as DEADLINE_EXCEEDED; upstream's exec

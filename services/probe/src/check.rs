@@ -91,6 +91,8 @@ async fn run_once(cri: &Cri, check: &ProbeCheck) -> Checked {
     {
         Some(Ok(())) => Checked::Success,
         Some(Err(ActionError::Failed(m))) => Checked::Failure(m),
+        // Upstream's exec prober: the command's output, raw, is the whole message.
+        Some(Err(ActionError::Exited { output, .. })) => Checked::Failure(output),
         Some(Err(ActionError::Errored(m))) => Checked::Error(m),
         // Validation refuses such a pod; upstream's prober treats one that got through as
         // an error ("missing probe handler"), never as a failure that kills the container.
