@@ -6,10 +6,9 @@ use crate::PodSync;
 use crate::status::probe_state::{ProbeValues, Store};
 use nodeagent_proto::api::config_source_client::ConfigSourceClient;
 use nodeagent_proto::api::pod_config_update::Op;
-use nodeagent_proto::api::prober_client::ProberClient;
 use nodeagent_proto::api::{
     PlegWatchResponse, PodConfigUpdate, ProbeResultUpdate, RuntimePodStatus, WatchConfigRequest,
-    WatchPlegRequest, WatchProbeResultsRequest, pleg_watch_response::Kind,
+    WatchPlegRequest, pleg_watch_response::Kind,
 };
 use nodeagent_proto::k8s;
 use nodeagent_transport::WithLimits;
@@ -232,15 +231,7 @@ pub async fn follow_probe(
     channel: Channel,
     results: crate::probers::ResultsTx,
 ) {
-    let client = ProberClient::new(channel).with_limits();
-    let mut rx = watch_with_retry("probe", shutdown, move || {
-        let mut c = client.clone();
-        // Chunks of a snapshot apply like any results (nothing is cleared), so chunking is safe.
-        let request = WatchProbeResultsRequest {
-            accept_chunked_snapshot: true,
-        };
-        async move { Ok(c.watch(request).await?.into_inner()) }
-    });
+    let mut rx = nodeagent_transport::watch_probe_results(channel, shutdown);
     while let Some(event) = rx.recv().await {
         match event {
             WatchEvent::Connected => tracing::info!(probe.instance = %instance, "following probe"),

@@ -65,7 +65,13 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             let Some(status) = pod.status.clone() else {
                 continue;
             };
-            if !force && sent.get(&uid) == Some(&status) {
+            // Upstream's updateStatusInternal: a status equal as far as the kubelet writes
+            // it (`isPodStatusByKubeletEqual`) is not sent again, but at a resync.
+            if !force
+                && sent
+                    .get(&uid)
+                    .is_some_and(|sent| super::merge::equal_by_kubelet(sent, &status))
+            {
                 continue;
             }
             // What the API server has: what we last sent, or (on a resync, which repairs

@@ -89,5 +89,30 @@ pub fn merge_pod_status(
     new
 }
 
+/// Upstream `isPodStatusByKubeletEqual` on statuses `normalizeStatus` made (whose sort of
+/// the container statuses by name is done here): the same status as far as the kubelet
+/// writes it. The conditions it owns or shares are equal whole (status, reason, message,
+/// times), the rest of the status is equal, and the conditions other writers own (a
+/// readiness gate's, a controller's) do not count.
+pub fn equal_by_kubelet(old: &PodStatus, new: &PodStatus) -> bool {
+    let kubelets = |s: &PodStatus| -> std::collections::BTreeMap<String, PodCondition> {
+        s.conditions
+            .iter()
+            .flatten()
+            .filter(|c| KUBELET_OWNED.contains(&c.type_.as_str()) || c.type_ == DISRUPTION_TARGET)
+            .map(|c| (c.type_.clone(), c.clone()))
+            .collect()
+    };
+    let rest = |s: &PodStatus| {
+        let mut s = s.clone();
+        s.conditions = None;
+        if let Some(list) = s.container_statuses.as_mut() {
+            list.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        s
+    };
+    kubelets(old) == kubelets(new) && rest(old) == rest(new)
+}
+
 #[cfg(test)]
 mod tests;

@@ -291,3 +291,56 @@ fn resource_claim_statuses_are_the_api_servers() {
         "not the kubelet's to set"
     );
 }
+
+/// Upstream `TestStatusEquality` (status_manager_test.go): ten container statuses in any
+/// order are the same status (upstream shuffles them ten times; here ten rotations and
+/// their reverses), and a difference in a condition the kubelet does not own
+/// (upstream's `www.example.com/feature`, True against False) is no difference. Checked against the
+/// broken rule too: plain equality calls both different.
+#[test]
+fn test_status_equality() {
+    use k8s_openapi::api::core::v1::ContainerStatus;
+    let statuses: Vec<ContainerStatus> = (0..10)
+        .map(|i| ContainerStatus {
+            name: format!("container{i}"),
+            ..Default::default()
+        })
+        .collect();
+    let pod_status = PodStatus {
+        container_statuses: Some(statuses.clone()),
+        ..Default::default()
+    };
+    for i in 0..10 {
+        for reversed in [false, true] {
+            let mut shuffled = statuses.clone();
+            shuffled.rotate_left(i);
+            if reversed {
+                shuffled.reverse();
+            }
+            let other = PodStatus {
+                container_statuses: Some(shuffled),
+                ..Default::default()
+            };
+            assert!(
+                equal_by_kubelet(&pod_status, &other),
+                "Order of container statuses should not affect normalized equality. ({i}, {reversed})"
+            );
+            if i > 0 || reversed {
+                assert_ne!(pod_status, other);
+            }
+        }
+    }
+    let mut old = pod_status.clone();
+    let mut new = pod_status.clone();
+    old.conditions = Some(vec![feature("False")]);
+    new.conditions = Some(vec![feature("True")]);
+    assert!(
+        equal_by_kubelet(&old, &new),
+        "Differences in pod condition not owned by kubelet should not affect normalized equality."
+    );
+    assert_ne!(old, new);
+    // Not upstream's case, the rule's other half: a condition the kubelet owns counts.
+    old.conditions = Some(vec![cond("Ready", "False", None)]);
+    new.conditions = Some(vec![cond("Ready", "True", None)]);
+    assert!(!equal_by_kubelet(&old, &new));
+}
