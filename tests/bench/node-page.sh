@@ -6,5 +6,11 @@
 # Needs root, the test containerd (bash deploy/runtime/setup.sh) and chromium.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-cargo build --bins
+# PROFILE=release measures what operators run (deploy/up.sh's build); the debug build's
+# CPU is pessimistic.
+profile=${PROFILE:-dev}
+cargo build --bins --profile "$profile"
+if [ "$profile" != dev ]; then
+    export NODEAGENT_TEST_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/$profile"
+fi
 cargo nextest run -p nodeagent-tests --test suite --run-ignored only -E "test(/^node_page_bench::/)" --no-capture

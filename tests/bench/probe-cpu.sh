@@ -8,6 +8,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 profile=${PROFILE:-dev}
 cargo build --bins --profile "$profile"
 if [ "$profile" != dev ]; then
-    export NODEAGENT_TEST_BIN_DIR="$PWD/target/$profile"
+    export NODEAGENT_TEST_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/$profile"
 fi
 cargo nextest run -p nodeagent-tests --test suite --run-ignored only -E "test(/^probe_bench::/)" --no-capture
