@@ -79,14 +79,26 @@ pub async fn filter(
             return unauthorized();
         }
     };
-    let attrs = authz::attributes(request.method(), request.uri().path());
+    for attrs in authz::checks(request.method(), request.uri().path()) {
+        if let Err(refused) = authorize_any(&auth, &user, &attrs).await {
+            return refused;
+        }
+    }
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
+
+/// Passes when `user` is allowed one of `attrs` (tried in order); else upstream's 403 (or
+/// 500 when the authorizer failed).
+async fn authorize_any(
+    auth: &KubeletAuth,
+    user: &UserInfo,
+    attrs: &[authz::Attributes],
+) -> Result<(), Response> {
     let mut reasons = Vec::new();
-    for attr in &attrs {
-        match auth.authorizer.authorize(&user, attr).await {
-            Ok(Decision::Allow) => {
-                request.extensions_mut().insert(user);
-                return next.run(request).await;
-            }
+    for attr in attrs {
+        match auth.authorizer.authorize(user, attr).await {
+            Ok(Decision::Allow) => return Ok(()),
             Ok(Decision::Deny(reason)) => reasons.push(reason),
             Err(e) => {
                 tracing::error!(error = %e, user = %user.name, verb = attr.verb, subresource = attr.subresource, "authorization error");
@@ -94,7 +106,7 @@ pub async fn filter(
                     "Authorization error (user={}, verb={}, resource=nodes, subresource={})",
                     user.name, attr.verb, attr.subresource
                 );
-                return (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response();
+                return Err((StatusCode::INTERNAL_SERVER_ERROR, msg).into_response());
             }
         }
     }
@@ -112,7 +124,7 @@ pub async fn filter(
             format!("{r}: set authorization.mode: AlwaysAllow or give the node a --kubeconfig\n")
         }));
     }
-    (StatusCode::FORBIDDEN, msg).into_response()
+    Err((StatusCode::FORBIDDEN, msg).into_response())
 }
 
 fn unauthorized() -> Response {

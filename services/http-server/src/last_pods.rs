@@ -97,6 +97,14 @@ impl LastPods {
         }
     }
 
+    /// The pods this node has, as far as this instance knows: its follower's last list
+    /// whatever its age (pod-sync says nothing while no status changes, so a quiet node's
+    /// list grows old and stays right), else [`Self::recent`]'s.
+    pub fn latest(&self) -> Option<Vec<Vec<u8>>> {
+        let own = self.list.borrow().as_ref().map(|s| s.pods.to_vec());
+        own.or_else(|| self.recent().map(|(pods, _)| pods))
+    }
+
     /// The next list of this instance's follower young enough to serve, waiting up to
     /// `within` for one.
     pub async fn next_within(&self, within: Duration) -> Option<Vec<Vec<u8>>> {
@@ -244,5 +252,16 @@ mod tests {
         assert!(last.recent().is_none(), "pod-sync quiet for over a minute");
         last.touch();
         assert_eq!(last.recent().unwrap().0, vec![pod("a")]);
+    }
+
+    #[test]
+    fn the_pods_of_a_quiet_node_are_still_its_pods() {
+        let last = LastPods::new(None);
+        assert!(last.latest().is_none(), "no list yet");
+        last.keep(vec![pod("a")]);
+        let long_ago = Instant::now() - LAST_PODS_MAX_AGE - Duration::from_secs(1);
+        last.list.send_modify(|s| s.as_mut().unwrap().at = long_ago);
+        assert!(last.recent().is_none());
+        assert_eq!(last.latest().unwrap(), vec![pod("a")]);
     }
 }

@@ -160,7 +160,7 @@ pub async fn serve_plain(
     shutdown: Shutdown,
     idle_timeout: Duration,
 ) -> anyhow::Result<()> {
-    serve_plain_to(addr, "HTTP", app, shutdown, idle_timeout, |_, _| true).await
+    serve_plain_to(addr, "HTTP", app, shutdown, idle_timeout, None).await
 }
 
 /// Serves `app` over plain HTTP/1 on a loopback `addr`, to root's processes only: the
@@ -192,21 +192,21 @@ pub async fn serve_loopback_root(
         app,
         shutdown,
         idle_timeout,
-        admit,
+        Some(admit),
     )
     .await
 }
 
-/// Plain HTTP/1 to the connections `admit` (run on a blocking thread, with the client's
-/// and this end's addresses, once the connection holds a slot) lets in; the others are
-/// closed unanswered.
+/// Plain HTTP/1 to the connections `admit` (when given: run on a blocking thread, with the
+/// client's and this end's addresses, once the connection holds a slot, one connection at a
+/// time) lets in; the others are closed unanswered.
 async fn serve_plain_to(
     addr: String,
     what: &str,
     app: Router,
     shutdown: Shutdown,
     idle_timeout: Duration,
-    admit: impl Fn(SocketAddr, SocketAddr) -> bool + Copy + Send + 'static,
+    admit: Option<fn(SocketAddr, SocketAddr) -> bool>,
 ) -> anyhow::Result<()> {
     let app = with_inflight_cap(app);
     serve(addr, what, shutdown.clone(), move |tcp, peer, slots| {
@@ -215,12 +215,20 @@ async fn serve_plain_to(
             let Some(_slot) = established(&slots, peer) else {
                 return;
             };
-            let Ok(local) = tcp.local_addr() else { return };
-            let admitted = tokio::task::spawn_blocking(move || admit(peer, local))
-                .await
-                .unwrap_or(false);
-            if !admitted {
-                return;
+            if let Some(admit) = admit {
+                let Ok(local) = tcp.local_addr() else { return };
+                // One lookup at a time: each reads whole socket tables, so a flood of
+                // connections costs at most one thread of it, not one per connection.
+                static LOOKUP: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+                let Ok(_turn) = LOOKUP.acquire().await else {
+                    return;
+                };
+                let admitted = tokio::task::spawn_blocking(move || admit(peer, local))
+                    .await
+                    .unwrap_or(false);
+                if !admitted {
+                    return;
+                }
             }
             serve_connection(tcp, peer, false, app, shutdown, idle_timeout).await;
         }

@@ -6,8 +6,9 @@
 //! (`kubectl proxy`, then `/api/v1/nodes/<node>/proxy/ui/`). It reads the pods from `/pods`
 //! and the log tail from `/containerLogs` (each checked by its own subresource); the rest
 //! comes from `/ui/api/`: the node (conditions, capacity, pressure signals against their
-//! thresholds, the seven services), the history of the last hour ([`history`]), and a
-//! pod's events, volumes, probe results and traces.
+//! thresholds, the seven services), the history of the last hour ([`history`], which also
+//! needs `nodes/stats`), and a pod's events, volumes, probe results and traces (which also
+//! need `nodes/pods` or `nodes/proxy`: `authz::checks`).
 
 pub mod history;
 pub mod probes;
@@ -123,10 +124,11 @@ pub async fn sample(state: Arc<AppState>) {
     }
 }
 
-/// The pods on this node as (uid, namespace, name), from the list `/pods` serves; None
-/// before pod-sync gave one.
+/// The pods on this node as (uid, namespace, name), from pod-sync's last list (however
+/// old: a quiet node's list is not renewed; the node page test once got 404 for a pod's
+/// details a minute after its pod's last change); None before pod-sync gave one.
 fn pods_here(state: &AppState) -> Option<Vec<(String, String, String)>> {
-    let (pods, _) = state.last_pods.recent()?;
+    let pods = state.last_pods.latest()?;
     Some(
         pods.iter()
             .filter_map(|json| {
@@ -148,21 +150,80 @@ fn unix_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Follows the probe service's results into [`UiState::probes`].
+/// How often the socket directory is looked at for probe instances.
+const INSTANCES_LOOKED_FOR: Duration = Duration::from_secs(5);
+
+/// Follows the probe service's results into [`UiState::probes`]: the default instance's,
+/// and those of every `--probe-instance` (each serves `probe-<id>.sock` next to the
+/// default socket), found by looking at that directory every few seconds; an instance's
+/// follower stops when its socket is gone.
 pub async fn follow_probes(state: Arc<AppState>, shutdown: nodeagent_transport::Shutdown) {
-    use nodeagent_proto::api::WatchProbeResultsRequest;
-    use nodeagent_proto::api::prober_client::ProberClient;
-    use nodeagent_transport::{WatchEvent, watch_with_retry};
-    let client = ProberClient::new(state.peers[&Service::Probe].clone()).with_limits();
-    let mut rx = watch_with_retry("probe", shutdown, move || {
-        let mut c = client.clone();
-        let request = WatchProbeResultsRequest {
-            accept_chunked_snapshot: true,
-        };
-        async move { Ok(c.watch(request).await?.into_inner()) }
-    });
+    let mut followers = tokio::task::JoinSet::new();
+    followers.spawn(follow_probe(
+        state.clone(),
+        state.peers[&Service::Probe].clone(),
+        shutdown.clone(),
+    ));
+    let nodeagent_config::Address::Unix(default) = state.config.endpoint(Service::Probe) else {
+        // (Instances need a unix probe endpoint.)
+        followers.join_all().await;
+        return;
+    };
+    let dir = default.parent().map(std::path::Path::to_path_buf);
+    let mut instances: BTreeMap<std::path::PathBuf, tokio::task::AbortHandle> = BTreeMap::new();
+    let mut tick = tokio::time::interval(INSTANCES_LOOKED_FOR);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => break,
+            _ = tick.tick() => {}
+        }
+        let found: std::collections::BTreeSet<std::path::PathBuf> = dir
+            .as_deref()
+            .and_then(|d| std::fs::read_dir(d).ok())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("probe-") && n.ends_with(".sock"))
+            })
+            .collect();
+        instances.retain(|path, follower| {
+            let keep = found.contains(path);
+            if !keep {
+                follower.abort();
+            }
+            keep
+        });
+        for path in found {
+            if let std::collections::btree_map::Entry::Vacant(entry) = instances.entry(path) {
+                let channel = nodeagent_transport::connect(&nodeagent_config::Address::Unix(
+                    entry.key().clone(),
+                ));
+                entry.insert(followers.spawn(follow_probe(
+                    state.clone(),
+                    channel,
+                    shutdown.clone(),
+                )));
+            }
+        }
+        // Followers that ended (aborted) are reaped.
+        while followers.try_join_next().is_some() {}
+    }
+    followers.abort_all();
+}
+
+/// One probe instance's results into [`UiState::probes`].
+async fn follow_probe(
+    state: Arc<AppState>,
+    channel: nodeagent_transport::Channel,
+    shutdown: nodeagent_transport::Shutdown,
+) {
+    let mut rx = nodeagent_transport::watch_probe_results(channel, shutdown);
     while let Some(event) = rx.recv().await {
-        if let WatchEvent::Message(update) = event {
+        if let nodeagent_transport::WatchEvent::Message(update) = event {
             let t = unix_ms();
             let mut log = state.ui.probes.lock().unwrap_or_else(|e| e.into_inner());
             for r in &update.results {

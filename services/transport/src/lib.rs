@@ -33,7 +33,7 @@ pub use shutdown::{Shutdown, ShutdownTrigger, shutdown_channel, termination_sign
 pub use stream::{WatchStream, snapshot_then_deltas};
 pub use trace::{ClientTrace, ServerTrace, ServerTraceLayer};
 pub use vsock_auth::{VsockScope, VsockScopeLayer, install_vsock_auth};
-pub use watch::{WatchEvent, watch_with_retry};
+pub use watch::{WatchEvent, watch_probe_results, watch_with_retry};
 
 pub use nodeagent_config::Address;
 pub use tonic_health::ServingStatus;

@@ -99,3 +99,23 @@ where
         }
     }
 }
+
+/// A probe instance's results (`Prober.Watch`) through [`watch_with_retry`], for every
+/// follower of them (pod-sync applies them, http-server's node page shows them). Chunked
+/// snapshots are asked for: a chunk applies like any results (nothing is cleared).
+pub fn watch_probe_results(
+    channel: crate::Channel,
+    shutdown: Shutdown,
+) -> mpsc::Receiver<WatchEvent<nodeagent_proto::api::ProbeResultUpdate>> {
+    use crate::WithLimits;
+    use nodeagent_proto::api::WatchProbeResultsRequest;
+    use nodeagent_proto::api::prober_client::ProberClient;
+    let client = ProberClient::new(channel).with_limits();
+    watch_with_retry("probe", shutdown, move || {
+        let mut c = client.clone();
+        let request = WatchProbeResultsRequest {
+            accept_chunked_snapshot: true,
+        };
+        async move { Ok(c.watch(request).await?.into_inner()) }
+    })
+}

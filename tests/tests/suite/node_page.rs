@@ -45,7 +45,7 @@ pub(crate) async fn operator_node(
         .state
         .auth
         .add_token("operator-token", "operator", &[]);
-    for subresource in ["ui", "pods", "proxy"] {
+    for subresource in ["ui", "pods", "stats", "proxy"] {
         server.state.auth.allow("operator", "get", subresource);
     }
     let options = NodeOptions {
@@ -68,6 +68,26 @@ fn auth_config(ca: &std::path::Path) -> String {
         "authentication:\n  x509:\n    clientCAFile: {}\n  webhook:\n    enabled: true\n\
          \x20 anonymous:\n    enabled: false\nauthorization:\n  mode: Webhook\n",
         ca.display()
+    )
+}
+
+/// Markup where the page shows text: none of it may become an element or run (its
+/// `<img>` would be `#pwned`; its handlers set `window.pwned`).
+const HOSTILE: &str =
+    r#"<img src=x id=pwned onerror="window.pwned=1"><script>window.pwned=2</script>"#;
+
+/// A pod whose every text the page shows is [`HOSTILE`]: the init container's termination
+/// message, the container's log, its failing readiness probe's output (the probe result
+/// and the `Unhealthy` event, which carries the raw output as upstream's does).
+fn hostile_pod() -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hostile\n  namespace: default\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: init\n    \
+         image: busybox:1.36\n    command: [\"sh\", \"-c\", \"printf '%s' \\\"$H\\\" > /dev/termination-log\"]\n    \
+         env:\n    - name: H\n      value: {HOSTILE:?}\n  containers:\n  - name: c\n    \
+         image: busybox:1.36\n    command: [\"sh\", \"-c\", \"echo \\\"$H\\\"; sleep 3600\"]\n    \
+         env:\n    - name: H\n      value: {HOSTILE:?}\n    readinessProbe:\n      exec:\n        \
+         command: [\"sh\", \"-c\", \"echo \\\"$H\\\"; exit 1\"]\n      periodSeconds: 2\n"
     )
 }
 
@@ -120,7 +140,18 @@ pub(crate) async fn wait_page(browser: &mut Browser, hash: &str, what: &str, che
             return Value::Null;
         }
         if tokio::time::Instant::now() > deadline {
-            panic!("{what}: still {got:?} after 60 s");
+            // What the page was doing: its state, the view, and every request it made
+            // with how long each took (-1: not answered yet).
+            let state = browser
+                .eval(
+                    "JSON.stringify({readyState: document.readyState, hash: location.href, \
+                     dataset: Object.assign({}, document.body && document.body.dataset), \
+                     view: (document.getElementById('view') || {}).textContent, \
+                     requests: performance.getEntriesByType('resource').map(r => [r.name, \
+                     Math.round(r.responseEnd ? r.duration : -1)])})",
+                )
+                .await;
+            panic!("{what}: still {got:?} after 60 s; the page: {state:?}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -165,6 +196,7 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         ),
     );
     node.write_manifest("idle.yaml", &pod("idle", "sleep 3600", false));
+    node.write_manifest("hostile.yaml", &hostile_pod());
     let operator = node.api.with(Credentials::Token("operator-token".into()));
     for name in ["web", "idle"] {
         eventually(
@@ -325,6 +357,41 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         listed, served,
         "the page lists exactly the pods /pods lists"
     );
+
+    // `nodes/ui` shows nobody more than the raw API would: a pod's details (events,
+    // probes, traces) need what `/pods` needs, the history what `/stats/summary` needs,
+    // with upstream's 403 naming the subresources tried.
+    policy.add_token("ui-token", "ui-only", &[]);
+    policy.allow("ui-only", "get", "ui");
+    let ui_only = node.api.with(Credentials::Token("ui-token".into()));
+    let web_uid = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["metadata"]["name"] == node.pod_name("web").as_str())
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(ui_only.get("/ui/api/node").await.unwrap().status, 200);
+    for (path, subresources) in [
+        (format!("/ui/api/pod?uid={web_uid}"), "pods proxy"),
+        (format!("/ui/api/history?uid={web_uid}"), "stats"),
+        ("/ui/api/history".to_string(), "stats"),
+    ] {
+        let denied = ui_only.get(&path).await.unwrap();
+        assert_eq!(
+            (denied.status, denied.text().as_str()),
+            (
+                403,
+                format!(
+                    "Forbidden (user=ui-only, verb=get, resource=nodes, subresource(s)=[{subresources}])\n"
+                )
+                .as_str()
+            ),
+            "{path}"
+        );
+    }
     // The filter narrows the list to the web pod.
     let shown = browser
         .eval(
@@ -427,19 +494,136 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
     browser.screenshot(&out.join("pod-page.png")).await.unwrap();
     eprintln!("screenshots in {}", out.display());
 
+    // A refresh keeps what the user did on the page: a trace closed stays closed, a log
+    // tail scrolled back stays where it was (it followed the end before).
+    wait_page(
+        &mut browser,
+        &hash,
+        "a log tail longer than its box",
+        "() => { const l = document.getElementById('logs'); return l.scrollHeight > \
+         l.clientHeight + 50 ? '' : 'log height ' + l.scrollHeight; }",
+    )
+    .await;
+    let before = browser
+        .eval(
+            "(() => { const l = document.getElementById('logs'); \
+             const atEnd = l.scrollTop + l.clientHeight >= l.scrollHeight - 4; \
+             const d = document.querySelector('details.trace[open]'); d.open = false; \
+             l.scrollTop = 0; return [d.dataset.trace, atEnd, \
+             Number(document.body.dataset.refreshes)]; })()",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        before[1],
+        Value::Bool(true),
+        "the tail followed the end: {before}"
+    );
+    let closed = before[0].as_str().unwrap().to_string();
+    let refreshes = before[2].as_u64().unwrap();
+    wait_page(
+        &mut browser,
+        &hash,
+        "two refreshes of the pod's page",
+        &format!(
+            "() => Number(document.body.dataset.refreshes) >= {} ? '' : 'refreshes ' + \
+             document.body.dataset.refreshes",
+            refreshes + 2
+        ),
+    )
+    .await;
+    let after = browser
+        .eval(&format!(
+            "[document.querySelector('details.trace[data-trace=\"{closed}\"]')?.open ?? null, \
+             document.getElementById('logs').scrollTop]"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        after,
+        serde_json::json!([false, 0]),
+        "the closed trace and the scrolled-back tail stay through refreshes"
+    );
+
+    // Hostile text where the page shows text (a termination message, a log line, a probe's
+    // output and its event): shown as text, never made an element nor run.
+    let hostile = node.pod_name("hostile");
+    let hostile_hash = format!("#/pod/default/{hostile}");
+    browser
+        .navigate(&format!("{base}{hostile_hash}"))
+        .await
+        .unwrap();
+    let check = format!(
+        "() => {{ const h = {HOSTILE:?}; const view = document.getElementById('view').textContent; \
+         const logs = document.getElementById('logs').textContent; \
+         if (!logs.includes(h)) return 'log tail: ' + logs; \
+         if (!view.includes('exit code 0, ') || !view.includes('(' + h + ')')) return 'no termination message'; \
+         if (!view.includes('Failure') || view.split(h).length < 4) return 'no probe output'; \
+         if (!view.includes('Readiness probe failed: ' + h)) return 'no Unhealthy event'; \
+         return ''; }}"
+    );
+    wait_page(
+        &mut browser,
+        &hostile_hash,
+        "the hostile pod's texts",
+        &check,
+    )
+    .await;
+    let injected = browser
+        .eval(
+            "[document.querySelectorAll('#pwned, #view script, #view img').length, \
+             typeof window.pwned]",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        injected,
+        serde_json::json!([0, "undefined"]),
+        "no element made of a pod's text, nothing of it run"
+    );
+    browser
+        .screenshot(&out.join("hostile-pod-page.png"))
+        .await
+        .unwrap();
+
+    // A user who may read the pods but not `nodes/stats` sees the pod's page, and in
+    // place of its graphs why not.
+    policy.add_token("pods-token", "pods-only", &[]);
+    policy.allow("pods-only", "get", "ui");
+    policy.allow("pods-only", "get", "pods");
+    browser
+        .set_headers(serde_json::json!({"Authorization": "Bearer pods-token"}))
+        .await
+        .unwrap();
+    browser.navigate(&format!("{base}{hash}")).await.unwrap();
+    wait_page(
+        &mut browser,
+        &hash,
+        "the graphs' card saying nodes/stats is not allowed",
+        "() => { const d = [...document.querySelectorAll('.denied')].map(e => e.textContent); \
+         const text = document.getElementById('view').textContent; \
+         if (!text.includes('readiness')) return 'no probes card'; \
+         return d.length === 1 && d[0].includes('403 Forbidden (user=pods-only, verb=get, \
+         resource=nodes, subresource(s)=[stats])') ? '' : 'denied: ' + JSON.stringify(d); }",
+    )
+    .await;
+
     // Through the API server's node proxy (`kubectl proxy`), as an operator without a
     // credential of the node's opens it: no header from the browser; the API server's own
     // client certificate reaches the kubelet (kube-apiserver's
     // `--kubelet-client-certificate`), allowed `nodes/proxy` as upstream's
-    // system:kubelet-api-admin role allows it, so `ui` falls back to `proxy`. Every URL
-    // in the page is relative, so it all goes through the proxy.
+    // system:kubelet-api-admin role allows it (with `nodes/stats` and `nodes/log`), so `ui`
+    // falls back to `proxy`. Every URL in the page is relative, so it all goes through the
+    // proxy.
     let serving = std::fs::read_to_string(node.path("cert-dir/kubelet.crt")).unwrap();
     server.state.kubelet.configure(|k| {
         k.client = Some(ca.issue_client("kube-apiserver-kubelet-client", &[]));
         k.server_ca = Some(serving.clone());
         k.hosts.insert(node.name.clone(), "127.0.0.1".into());
     });
-    policy.allow("kube-apiserver-kubelet-client", "get", "proxy");
+    for subresource in ["proxy", "stats", "log"] {
+        policy.allow("kube-apiserver-kubelet-client", "get", subresource);
+    }
     let kubectl = Kubectl::new(&server);
     let mut proxy = kubectl
         .command(&["proxy", "--port=0"])

@@ -1,6 +1,7 @@
 //! Probe scale-out (issue 11): three `--probe-instance`s (and no default one) divide 100
 //! pods among them; when one is SIGKILLed its pods are probed by the other two, and no
-//! pod's readiness flips on the way (pod-sync's status stream is recorded throughout).
+//! pod's readiness flips on the way (pod-sync's status stream is recorded throughout). The
+//! node page shows each instance's results.
 
 use nix::sys::signal::Signal;
 use nodeagent_config::{Address, Service};
@@ -143,6 +144,28 @@ async fn pods_of_a_killed_probe_instance_move_without_a_readiness_flip() {
         "shares: {:?}",
         shares.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
     );
+
+    // The node page shows every instance's results: a pod of each share has its readiness
+    // result in `/ui/api/pod` (http-server follows each `probe-<id>.sock`).
+    for (id, share) in &shares {
+        let uid = share.first().unwrap().clone();
+        eventually(
+            &format!("the node page's readiness result of a pod {id} probes"),
+            Duration::from_secs(30),
+            || async {
+                let body = node.api.get(&format!("/ui/api/pod?uid={uid}")).await?;
+                let pod: serde_json::Value = serde_json::from_str(&body.text())
+                    .map_err(|e| format!("{e}: {}", body.text()))?;
+                let seen = pod["probes"].as_array().into_iter().flatten().any(|p| {
+                    p["container"] == "app"
+                        && p["kind"] == "readiness"
+                        && p["results"][0]["outcome"] == "Success"
+                });
+                seen.then_some(()).ok_or_else(|| format!("{pod}"))
+            },
+        )
+        .await;
+    }
 
     let killed = Instant::now();
     node.signal_probe_instance("b", Signal::SIGKILL).await;

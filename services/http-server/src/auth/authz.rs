@@ -83,6 +83,22 @@ pub fn attributes(method: &Method, path: &str) -> Vec<Attributes> {
         .collect()
 }
 
+/// The checks a request must pass, each a list of alternatives (one allowed is enough):
+/// its path's own, then, for the node page's data calls, those of the path the same data
+/// comes from on its own, so that `nodes/ui` shows nobody more than the raw API would: a
+/// pod's events, probes, volumes and traces need what `/pods` needs, the history what
+/// `/stats/summary` needs.
+pub fn checks(method: &Method, path: &str) -> Vec<Vec<Attributes>> {
+    let mut out = vec![attributes(method, path)];
+    let same_data_as = match path {
+        "/ui/api/pod" => Some("/pods"),
+        "/ui/api/history" => Some("/stats/summary"),
+        _ => None,
+    };
+    out.extend(same_data_as.map(|p| attributes(method, p)));
+    out
+}
+
 /// A check's outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -229,6 +245,28 @@ mod tests {
         for (path, want) in cases {
             assert_eq!(subresources(path), *want, "{path}");
         }
+    }
+
+    #[test]
+    fn the_node_pages_data_needs_what_the_same_data_needs_on_its_own_path() {
+        let subs = |path| -> Vec<Vec<&str>> {
+            checks(&Method::GET, path)
+                .into_iter()
+                .map(|alts| alts.into_iter().map(|a| a.subresource).collect())
+                .collect()
+        };
+        assert_eq!(subs("/ui/"), [vec!["ui", "proxy"]]);
+        assert_eq!(subs("/ui/api/node"), [vec!["ui", "proxy"]]);
+        assert_eq!(
+            subs("/ui/api/pod"),
+            [vec!["ui", "proxy"], vec!["pods", "proxy"]]
+        );
+        assert_eq!(
+            subs("/ui/api/history"),
+            [vec!["ui", "proxy"], vec!["stats"]]
+        );
+        assert_eq!(subs("/pods"), [vec!["pods", "proxy"]]);
+        assert_eq!(subs("/stats/summary"), [vec!["stats"]]);
     }
 
     #[test]

@@ -13,13 +13,35 @@ function esc(v) {
   })[c]);
 }
 
+// A request the server does not answer in this long is given up (the page says so and
+// tries again at the next refresh) rather than holding every later refresh back.
+const ANSWER_MS = 20000;
+
 async function get(url, asText) {
-  const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
-  if (!r.ok) {
-    const body = await r.text();
-    throw new Error(`${url}: ${r.status} ${body.trim()}`);
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), ANSWER_MS);
+  try {
+    const r = await fetch(url, { credentials: "same-origin", cache: "no-store", signal: abort.signal });
+    if (!r.ok) {
+      const body = await r.text();
+      throw new Error(`${url}: ${r.status} ${body.trim()}`);
+    }
+    return await (asText ? r.text() : r.json());
+  } catch (e) {
+    if (e.name === "AbortError") throw new Error(`${url}: no answer in ${ANSWER_MS / 1000} s`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
   }
-  return asText ? r.text() : r.json();
+}
+
+// Data the user may not be allowed (the history needs `nodes/stats`, a pod's details
+// `nodes/pods`, as on their own paths): its card says why; the rest of the page shows.
+function optional(url) {
+  return get(url).catch((e) => ({ denied: e.message }));
+}
+function deniedCard(d) {
+  return `<p class="bad denied">${esc(d.denied)}</p>`;
 }
 
 function setLive(ok, why) {
@@ -166,7 +188,7 @@ function conditionClass(c) {
 }
 
 async function nodePage(gen) {
-  const [n, h] = await Promise.all([get("api/node"), get("api/history")]);
+  const [n, h] = await Promise.all([get("api/node"), optional("api/history")]);
   if (gen !== generation) return false;
   document.getElementById("node-name").textContent = n.nodeName;
   const node = n.node || {};
@@ -195,7 +217,7 @@ async function nodePage(gen) {
   const info = st.nodeInfo || {};
   view().innerHTML = `
     <h1>Node ${esc(n.nodeName)}</h1>
-    <div class="card"><h2>Last hour</h2>${graphCards("node-graphs")}</div>
+    <div class="card"><h2>Last hour</h2>${h.denied ? deniedCard(h) : graphCards("node-graphs")}</div>
     <div class="grid">
       <div class="card"><h2>Conditions</h2>${table(["Type", "Status", "Reason", "Message", "Since"], conds)}</div>
       <div class="card"><h2>Services</h2>${table(["Service", "Health", "Version", "Restarts", "Uptime", "Memory"], svc)}</div>
@@ -292,7 +314,8 @@ function probeText(p) {
 
 // A pod's recent traces: each span of every service on one time line (its offset and
 // duration within the trace), with the trace ID an OTLP backend shows.
-function traceBlocks(traces) {
+// `opened`: the trace IDs the user had open (null on a first render: the newest opens).
+function traceBlocks(traces, opened) {
   if (!traces.length) return '<p class="muted">No recent traces.</p>';
   return traces.map((t, i) => {
     const total = Math.max(t.durationMs, 0.001);
@@ -303,7 +326,8 @@ function traceBlocks(traces) {
         `<span class="span-bar${s.error ? " failed" : ""}" data-left="${left.toFixed(2)}" data-width="${width.toFixed(2)}"><span></span></span>`,
         esc(s.durationMs.toFixed(1) + " ms"), `<span class="wrap bad">${esc(s.error)}</span>`];
     });
-    return `<details class="trace"${i === 0 ? " open" : ""}><summary><b>${esc(t.name)}</b> · ${esc(t.durationMs.toFixed(1))} ms · ${t.spans.length} spans · ${esc(age(new Date(t.startUnixMs).toISOString()))} ago · <code class="trace-id">${esc(t.traceId)}</code></summary>
+    const open = opened ? opened.has(t.traceId) : i === 0;
+    return `<details class="trace" data-trace="${esc(t.traceId)}"${open ? " open" : ""}><summary><b>${esc(t.name)}</b> · ${esc(t.durationMs.toFixed(1))} ms · ${t.spans.length} spans · ${esc(age(new Date(t.startUnixMs).toISOString()))} ago · <code class="trace-id">${esc(t.traceId)}</code></summary>
       ${table(["Service", "Span", "When", "Took", ""], rows)}</details>`;
   }).join("");
 }
@@ -326,7 +350,7 @@ async function podPage(gen, ns, name) {
     return true;
   }
   const uid = pod.metadata.uid;
-  const [extra, hist] = await Promise.all([get("api/pod?uid=" + encodeURIComponent(uid)), get("api/history?uid=" + encodeURIComponent(uid))]);
+  const [extra, hist] = await Promise.all([optional("api/pod?uid=" + encodeURIComponent(uid)), optional("api/history?uid=" + encodeURIComponent(uid))]);
   if (gen !== generation) return false;
   const st = pod.status || {};
   const spec = pod.spec || {};
@@ -345,7 +369,7 @@ async function podPage(gen, ns, name) {
       const p = c[kind + "Probe"];
       if (!p) continue;
       const seen = (extra.probes || []).find((x) => x.container === c.name && x.kind === kind);
-      const results = seen ? seen.results.slice().reverse().map((r) =>
+      const results = extra.denied ? deniedCard(extra) : seen ? seen.results.slice().reverse().map((r) =>
         `<span class="${r.outcome === "Success" ? "ok" : "bad"}">${esc(r.outcome)}</span> ${esc(age(new Date(r.unixMs).toISOString()))} ago${r.message ? " — " + esc(r.message) : ""}`).join("<br>") : '<span class="muted">no result yet</span>';
       probes.push([esc(c.name), esc(kind), `<span class="wrap">${esc(probeText(p))}</span>`, `<span class="wrap">${results}</span>`]);
     }
@@ -365,6 +389,14 @@ async function podPage(gen, ns, name) {
   const names = (spec.containers || []).map((c) => c.name);
   if (!names.includes(logContainer)) logContainer = names[0] || "";
   const ready = (st.conditions || []).map((c) => `${esc(c.type)}=<span class="${c.status === "True" ? "ok" : "bad"}">${esc(c.status)}</span>`).join(" ");
+  // What the user did on this pod's page before this refresh stays: the traces opened or
+  // closed, the log tail scrolled back (else it follows the end).
+  const again = view().dataset.pod === uid;
+  const opened = again ? new Set([...view().querySelectorAll("details.trace[open]")].map((d) => d.dataset.trace)) : null;
+  const oldLogs = again ? document.getElementById("logs") : null;
+  const logsAt = oldLogs && oldLogs.scrollTop + oldLogs.clientHeight < oldLogs.scrollHeight - 4 ? oldLogs.scrollTop : null;
+  const oldLog = oldLogs ? oldLogs.textContent : "…";
+  view().dataset.pod = uid;
   view().innerHTML = `
     <h1>Pod ${esc(ns)}/${esc(name)}</h1>
     <div class="card"><table class="kv"><tbody>
@@ -376,26 +408,29 @@ async function podPage(gen, ns, name) {
       <tr><td>Started</td><td>${esc(age(st.startTime))} ago</td></tr>
     </tbody></table></div>
     <div class="card"><h2>Containers</h2>${table(["Name", "Image", "State", "Ready", "Restarts", "Last termination"], crow)}</div>
-    <div class="card"><h2>Last hour</h2>${graphCards("pod-graphs")}</div>
+    <div class="card"><h2>Last hour</h2>${hist.denied ? deniedCard(hist) : graphCards("pod-graphs")}</div>
     <div class="grid">
       <div class="card"><h2>Probes</h2>${probes.length ? table(["Container", "Probe", "Spec", "Recent results (newest first)"], probes) : '<p class="muted">No probes.</p>'}</div>
       <div class="card"><h2>Volumes</h2>${vols.length ? table(["Name", "Type", "On the host"], vols) : '<p class="muted">No volumes.</p>'}</div>
     </div>
-    <div class="card"><h2>Events</h2>${extra.events && extra.events.error ? `<p class="muted">${esc(extra.events.error)}: the Warnings the services recorded follow.</p>` : ""}${evRows.length ? table(["Type", "Reason", "Last", "Count", "From", "Message"], evRows) : '<p class="muted">No events.</p>'}</div>
-    <div class="card"><h2>Traces</h2>${traceBlocks(extra.traces || [])}</div>
+    <div class="card"><h2>Events</h2>${extra.denied ? deniedCard(extra) : (extra.events && extra.events.error ? `<p class="muted">${esc(extra.events.error)}: the Warnings the services recorded follow.</p>` : "") + (evRows.length ? table(["Type", "Reason", "Last", "Count", "From", "Message"], evRows) : '<p class="muted">No events.</p>')}</div>
+    <div class="card"><h2>Traces</h2>${extra.denied ? deniedCard(extra) : traceBlocks(extra.traces || [], opened)}</div>
     <div class="card"><h2>Log tail <select id="log-container">${names.map((n) => `<option${n === logContainer ? " selected" : ""}>${esc(n)}</option>`).join("")}</select></h2>
-      <pre class="logs" id="logs">…</pre></div>`;
+      <pre class="logs" id="logs"></pre></div>`;
   document.getElementById("log-container").addEventListener("change", (e) => { logContainer = e.target.value; route(); });
   placeSpanBars();
   const series = [{ label: "pod", points: hist.pod || [] },
     ...Object.entries(hist.containers || {}).map(([c, points]) => ({ label: c, points }))];
   drawGraphs("pod-graphs", series);
   const logs = document.getElementById("logs");
+  logs.textContent = oldLog;
+  const place = () => { logs.scrollTop = logsAt ?? logs.scrollHeight; };
+  place();
   try {
     const text = await get(`../containerLogs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/${encodeURIComponent(logContainer)}?tailLines=200`, true);
     if (gen !== generation) return false;
     logs.textContent = text || "(no output yet)";
-    logs.scrollTop = logs.scrollHeight;
+    place();
   } catch (e) {
     logs.textContent = String(e.message);
   }
@@ -408,6 +443,8 @@ async function podPage(gen, ns, name) {
 // page the user has left (`generation` moved on) changes nothing.
 async function refresh(gen) {
   const hash = location.hash || "#/";
+  // (For a test that waits: a refresh under way since when.)
+  document.body.dataset.refreshing = String(Date.now());
   try {
     const m = hash.match(/^#\/pod\/([^/]+)\/([^/]+)$/);
     let rendered;
@@ -417,12 +454,15 @@ async function refresh(gen) {
     if (!rendered || gen !== generation) return;
     setLive(true);
     document.body.dataset.loaded = hash;
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
     // For tests/bench/node-page.sh: when the data was first on screen.
     if (!performance.getEntriesByName("rendered " + hash).length) performance.mark("rendered " + hash);
   } catch (e) {
     if (gen !== generation) return;
     setLive(false, e.message);
     if (!view().querySelector("h1")) view().innerHTML = `<p class="bad">${esc(e.message)}</p>`;
+  } finally {
+    delete document.body.dataset.refreshing;
   }
 }
 
@@ -440,6 +480,7 @@ async function loop(gen) {
 function route() {
   generation++;
   delete document.body.dataset.loaded;
+  delete view().dataset.pod;
   view().innerHTML = '<p class="muted">Loading…</p>';
   clearTimeout(timer);
   loop(generation);
