@@ -58,13 +58,15 @@ impl TelemetryGuard {
 /// Installs the global subscriber. Must run inside a multi-thread tokio runtime when an
 /// OTLP endpoint is set (the exporter's batch worker is spawned on it).
 pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
-    let mut builder = SdkTracerProvider::builder()
-        .with_span_processor(recent::RecentSpans)
-        .with_resource(
-            Resource::builder()
-                .with_service_name(config.service_name.clone())
-                .build(),
-        );
+    let mut builder = SdkTracerProvider::builder();
+    if recent::enabled() {
+        builder = builder.with_span_processor(recent::RecentSpans);
+    }
+    let mut builder = builder.with_resource(
+        Resource::builder()
+            .with_service_name(config.service_name.clone())
+            .build(),
+    );
     if let Some(endpoint) = &config.otlp_endpoint {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()

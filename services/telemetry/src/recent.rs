@@ -59,6 +59,12 @@ fn keep(span: RecentSpan) {
     all.push_back(span);
 }
 
+/// Whether this process keeps its spans: unless `NODEAGENT_RECENT_SPANS=0` (then the
+/// node page shows no traces; with no OTLP endpoint either, spans are not even recorded).
+pub fn enabled() -> bool {
+    std::env::var_os("NODEAGENT_RECENT_SPANS").is_none_or(|v| v != "0")
+}
+
 /// The attribute that names a span's pod.
 pub const POD_UID: &str = "k8s.pod.uid";
 
