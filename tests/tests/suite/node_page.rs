@@ -140,8 +140,9 @@ pub(crate) async fn wait_page(browser: &mut Browser, hash: &str, what: &str, che
             return Value::Null;
         }
         if tokio::time::Instant::now() > deadline {
-            // What the page was doing: its state, the view, and every request it made
-            // with how long each took (-1: not answered yet).
+            // What the page was doing: its state (`refreshing`: since when a refresh is
+            // under way), the view, and every request it finished with how long it took
+            // (one under way is not listed).
             let state = browser
                 .eval(
                     "JSON.stringify({readyState: document.readyState, hash: location.href, \
