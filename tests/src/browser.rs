@@ -39,6 +39,9 @@ pub fn require_chromium(test: &str) -> bool {
     false
 }
 
+/// Chromium's error for a load it aborted because the host's network changed.
+pub const NETWORK_CHANGED: &str = "net::ERR_NETWORK_CHANGED";
+
 pub struct Browser {
     _child: tokio::process::Child,
     _profile: tempfile::TempDir,
@@ -156,12 +159,28 @@ impl Browser {
             .map(drop)
     }
 
+    /// Opens `url`. Chromium aborts what it is loading with `net::ERR_NETWORK_CHANGED`
+    /// whenever the host's network interfaces change, which the other tests' pod networks
+    /// (CNI bridges, veths) do all the time on a test host: such a navigation is made
+    /// again, as a user would reload (CI's node page test failed on it).
     pub async fn navigate(&mut self, url: &str) -> Result<(), String> {
-        let r = self.call("Page.navigate", json!({"url": url})).await?;
-        match r.get("errorText") {
-            Some(e) => Err(format!("navigating to {url}: {e}")),
-            None => Ok(()),
+        let mut tries = 0;
+        loop {
+            let r = self.call("Page.navigate", json!({"url": url})).await?;
+            match r.get("errorText").and_then(Value::as_str) {
+                None => return Ok(()),
+                Some(NETWORK_CHANGED) if tries < 5 => {
+                    eprintln!("navigating to {url}: {NETWORK_CHANGED}; again");
+                    tries += 1;
+                }
+                Some(e) => return Err(format!("navigating to {url}: {e:?}")),
+            }
         }
+    }
+
+    /// Reloads the page (see [`Self::navigate`] for why a test may have to).
+    pub async fn reload(&mut self) -> Result<(), String> {
+        self.call("Page.reload", json!({})).await.map(drop)
     }
 
     /// Evaluates `expression` in the page (awaiting a promise) and returns its value.

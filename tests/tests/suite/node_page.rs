@@ -133,11 +133,27 @@ pub(crate) async fn wait_page(browser: &mut Browser, hash: &str, what: &str, che
         "(() => {{ if (!document.body || document.body.dataset.loaded !== {hash:?}) return 'not loaded: ' + \
          (document.getElementById('live') || {{}}).textContent; return ({check})(); }})()"
     );
+    // The page's own script never ran: the page loaded but its app.js did not (Chromium
+    // aborts a load with ERR_NETWORK_CHANGED when another test's pod network comes or
+    // goes; CI's node page test waited 60 s on such a page). A user reloads; so does this
+    // wait, a few times, after 10 s without the script.
+    let script_ran = "typeof route === 'function'";
+    let mut reloads = 0;
+    let mut since = tokio::time::Instant::now();
     loop {
         // An error while the page navigates (no body yet, its context replaced) is a wait.
         let got = browser.eval(&script).await.map_err(Value::String);
         if got == Ok(Value::String(String::new())) {
             return Value::Null;
+        }
+        if reloads < 3
+            && since.elapsed() > Duration::from_secs(10)
+            && browser.eval(script_ran).await == Ok(Value::Bool(false))
+        {
+            eprintln!("{what}: the page's script did not load; reloading");
+            browser.reload().await.unwrap();
+            reloads += 1;
+            since = tokio::time::Instant::now();
         }
         if tokio::time::Instant::now() > deadline {
             // What the page was doing: its state (`refreshing`: since when a refresh is
