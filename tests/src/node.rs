@@ -603,7 +603,9 @@ impl Node {
 
     /// Where probe instance `id` serves `Prober.Watch`.
     pub fn probe_instance_socket(&self, id: &str) -> Address {
-        Address::Unix(self.path(&format!("sockets/probe-{id}.sock")))
+        self.socket(Service::Probe)
+            .probe_instance(id)
+            .expect("a unix socket")
     }
 
     /// Sends `signal` to probe instance `id` and waits (15 s at most) for it to exit.

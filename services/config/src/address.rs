@@ -44,6 +44,26 @@ impl FromStr for Address {
     }
 }
 
+impl Address {
+    /// Probe instance `id`'s address (`--probe-instance ID`): `probe-<ID>.sock` beside
+    /// this one, the probe service's unix socket; None for vsock. The one place that names
+    /// it: an instance serves there and http-server finds every instance by it.
+    pub fn probe_instance(&self, id: &str) -> Option<Address> {
+        match self {
+            Self::Unix(path) => Some(Self::Unix(path.with_file_name(format!("probe-{id}.sock")))),
+            Self::Vsock { .. } => None,
+        }
+    }
+
+    /// The instance a file beside the probe socket serves, if it is an instance's socket.
+    pub fn probe_instance_id(file_name: &str) -> Option<&str> {
+        file_name
+            .strip_prefix("probe-")?
+            .strip_suffix(".sock")
+            .filter(|id| !id.is_empty())
+    }
+}
+
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -56,6 +76,20 @@ impl fmt::Display for Address {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_instance_serves_beside_the_probe_socket() {
+        let probe = Address::Unix("/run/nodeagent/probe.sock".into());
+        let b = probe.probe_instance("b").unwrap();
+        assert_eq!(b, Address::Unix("/run/nodeagent/probe-b.sock".into()));
+        let Address::Unix(path) = b else { panic!() };
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_eq!(Address::probe_instance_id(name), Some("b"));
+        assert_eq!(Address::probe_instance_id("probe.sock"), None);
+        assert_eq!(Address::probe_instance_id("probe-.sock"), None);
+        assert_eq!(Address::probe_instance_id("probe-values.json"), None);
+        assert_eq!(Address::Vsock { cid: 3, port: 1 }.probe_instance("b"), None);
+    }
 
     #[test]
     fn parses_both_schemes() {

@@ -81,13 +81,12 @@ pub async fn run(
 
 /// Where instance `id` serves: `probe-<id>.sock` next to the default probe socket.
 fn instance_endpoint(default: &Address, id: &str) -> anyhow::Result<Address> {
-    match default {
-        Address::Unix(path) => Ok(Address::Unix(
-            path.with_file_name(format!("probe-{id}.sock")),
-        )),
-        Address::Vsock { .. } => Err(anyhow::anyhow!(
-            "--probe-instance needs a unix probe endpoint (each instance serves its own socket)"
-        ))
-        .context("probe instance endpoint"),
-    }
+    default
+        .probe_instance(id)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--probe-instance needs a unix probe endpoint (each instance serves its own socket)"
+            )
+        })
+        .context("probe instance endpoint")
 }
