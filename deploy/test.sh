@@ -76,11 +76,12 @@ exclude="none()"
 for f in "${left_out[@]}"; do exclude+=" | $f"; done
 
 # The runtime, images and tools (deploy/runtime/setup.sh), and the headless Chromium that
-# tests/tests/suite/node_page.rs drives (Debian's package; only the tests need it).
+# tests/tests/suite/node_page.rs drives, with NSS's tools for the client certificate it
+# holds (Debian's packages; only the tests need them).
 setup() {
   bash deploy/runtime/setup.sh || return
-  command -v chromium >/dev/null && return
-  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+  command -v chromium >/dev/null && command -v pk12util >/dev/null && return
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium libnss3-tools)
   "${install[@]}" >/dev/null || { apt-get update -q >/dev/null && "${install[@]}" >/dev/null; }
 }
 

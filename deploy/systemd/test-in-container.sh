@@ -287,6 +287,24 @@ if wait_until 60 caught_up_all && out=$(stays_same 3 "$before" snapshot); then
 else
   fail "after SIGKILL of pod-sync: pod containers and PIDs untouched"; printf '%s\n' "${out:-}" | sed 's/^/    /'
 fi
+# The node page's services card counts restarts as systemd does: each service's row says
+# what `systemctl show -p NRestarts` says of its unit (the oracle: systemd itself), pod-sync's
+# SIGKILL above counted, and http-server's own row too (it restarted above by hand, which
+# systemd does not count).
+page_restarts_are_systemds() {
+  local s n row rows
+  rows=$(dx $KAPI/ui/api/node) || { echo "GET /ui/api/node failed"; return 1; }
+  for s in pod-sync http-server pleg; do
+    n=$(dx systemctl show -p NRestarts --value "nodeagent-$s.service")
+    row=$(printf '%s' "$rows" | grep -o "{\"name\":\"$s\"[^}]*}")
+    case "$row" in
+      *"\"restarts\":$n,\"restartsFrom\":\"systemd\""*) ;;
+      *) echo "nodeagent-$s: NRestarts=$n, the page's row: $row"; return 1 ;;
+    esac
+  done
+  [ "$(dx systemctl show -p NRestarts --value nodeagent-pod-sync.service)" -ge 1 ]
+}
+check_within "the node page's restarts are systemd's NRestarts (pod-sync's SIGKILL counted)" 30 page_restarts_are_systemds
 
 # ------------------------------------------------------------------ watchdog, namespaces
 watchdog_ok() {

@@ -2,7 +2,10 @@
 //! DevTools Protocol (CDP: JSON commands over a WebSocket, the protocol Puppeteer and
 //! Playwright speak). Only the few commands the tests need: open a page, send a header
 //! with every request (a bearer token, as an operator's browser extension or proxy would),
-//! navigate, evaluate a script, take a screenshot.
+//! navigate, evaluate a script, take a screenshot. A browser may also hold a client
+//! certificate, as an operator's does: in its NSS database (`~/.pki/nssdb`, where Chromium
+//! on Linux keeps them), chosen for the node's origin by Chromium's
+//! `AutoSelectCertificateForUrls` policy (headless Chromium cannot show its picker).
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -39,11 +42,116 @@ pub fn require_chromium(test: &str) -> bool {
     false
 }
 
+/// The tools [`Browser::launch_with_certificate`] needs besides Chromium: NSS's `certutil`
+/// and `pk12util` (Debian's `libnss3-tools`) and `openssl`.
+pub fn require_certificate_tools(test: &str) -> bool {
+    let missing: Vec<&str> = ["certutil", "pk12util", "openssl"]
+        .into_iter()
+        .filter(|t| {
+            !std::env::var_os("PATH")
+                .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(t).is_file()))
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("{test} needs {missing:?} (Debian's libnss3-tools and openssl)");
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// Where Debian's Chromium reads the policies an administrator sets.
+const POLICIES: &str = "/etc/chromium/policies/managed";
+
+/// A policy file of one browser's, removed with it.
+struct Policy(PathBuf);
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A client certificate the browser holds, and the origin it presents it to.
+pub struct ClientCertificate<'a> {
+    pub identity: &'a crate::pki::Identity,
+    /// Its issuer's common name (the policy's filter).
+    pub issuer_cn: &'a str,
+    /// `https://127.0.0.1:10250`: the only origin it is chosen for.
+    pub origin: &'a str,
+}
+
+/// Puts `cert` into a new NSS database under `home` and writes the policy that selects it
+/// for its origin (read by Chromium when it starts).
+fn hold_certificate(home: &Path, cert: &ClientCertificate<'_>) -> Result<Policy, String> {
+    let run = |program: &str, args: &[&str]| -> Result<(), String> {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .map_err(|e| format!("{program}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{program} {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let nssdb = home.join(".pki/nssdb");
+    std::fs::create_dir_all(&nssdb).map_err(|e| e.to_string())?;
+    let (crt, key, p12) = (
+        home.join("client.crt"),
+        home.join("client.key"),
+        home.join("client.p12"),
+    );
+    std::fs::write(&crt, &cert.identity.cert_pem).map_err(|e| e.to_string())?;
+    std::fs::write(&key, &cert.identity.key_pem).map_err(|e| e.to_string())?;
+    let path = |p: &Path| p.display().to_string();
+    run(
+        "openssl",
+        &[
+            "pkcs12",
+            "-export",
+            "-in",
+            &path(&crt),
+            "-inkey",
+            &path(&key),
+            "-passout",
+            "pass:",
+            "-name",
+            "nodeagent-test-client",
+            "-out",
+            &path(&p12),
+        ],
+    )?;
+    let db = format!("sql:{}", nssdb.display());
+    run("certutil", &["-N", "-d", &db, "--empty-password"])?;
+    run("pk12util", &["-d", &db, "-i", &path(&p12), "-W", ""])?;
+    std::fs::create_dir_all(POLICIES).map_err(|e| format!("{POLICIES}: {e}"))?;
+    let rule = json!({"pattern": cert.origin, "filter": {"ISSUER": {"CN": cert.issuer_cn}}});
+    let file = Path::new(POLICIES).join(format!(
+        "nodeagent-test-{}-{}.json",
+        std::process::id(),
+        home.display().to_string().replace('/', "_")
+    ));
+    std::fs::write(
+        &file,
+        json!({"AutoSelectCertificateForUrls": [rule.to_string()]}).to_string(),
+    )
+    .map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(Policy(file))
+}
+
 /// Chromium's error for a load it aborted because the host's network changed.
 pub const NETWORK_CHANGED: &str = "net::ERR_NETWORK_CHANGED";
 
 pub struct Browser {
     _child: tokio::process::Child,
+    _policy: Option<Policy>,
     _profile: tempfile::TempDir,
     socket: Socket,
     next_id: u64,
@@ -54,8 +162,32 @@ impl Browser {
     /// Starts a headless Chromium with a profile of its own and attaches to a new page
     /// of `width`×`height` CSS pixels.
     pub async fn launch(width: u32, height: u32) -> Result<Browser, String> {
+        Self::start(width, height, None).await
+    }
+
+    /// As [`Self::launch`], holding `cert` for its origin, and no other credential.
+    pub async fn launch_with_certificate(
+        width: u32,
+        height: u32,
+        cert: &ClientCertificate<'_>,
+    ) -> Result<Browser, String> {
+        Self::start(width, height, Some(cert)).await
+    }
+
+    async fn start(
+        width: u32,
+        height: u32,
+        cert: Option<&ClientCertificate<'_>>,
+    ) -> Result<Browser, String> {
         let binary = chromium().ok_or("no chromium on PATH")?;
         let profile = tempfile::tempdir().map_err(|e| e.to_string())?;
+        // Chromium finds its NSS database in $HOME.
+        let home = profile.path().join("home");
+        std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
+        let policy = match cert {
+            Some(cert) => Some(hold_certificate(&home, cert)?),
+            None => None,
+        };
         let child = tokio::process::Command::new(&binary)
             .args([
                 "--headless",
@@ -74,15 +206,19 @@ impl Browser {
                 "--remote-debugging-port=0",
                 "--remote-debugging-address=127.0.0.1",
             ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!(
+                "--user-data-dir={}",
+                profile.path().join("data").display()
+            ))
             .arg(format!("--window-size={width},{height}"))
             .arg("about:blank")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            .env("HOME", &home)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("starting {}: {e}", binary.display()))?;
-        let (port, url) = devtools_url(profile.path()).await?;
+        let (port, url) = devtools_url(&profile.path().join("data")).await?;
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .map_err(|e| format!("connecting to {url}: {e}"))?;
@@ -91,6 +227,7 @@ impl Browser {
             .map_err(|e| format!("connecting to {url}: {e}"))?;
         let mut browser = Browser {
             _child: child,
+            _policy: policy,
             _profile: profile,
             socket,
             next_id: 1,

@@ -41,6 +41,10 @@ pub struct UiState {
     pub history: Mutex<history::History>,
     pub services: services::Seen,
     pub probes: Mutex<probes::ProbeLog>,
+    /// The process found serving each service's socket, with its start (clock ticks after
+    /// boot): while a process of that pid and start lives, it is the one (a pid is not
+    /// reused while its process lives), so the socket is not connected to again.
+    pub servers: Mutex<BTreeMap<&'static str, (u32, u64)>>,
 }
 
 const INDEX: &str = include_str!("ui/assets/index.html");
@@ -187,7 +191,8 @@ pub async fn follow_probes(state: Arc<AppState>, shutdown: nodeagent_transport::
             .filter(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("probe-") && n.ends_with(".sock"))
+                    .and_then(nodeagent_config::Address::probe_instance_id)
+                    .is_some()
             })
             .collect();
         instances.retain(|path, follower| {
@@ -233,8 +238,9 @@ async fn follow_probe(
     }
 }
 
-/// Each service's process: the one serving its socket (peer credentials), this one for
-/// http-server; its start time and resident memory from `/proc`.
+/// Each service's process: the one serving its socket (peer credentials, asked again only
+/// once the process found before is gone), this one for http-server; its start time,
+/// resident memory and systemd unit from `/proc`.
 async fn processes(state: &AppState) -> BTreeMap<&'static str, services::Process> {
     let sockets: Vec<(&'static str, Option<std::path::PathBuf>)> = Service::ALL
         .into_iter()
@@ -243,7 +249,13 @@ async fn processes(state: &AppState) -> BTreeMap<&'static str, services::Process
             nodeagent_config::Address::Vsock { .. } => (s.name(), None),
         })
         .collect();
-    tokio::task::spawn_blocking(move || {
+    let mut servers = state
+        .ui
+        .servers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let found = tokio::task::spawn_blocking(move || {
         use crate::stats::process::{read_stat, read_status, socket_server_pid, status_bytes};
         let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         let boot = crate::stats::host::boot_time_ns(&proc_stat).unwrap_or(0) as f64 / 1e9;
@@ -251,27 +263,101 @@ async fn processes(state: &AppState) -> BTreeMap<&'static str, services::Process
             .ok()
             .flatten()
             .map_or(100.0, |t| t as f64);
-        sockets
+        let processes = sockets
             .into_iter()
             .map(|(name, socket)| {
-                let pid = if name == Service::HttpServer.name() {
-                    Some(std::process::id())
-                } else {
-                    socket.as_deref().and_then(socket_server_pid)
+                // A process lives while it has memory (a zombie has none).
+                let read = |pid: u32| {
+                    let stat = read_stat(pid)?;
+                    let rss = read_status(pid).and_then(|t| status_bytes(&t, "VmRSS"))?;
+                    Some((pid, stat, rss))
                 };
-                let process =
-                    pid.map_or_else(services::Process::default, |pid| services::Process {
-                        start_time: read_stat(pid).map(|s| boot + s.start_ticks as f64 / ticks),
-                        resident_memory_bytes: read_status(pid)
-                            .and_then(|t| status_bytes(&t, "VmRSS"))
-                            .map(|b| b as f64),
-                    });
+                let known = servers.get(name).and_then(|&(pid, start)| {
+                    read(pid).filter(|(_, stat, _)| stat.start_ticks == start)
+                });
+                let found = known.or_else(|| {
+                    read(if name == Service::HttpServer.name() {
+                        std::process::id()
+                    } else {
+                        socket_server_pid(socket.as_deref()?)?
+                    })
+                });
+                match found {
+                    Some((pid, stat, _)) => servers.insert(name, (pid, stat.start_ticks)),
+                    None => servers.remove(name),
+                };
+                let process = found.map_or_else(services::Process::default, |(pid, stat, rss)| {
+                    services::Process {
+                        pid: Some(pid),
+                        start_time: Some(boot + stat.start_ticks as f64 / ticks),
+                        resident_memory_bytes: Some(rss as f64),
+                        unit: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                            .ok()
+                            .and_then(|t| services::unit_of(&t)),
+                    }
+                });
                 (name, process)
             })
-            .collect()
+            .collect();
+        (processes, servers)
     })
-    .await
-    .unwrap_or_default()
+    .await;
+    match found {
+        Ok((processes, servers)) => {
+            *state.ui.servers.lock().unwrap_or_else(|e| e.into_inner()) = servers;
+            processes
+        }
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+/// Fills in systemd's restart counts for the processes not asked about yet: one
+/// `systemctl show` per unit a service's process is in, once per process (a restart
+/// changes the process; NRestarts changes with nothing else).
+async fn systemd_restarts(
+    state: &AppState,
+    processes: &BTreeMap<&'static str, services::Process>,
+    rows: &mut [services::Row],
+) {
+    let asks = rows
+        .iter()
+        .filter(|r| state.ui.services.systemd_unasked(r.name))
+        .filter_map(|r| {
+            let p = processes.get(r.name)?;
+            Some((r.name, p.pid, p.unit.clone()))
+        })
+        .map(|(name, pid, unit)| async move {
+            let (Some(pid), Some(unit)) = (pid, unit) else {
+                return (name, None);
+            };
+            let show = tokio::process::Command::new("systemctl")
+                .args(["show", "--property=MainPID", "--property=NRestarts", "--"])
+                .arg(&unit)
+                .kill_on_drop(true)
+                .output();
+            let restarts = match tokio::time::timeout(ASK, show).await {
+                Ok(Ok(out)) if out.status.success() => {
+                    services::nrestarts_of(&String::from_utf8_lossy(&out.stdout), pid)
+                }
+                Ok(Ok(out)) => {
+                    tracing::debug!(%unit, stderr = %String::from_utf8_lossy(&out.stderr), "systemctl show failed");
+                    None
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%unit, error = %e, "systemctl show could not run");
+                    None
+                }
+                Err(_) => None,
+            };
+            (name, restarts)
+        });
+    for (name, restarts) in futures::future::join_all(asks).await {
+        state.ui.services.set_systemd(name, restarts);
+        if let (Some(n), Some(row)) = (restarts, rows.iter_mut().find(|r| r.name == name)) {
+            row.restarts = n;
+            row.restarts_from = "systemd";
+        }
+    }
 }
 
 /// Fills in the versions not known yet, asking only those services (a scrape of each, once
@@ -330,6 +416,7 @@ async fn node(State(state): State<Arc<AppState>>) -> Response {
             .collect();
         let mut rows = services::rows(&processes, &health, &state.ui.services);
         versions(&state, &mut rows).await;
+        systemd_restarts(&state, &processes, &mut rows).await;
         rows
     };
     let signals = async {

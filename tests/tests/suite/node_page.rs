@@ -1,7 +1,8 @@
 //! The node's web page (`/ui/` on 10250, issue 34) in a real browser: headless Chromium
 //! (Debian's package) driven over the DevTools protocol, logged in with a bearer token
 //! that the test API server reviews (TokenReview, then SubjectAccessReview on
-//! `nodes/ui`), as a browser behind an authenticating proxy would send it. The oracles are
+//! `nodes/ui`), as a browser behind an authenticating proxy would send it, with a client
+//! certificate the browser holds, and through `kubectl proxy`. The oracles are
 //! outside the page: the pods must be those `/pods` lists, the log tail what
 //! `/containerLogs` answers, 401 and 403 with upstream's kubelet wording, and the
 //! SubjectAccessReview names the subresource `ui`.
@@ -10,7 +11,9 @@
 use super::kubectl::{Kubectl, require_kubectl};
 use nodeagent_config::Service;
 use nodeagent_tests::apiserver::{ApiServer, ApiState};
-use nodeagent_tests::browser::{Browser, require_chromium};
+use nodeagent_tests::browser::{
+    Browser, ClientCertificate, require_certificate_tools, require_chromium,
+};
 use nodeagent_tests::kubelet_client::Credentials;
 use nodeagent_tests::pki::TestCa;
 use nodeagent_tests::{Node, NodeOptions, eventually, require_runtime};
@@ -178,6 +181,7 @@ pub(crate) async fn wait_page(browser: &mut Browser, hash: &str, what: &str, che
 async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs() {
     if !require_runtime("the node page")
         || !require_chromium("the node page")
+        || !require_certificate_tools("the node page")
         || require_kubectl("the node page").is_none()
     {
         return;
@@ -185,7 +189,7 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
     let ui_port = free_privileged_port();
     let OperatorNode {
         server,
-        node,
+        mut node,
         ca,
         _dir,
     } = operator_node(
@@ -266,6 +270,49 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
                 && s["resourceAttributes"]["name"] == node.name.as_str()),
         "{reviewed:?}"
     );
+
+    // The services card: pleg killed and started again is one restart, with its new
+    // process's start time (the harness is not systemd: the restarts this http-server saw;
+    // under systemd, deploy/systemd/test-in-container.sh checks they are NRestarts).
+    let pleg_row = |node_json: &str| -> Result<Value, String> {
+        let v: Value = serde_json::from_str(node_json).map_err(|e| e.to_string())?;
+        v["services"]
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == "pleg"))
+            .cloned()
+            .ok_or_else(|| format!("no pleg row: {v}"))
+    };
+    let before = eventually("pleg's row", Duration::from_secs(30), || async {
+        let row = pleg_row(&operator.get("/ui/api/node").await?.text())?;
+        (row["healthy"] == true && row["startTime"].is_number())
+            .then_some(row.clone())
+            .ok_or_else(|| format!("{row}"))
+    })
+    .await;
+    assert_eq!(
+        (&before["restarts"], &before["restartsFrom"]),
+        (&serde_json::json!(0), &serde_json::json!("watched")),
+        "{before}"
+    );
+    node.signal(Service::Pleg, nix::sys::signal::Signal::SIGKILL)
+        .await;
+    node.spawn(Service::Pleg);
+    node.wait_serving(Service::Pleg).await;
+    eventually(
+        "pleg's restart on the page",
+        Duration::from_secs(30),
+        || async {
+            let row = pleg_row(&operator.get("/ui/api/node").await?.text())?;
+            (row["restarts"] == 1
+                && row["restartsFrom"] == "watched"
+                && row["healthy"] == true
+                && row["startTime"].is_number()
+                && row["startTime"] != before["startTime"])
+                .then_some(())
+                .ok_or_else(|| format!("{row}"))
+        },
+    )
+    .await;
 
     // The operator's port on loopback: root's processes get the page, the pod list and a
     // log tail without credentials; a connection of another uid (nobody's) is closed
@@ -537,7 +584,38 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         "the tail followed the end: {before}"
     );
     let closed = before[0].as_str().unwrap().to_string();
-    let refreshes = before[2].as_u64().unwrap();
+    // A refresh whose request fails (as Chromium aborts requests when the host's network
+    // changes) keeps the page as it was and says it is stale: the trace is neither gone
+    // nor opened again.
+    browser
+        .eval(
+            "(() => { const real = window.fetch; window.failedFetches = 0; \
+             window.fetch = (u, o) => { if (String(u).startsWith('api/pod?') && \
+             window.failedFetches < 1) { window.failedFetches++; \
+             return Promise.reject(new TypeError('Failed to fetch')); } return real(u, o); }; \
+             return true; })()",
+        )
+        .await
+        .unwrap();
+    wait_page(
+        &mut browser,
+        &hash,
+        "a refresh that failed, the page kept",
+        &format!(
+            "() => {{ if (window.failedFetches < 1 || document.body.dataset.refreshing) \
+             return 'not failed yet'; const d = document.querySelector(\
+             'details.trace[data-trace=\"{closed}\"]'); if (!d || d.open) return 'trace ' + \
+             (d ? 'opened' : 'gone'); return document.getElementById('live').classList\
+             .contains('stale') ? '' : 'not stale: ' + document.getElementById('live').textContent; }}"
+        ),
+    )
+    .await;
+    let refreshes = browser
+        .eval("Number(document.body.dataset.refreshes)")
+        .await
+        .unwrap()
+        .as_u64()
+        .unwrap();
     wait_page(
         &mut browser,
         &hash,
@@ -624,6 +702,51 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
          resource=nodes, subresource(s)=[stats])') ? '' : 'denied: ' + JSON.stringify(d); }",
     )
     .await;
+
+    // An operator whose browser holds a client certificate of the node's client CA (in its
+    // NSS database, chosen for the node's origin by policy) logs in with it alone, no
+    // header: upstream's x509 authentication (CN the user, O the groups), then the same
+    // review of `nodes/ui`. Without the certificate the page would get 401 and list no pod.
+    policy.allow("cert-operator", "get", "ui");
+    policy.allow("cert-operator", "get", "pods");
+    let identity = ca.issue_client("cert-operator", &["ops"]);
+    let mut holder = Browser::launch_with_certificate(
+        1400,
+        1000,
+        &ClientCertificate {
+            identity: &identity,
+            issuer_cn: "node_page-client-ca",
+            origin: &format!("https://127.0.0.1:{}", node.port),
+        },
+    )
+    .await
+    .expect("start Chromium holding a client certificate");
+    holder.navigate(&format!("{base}#/pods")).await.unwrap();
+    wait_page(
+        &mut holder,
+        "#/pods",
+        "the pod list, logged in with a client certificate",
+        "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : 'rows: ' + \
+         document.querySelectorAll('tr.pod').length",
+    )
+    .await;
+    let reviewed = policy
+        .access_reviews()
+        .into_iter()
+        .filter(|s| s["user"] == "cert-operator")
+        .collect::<Vec<Value>>();
+    assert!(
+        reviewed.iter().any(|s| s["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g == "ops"))
+            && s["resourceAttributes"]["subresource"] == "ui"),
+        "the certificate's user and group were reviewed for nodes/ui: {reviewed:?}"
+    );
+    holder
+        .screenshot(&out.join("pod-list-client-certificate.png"))
+        .await
+        .unwrap();
+    drop(holder);
 
     // Through the API server's node proxy (`kubectl proxy`), as an operator without a
     // credential of the node's opens it: no header from the browser; the API server's own

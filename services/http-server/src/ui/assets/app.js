@@ -24,7 +24,9 @@ async function get(url, asText) {
     const r = await fetch(url, { credentials: "same-origin", cache: "no-store", signal: abort.signal });
     if (!r.ok) {
       const body = await r.text();
-      throw new Error(`${url}: ${r.status} ${body.trim()}`);
+      const err = new Error(`${url}: ${r.status} ${body.trim()}`);
+      err.status = r.status;
+      throw err;
     }
     return await (asText ? r.text() : r.json());
   } catch (e) {
@@ -36,9 +38,14 @@ async function get(url, asText) {
 }
 
 // Data the user may not be allowed (the history needs `nodes/stats`, a pod's details
-// `nodes/pods`, as on their own paths): its card says why; the rest of the page shows.
+// `nodes/pods`, as on their own paths): on a 403 its card says why; the rest of the page
+// shows. Any other failure (the network, a timeout, a 5xx) fails the whole refresh, so the
+// page keeps what it showed (and what the user opened or scrolled) and says it is stale.
 function optional(url) {
-  return get(url).catch((e) => ({ denied: e.message }));
+  return get(url).catch((e) => {
+    if (e.status === 403) return { denied: e.message };
+    throw e;
+  });
 }
 function deniedCard(d) {
   return `<p class="bad denied">${esc(d.denied)}</p>`;
@@ -211,7 +218,8 @@ async function nodePage(gen) {
   const svc = (n.services || []).map((s) => [
     esc(s.name),
     s.healthy ? '<span class="ok">healthy</span>' : `<span class="bad" title="${esc(s.error)}">${esc(s.error || "unhealthy")}</span>`,
-    esc(s.version ?? "–"), esc(s.restarts),
+    esc(s.version ?? "–"),
+    `<span class="restarts" data-from="${esc(s.restartsFrom)}" title="${s.restartsFrom === "systemd" ? "systemd's NRestarts for the unit" : "restarts seen since http-server started"}">${esc(s.restarts)}</span>`,
     esc(s.startTime ? age(new Date(s.startTime * 1000).toISOString()) : "–"),
     esc(bytes(s.residentMemoryBytes))]);
   const info = st.nodeInfo || {};
