@@ -11,19 +11,26 @@ use std::time::{Duration, Instant};
 
 const PODS: usize = 100;
 const LOADS: usize = 10;
-const WINDOW: Duration = Duration::from_secs(60);
+/// The cost is measured over PAIRS pairs of windows, the page closed then open, so that
+/// a drift of the idle node's own work falls on both sides.
+const WINDOW: Duration = Duration::from_secs(30);
+const PAIRS: usize = 3;
 
-/// CPU seconds (user + system) the seven services used so far.
-fn services_cpu(node: &Node) -> f64 {
+/// CPU seconds (user + system) each of the seven services used so far.
+fn services_cpu(node: &Node) -> Vec<f64> {
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as f64;
     Service::ALL
         .into_iter()
-        .filter_map(|s| node.service_pid(s))
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .map(|stat| {
+        .map(|s| {
+            let Some(stat) = node
+                .service_pid(s)
+                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+            else {
+                return 0.0;
+            };
             // After the command name's closing parenthesis: fields 3.. ; utime and stime
             // are fields 14 and 15.
             let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
@@ -35,7 +42,18 @@ fn services_cpu(node: &Node) -> f64 {
             };
             (n(14) + n(15)) / ticks
         })
-        .sum()
+        .collect()
+}
+
+/// The CPU each service used over `WINDOW` from now.
+async fn window_cpu(node: &Node) -> Vec<f64> {
+    let before = services_cpu(node);
+    tokio::time::sleep(WINDOW).await;
+    services_cpu(node)
+        .iter()
+        .zip(before)
+        .map(|(after, before)| after - before)
+        .collect()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -130,16 +148,19 @@ async fn node_page_first_paint_and_cost_at_100_pods() {
     }
 
     // The cost of an open page: the node page refreshes every 5 s.
-    browser.navigate("about:blank").await.unwrap();
-    let closed0 = services_cpu(&node);
-    tokio::time::sleep(WINDOW).await;
-    let closed = services_cpu(&node) - closed0;
-    browser.navigate(&format!("{base}#/")).await.unwrap();
-    wait_page(&mut browser, "#/", "the node page", "() => ''").await;
-    let open0 = services_cpu(&node);
-    tokio::time::sleep(WINDOW).await;
-    let open = services_cpu(&node) - open0;
-    let pct = |cpu: f64| 100.0 * cpu / WINDOW.as_secs_f64();
+    let (mut closed, mut open) = (vec![0.0; Service::ALL.len()], vec![0.0; Service::ALL.len()]);
+    for _ in 0..PAIRS {
+        browser.navigate("about:blank").await.unwrap();
+        for (sum, cpu) in closed.iter_mut().zip(window_cpu(&node).await) {
+            *sum += cpu;
+        }
+        browser.navigate(&format!("{base}#/")).await.unwrap();
+        wait_page(&mut browser, "#/", "the node page", "() => ''").await;
+        for (sum, cpu) in open.iter_mut().zip(window_cpu(&node).await) {
+            *sum += cpu;
+        }
+    }
+    let pct = |cpu: f64| 100.0 * cpu / (WINDOW.as_secs_f64() * PAIRS as f64);
 
     println!("\n{PODS} pods; headless Chromium on the same 2 cores; {LOADS} loads each");
     println!("| page | first paint p50 | max | data on screen p50 | max |");
@@ -148,9 +169,24 @@ async fn node_page_first_paint_and_cost_at_100_pods() {
         println!("{r}");
     }
     println!(
-        "\nthe seven services' CPU over {}s: no page open {:.2} % of a core, the node page open \
-         {:.2} %: the page costs {:.2} % of a core",
-        WINDOW.as_secs(),
+        "\nthe services' CPU, % of a core, over {PAIRS} pairs of {}s windows (page closed, then \
+         open):",
+        WINDOW.as_secs()
+    );
+    println!("| service | closed | open | the page's cost |");
+    println!("|---|---|---|---|");
+    for (i, s) in Service::ALL.into_iter().enumerate() {
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} |",
+            s.name(),
+            pct(closed[i]),
+            pct(open[i]),
+            pct(open[i] - closed[i])
+        );
+    }
+    let (closed, open): (f64, f64) = (closed.iter().sum(), open.iter().sum());
+    println!(
+        "| all seven | {:.2} | {:.2} | {:.2} |",
         pct(closed),
         pct(open),
         pct(open - closed)
