@@ -6,7 +6,7 @@
 
 use crate::PodSync;
 use crate::runtime_spec::EnvRefs;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use nodeagent_proto::k8s;
 use std::collections::BTreeMap;
@@ -31,6 +31,57 @@ pub(crate) fn is_static(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|a| a.get(k8s::labels::CONFIG_SOURCE))
         .is_some_and(|s| s == "file" || s == "http")
+}
+
+/// What the loop does with one pod's status once it was not skipped ([`unchanged`]).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Step {
+    /// The API server has it already: remembered as sent, and no call (upstream patches
+    /// only a status that differs).
+    AlreadyThere(PodStatus),
+    /// A strategic merge patch of `diff`; once it succeeds, `status` is what was sent.
+    Patch {
+        status: PodStatus,
+        diff: serde_json::Value,
+    },
+}
+
+/// Upstream's `updateStatusInternal`: a status equal, as far as the kubelet writes it
+/// (`isPodStatusByKubeletEqual`), to the last one sent is not sent again, but at a resync.
+/// Compared with what was sent, merged: a status whose merge held a terminal phase back
+/// differs from it, so it is merged again at the next change and goes out as soon as no
+/// container may run, not only at the resync.
+pub(crate) fn unchanged(new: &PodStatus, sent: Option<&PodStatus>, resync: bool) -> bool {
+    !resync && sent.is_some_and(|sent| super::merge::equal_by_kubelet(sent, new))
+}
+
+/// Upstream's `syncPod`, the decision: the new status merged with the API server's copy
+/// (`mergePodStatus`: no terminal phase while a container may still run), then a two-way
+/// patch from what the API server has (what was last sent, or at a resync, which repairs
+/// drift, and before the first patch, the API server's copy as last seen), sent only when
+/// it is not empty.
+pub(crate) fn plan(
+    new: PodStatus,
+    sent: Option<&PodStatus>,
+    api_view: Option<&PodStatus>,
+    resync: bool,
+    could_have_running: bool,
+) -> Step {
+    let base = api_view.or(sent).cloned().unwrap_or_default();
+    let status = super::merge::merge_pod_status(&base, new, could_have_running);
+    let old = match (resync, sent) {
+        (false, Some(sent)) => Some(sent),
+        _ => api_view,
+    };
+    let diff = nodeagent_config::status_patch::two_way(
+        &serde_json::to_value(old).unwrap_or_default(),
+        &serde_json::to_value(&status).unwrap_or_default(),
+    );
+    if diff.as_object().is_some_and(|d| d.is_empty()) {
+        Step::AlreadyThere(status)
+    } else {
+        Step::Patch { status, diff }
+    }
 }
 
 /// Patches changed statuses, and all of them every resync period. Static pods get a
@@ -65,13 +116,7 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             let Some(status) = pod.status.clone() else {
                 continue;
             };
-            // Upstream's updateStatusInternal: a status equal as far as the kubelet writes
-            // it (`isPodStatusByKubeletEqual`) is not sent again, but at a resync.
-            if !force
-                && sent
-                    .get(&uid)
-                    .is_some_and(|sent| super::merge::equal_by_kubelet(sent, &status))
-            {
+            if unchanged(&status, sent.get(&uid), force) {
                 continue;
             }
             // What the API server has: what we last sent, or (on a resync, which repairs
@@ -103,31 +148,23 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
             } else {
                 uid.clone()
             };
-            // Upstream's status manager merges the status it has with the API server's
-            // copy before it patches (mergePodStatus): no terminal phase while a container
-            // may still run. The node's own /pods shows the status unmerged, as upstream's
-            // status cache does.
+            // The node's own /pods shows the status unmerged, as upstream's status cache
+            // does; the API server gets it merged.
             let could_have_running =
                 super::could_have_running_containers(sync.lock().runtime.get(&uid));
-            let base = api_view
-                .clone()
-                .or_else(|| sent.get(&uid).cloned())
-                .unwrap_or_default();
-            let status = super::merge::merge_pod_status(&base, status, could_have_running);
-            let old = match (force, sent.get(&uid)) {
-                (false, Some(sent)) => Some(sent.clone()),
-                _ => api_view,
+            let (status, diff) = match plan(
+                status,
+                sent.get(&uid),
+                api_view.as_ref(),
+                force,
+                could_have_running,
+            ) {
+                Step::AlreadyThere(status) => {
+                    sent.insert(uid, status);
+                    continue;
+                }
+                Step::Patch { status, diff } => (status, diff),
             };
-            let diff = nodeagent_config::status_patch::two_way(
-                &serde_json::to_value(&old).unwrap_or_default(),
-                &serde_json::to_value(&status).unwrap_or_default(),
-            );
-            if diff.as_object().is_some_and(|d| d.is_empty()) {
-                // The API server has it already (upstream patches only a status that
-                // differs).
-                sent.insert(uid, status);
-                continue;
-            }
             let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(&pod));
             let patch = serde_json::json!({"metadata": {"uid": target_uid}, "status": diff});
             match api
@@ -350,3 +387,6 @@ pub async fn finish_deletion(client: &kube::Client, pod: &Pod) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
