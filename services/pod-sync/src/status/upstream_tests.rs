@@ -565,3 +565,84 @@ fn test_update_last_transition_time() {
     );
     assert_eq!(new[0].last_transition_time, Some(old_time));
 }
+
+/// upstream: pkg/kubelet/status/generate_test.go `TestGeneratePodReadyToStartContainersCondition`,
+/// its rows by name, the condition's status (upstream's `!PodSandboxChanged`; the newest
+/// upstream adds reasons and messages whose texts we do not have). Two rows differ on
+/// purpose, because our planner keeps such a sandbox and starts the containers there
+/// (`worker/sync/plan.rs` `plan_sandbox`: the newest of several ready sandboxes, the others
+/// stopped; a ready sandbox whose IP it could not read), and the condition says what the
+/// node does: a pod whose containers are being started in a sandbox is ready to start
+/// them. "Pod sandbox status ready but network namespace mode changed" cannot apply: the
+/// runtime view we keep has no namespace mode, and `spec.hostNetwork` is immutable, so a
+/// pod's sandboxes all have its mode.
+#[test]
+fn test_generate_pod_ready_to_start_containers_condition() {
+    use nodeagent_proto::api::RuntimeSandbox;
+    let sandbox = |state: cri::PodSandboxState, ip: &str, attempt: u32| RuntimeSandbox {
+        id: format!("sandbox-{attempt}"),
+        state: state as i32,
+        attempt,
+        created_at_unix_nanos: 1_000 + attempt as i64,
+        ip: ip.into(),
+        ..Default::default()
+    };
+    use cri::PodSandboxState::{SandboxNotready as NOTREADY, SandboxReady as READY};
+    let rows: [(&str, Vec<RuntimeSandbox>, &str); 5] = [
+        ("Empty pod status", vec![], "False"),
+        (
+            "Pod sandbox status not ready",
+            vec![sandbox(NOTREADY, "", 0)],
+            "False",
+        ),
+        (
+            "Pod with multiple ready sandboxes (upstream False: kept here)",
+            vec![
+                sandbox(READY, "10.0.0.10", 1),
+                sandbox(READY, "10.0.0.11", 0),
+            ],
+            "True",
+        ),
+        (
+            "Pod sandbox status ready but no IP configured (upstream False: kept here)",
+            vec![sandbox(READY, "", 0)],
+            "True",
+        ),
+        (
+            "Pod sandbox status ready and IP configured",
+            vec![sandbox(READY, "10.0.0.10", 0)],
+            "True",
+        ),
+    ];
+    let pod = pod_with(&["c"], &[], "Always", vec![], vec![]);
+    for (name, sandboxes, want) in rows {
+        let rt = RuntimePodStatus {
+            uid: "12345678".into(),
+            sandboxes,
+            ..Default::default()
+        };
+        let s = compute(
+            &StatusInputs {
+                pod: &pod,
+                runtime: Some(&rt),
+                readiness: &HashMap::new(),
+                started: &Default::default(),
+                waiting: &HashMap::new(),
+                node_ips: &crate::status::ips::NodeIps::single("127.0.0.1"),
+                pod_failed: None,
+                termination_messages: &HashMap::new(),
+                terminated: false,
+                resize: None,
+                actuated: None,
+            },
+            None,
+        );
+        let got = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodReadyToStartContainers")
+            .map(|c| c.status.as_str());
+        assert_eq!(got, Some(want), "{name}");
+    }
+}
