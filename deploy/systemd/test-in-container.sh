@@ -296,11 +296,13 @@ page_restarts_are_systemds() {
   rows=$(dx $KAPI/ui/api/node) || { echo "GET /ui/api/node failed"; return 1; }
   for s in pod-sync http-server pleg; do
     n=$(dx systemctl show -p NRestarts --value "nodeagent-$s.service")
-    row=$(printf '%s' "$rows" | grep -o "{\"name\":\"$s\"[^}]*}")
-    case "$row" in
-      *"\"restarts\":$n,\"restartsFrom\":\"systemd\""*) ;;
-      *) echo "nodeagent-$s: NRestarts=$n, the page's row: $row"; return 1 ;;
-    esac
+    # (One service's row: an object without nested objects, its keys in any order.)
+    row=$(printf '%s' "$rows" | grep -oE "\{[^{}]*\"name\":\"$s\"[^{}]*\}")
+    if ! printf '%s' "$row" | grep -qE "\"restarts\":$n[,}]" \
+      || ! printf '%s' "$row" | grep -q '"restartsFrom":"systemd"'; then
+      echo "nodeagent-$s: NRestarts=$n, the page's row: ${row:-none in $(printf '%s' "$rows" | head -c 600)}"
+      return 1
+    fi
   done
   [ "$(dx systemctl show -p NRestarts --value nodeagent-pod-sync.service)" -ge 1 ]
 }
