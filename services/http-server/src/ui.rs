@@ -45,6 +45,8 @@ pub struct UiState {
     /// boot): while a process of that pid and start lives, it is the one (a pid is not
     /// reused while its process lives), so the socket is not connected to again.
     pub servers: Mutex<BTreeMap<&'static str, (u32, u64)>>,
+    /// The Node node-status built last for the page, and when it was asked.
+    pub node: Mutex<Option<(std::time::Instant, Value)>>,
 }
 
 const INDEX: &str = include_str!("ui/assets/index.html");
@@ -395,11 +397,30 @@ async fn versions(state: &AppState, rows: &mut [services::Row]) {
 /// `/ui/api/node`: the Node (node-status's view), the services, the pressure signals.
 async fn node(State(state): State<Arc<AppState>>) -> Response {
     let node = async {
+        // node-status builds the Node afresh for each question (the runtime's status and
+        // version, pleg's health, the pressure observations, pod-sync's devices): the page
+        // asks again only once its last answer is `nodeStatusUpdateFrequency` old, as old as
+        // the API server's copy may be (the bench's largest cost of an open page).
+        let max_age = state.config.kubelet.node_status_update_frequency;
+        let cached = state
+            .ui
+            .node
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((_, node)) = cached.filter(|(at, _)| at.elapsed() < max_age) {
+            return Some(node);
+        }
         let mut c = NodeStatusClient::new(state.peers[&Service::NodeStatus].clone()).with_limits();
-        match tokio::time::timeout(ASK, c.get_node(GetNodeRequest {})).await {
+        let node = match tokio::time::timeout(ASK, c.get_node(GetNodeRequest {})).await {
             Ok(Ok(r)) => serde_json::from_slice::<Value>(&r.into_inner().node_json).ok(),
             _ => None,
+        };
+        if let Some(n) = &node {
+            *state.ui.node.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((std::time::Instant::now(), n.clone()));
         }
+        node
     };
     let services = async {
         // A wedged service's socket (a full backlog) must not hold the page up.
