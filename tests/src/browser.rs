@@ -34,12 +34,9 @@ pub fn require_chromium(test: &str) -> bool {
     if chromium().is_some() {
         return true;
     }
-    let why = format!("{test} needs Chromium (Debian's `chromium` package) on PATH");
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
+    crate::skip_unless_ci(&format!(
+        "{test} needs Chromium (Debian's `chromium` package) on PATH"
+    ))
 }
 
 /// The tools [`Browser::launch_with_certificate`] needs besides Chromium: NSS's `certutil`
@@ -55,12 +52,9 @@ pub fn require_certificate_tools(test: &str) -> bool {
     if missing.is_empty() {
         return true;
     }
-    let why = format!("{test} needs {missing:?} (Debian's libnss3-tools and openssl)");
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
+    crate::skip_unless_ci(&format!(
+        "{test} needs {missing:?} (Debian's libnss3-tools and openssl)"
+    ))
 }
 
 /// Where Debian's Chromium reads the policies an administrator sets.

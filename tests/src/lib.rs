@@ -39,6 +39,16 @@ mod status;
 pub mod websocket;
 
 pub use http::{HttpError, http_get};
+
+/// A test that cannot run here: under CI (`CI` set, as `.ci/run` sets it) a failure that
+/// says `why`, so that nothing passes without running; elsewhere reported as skipped
+/// (`SKIPPED: why` on stderr, which the runner's output keeps). Always false, for
+/// `if !precondition() { return skip_unless_ci(...); }`-style callers.
+pub fn skip_unless_ci(why: &str) -> bool {
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("SKIPPED: {why}");
+    false
+}
 pub use node::{
     Node, NodeOptions, binary, free_port, require_runtime, rss_kib, test_binary, wait_serving,
 };

@@ -80,13 +80,7 @@ async fn three_nodes_and_one_goes_silent_as_the_node_lifecycle_controller_shows_
     if !require_runtime("three nodes") {
         return;
     }
-    let kubectl = std::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !kubectl {
-        assert!(std::env::var_os("CI").is_none(), "kubectl is missing");
-        eprintln!("SKIPPED: three nodes needs kubectl");
+    if super::kubectl::require_kubectl("three nodes").is_none() {
         return;
     }
     let state = ApiState::default();
