@@ -79,13 +79,18 @@ fn status_of(pod: &Pod, containers: Vec<RuntimeContainer>, reasons: &[&str]) -> 
             )
         })
         .collect();
+    compute_on(pod, &rt, &waiting)
+}
+
+/// The pod's status from `rt`, with no probe results and `waiting` as the last sync's.
+fn compute_on(pod: &Pod, rt: &RuntimePodStatus, waiting: &HashMap<String, Waiting>) -> PodStatus {
     compute(
         &StatusInputs {
             pod,
-            runtime: Some(&rt),
+            runtime: Some(rt),
             readiness: &HashMap::new(),
             started: &Default::default(),
-            waiting: &waiting,
+            waiting,
             node_ips: &crate::status::ips::NodeIps::single("127.0.0.1"),
             pod_failed: None,
             termination_messages: &HashMap::new(),
@@ -621,23 +626,8 @@ fn test_generate_pod_ready_to_start_containers_condition() {
             sandboxes,
             ..Default::default()
         };
-        let s = compute(
-            &StatusInputs {
-                pod: &pod,
-                runtime: Some(&rt),
-                readiness: &HashMap::new(),
-                started: &Default::default(),
-                waiting: &HashMap::new(),
-                node_ips: &crate::status::ips::NodeIps::single("127.0.0.1"),
-                pod_failed: None,
-                termination_messages: &HashMap::new(),
-                terminated: false,
-                resize: None,
-                actuated: None,
-            },
-            None,
-        );
-        let got = s
+        let status = compute_on(&pod, &rt, &HashMap::new());
+        let got = status
             .conditions
             .iter()
             .flatten()
