@@ -242,7 +242,7 @@ async fn follow_probe(
 
 /// Each service's process: the one serving its socket (peer credentials, asked again only
 /// once the process found before is gone), this one for http-server; its start time,
-/// resident memory and systemd unit from `/proc`.
+/// resident memory from `/proc`.
 async fn processes(state: &AppState) -> BTreeMap<&'static str, services::Process> {
     let sockets: Vec<(&'static str, Option<std::path::PathBuf>)> = Service::ALL
         .into_iter()
@@ -293,9 +293,6 @@ async fn processes(state: &AppState) -> BTreeMap<&'static str, services::Process
                         pid: Some(pid),
                         start_time: Some(boot + stat.start_ticks as f64 / ticks),
                         resident_memory_bytes: Some(rss as f64),
-                        unit: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                            .ok()
-                            .and_then(|t| services::unit_of(&t)),
                     }
                 });
                 (name, process)
@@ -324,12 +321,13 @@ async fn systemd_restarts(
     let asks = rows
         .iter()
         .filter(|r| state.ui.services.systemd_unasked(r.name))
-        .filter_map(|r| {
-            let p = processes.get(r.name)?;
-            Some((r.name, p.pid, p.unit.clone()))
-        })
-        .map(|(name, pid, unit)| async move {
-            let (Some(pid), Some(unit)) = (pid, unit) else {
+        .map(|r| (r.name, processes.get(r.name).and_then(|p| p.pid)))
+        .map(|(name, pid)| async move {
+            // The unit is read only for a process not asked about yet, not each refresh.
+            let Some((pid, unit)) = pid.and_then(|pid| {
+                let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+                Some((pid, services::unit_of(&cgroup)?))
+            }) else {
                 return (name, None);
             };
             let show = tokio::process::Command::new("systemctl")

@@ -177,6 +177,10 @@ pub(crate) async fn wait_page(browser: &mut Browser, hash: &str, what: &str, che
     }
 }
 
+/// The pod list shows both pods (the empty string), or how many rows it shows.
+const TWO_POD_ROWS: &str = "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : \
+                            'rows: ' + document.querySelectorAll('tr.pod').length";
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs() {
     if !require_runtime("the node page")
@@ -395,14 +399,7 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
 
     // The pod list is `/pods`'s, pod for pod.
     browser.navigate(&format!("{base}#/pods")).await.unwrap();
-    wait_page(
-        &mut browser,
-        "#/pods",
-        "the pod list",
-        "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : 'rows: ' + \
-         document.querySelectorAll('tr.pod').length",
-    )
-    .await;
+    wait_page(&mut browser, "#/pods", "the pod list", TWO_POD_ROWS).await;
     let listed: BTreeSet<String> = serde_json::from_value(
         browser
             .eval("[...document.querySelectorAll('tr.pod')].map(tr => tr.dataset.uid)")
@@ -726,8 +723,7 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         &mut holder,
         "#/pods",
         "the pod list, logged in with a client certificate",
-        "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : 'rows: ' + \
-         document.querySelectorAll('tr.pod').length",
+        TWO_POD_ROWS,
     )
     .await;
     let reviewed = policy
@@ -790,8 +786,7 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
         &mut browser,
         "#/pods",
         "the pod list through kubectl proxy",
-        "() => document.querySelectorAll('tr.pod').length >= 2 ? '' : 'rows: ' + \
-         document.querySelectorAll('tr.pod').length",
+        TWO_POD_ROWS,
     )
     .await;
     browser.navigate(&format!("{proxied}{hash}")).await.unwrap();

@@ -41,8 +41,6 @@ pub struct Process {
     /// Unix seconds.
     pub start_time: Option<f64>,
     pub resident_memory_bytes: Option<f64>,
-    /// The systemd unit its cgroup is in ([`unit_of`]).
-    pub unit: Option<String>,
 }
 
 /// The systemd service a process's cgroup belongs to, from `/proc/<pid>/cgroup`: the last
