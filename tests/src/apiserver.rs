@@ -1338,6 +1338,23 @@ fn delete(
     let Some(current) = s.objects.get(&k).cloned() else {
         return not_found(t, name);
     };
+    // The storage layer's preconditions: a deletion meant for another object of that
+    // name (another UID, or a changed one) is refused, 409, with etcd3's words.
+    for (field, meta) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+        if let Some(want) = body["preconditions"][field].as_str()
+            && current["metadata"][field].as_str() != Some(want)
+        {
+            return status(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {meta} in precondition: {want}, {meta} in object meta: {}",
+                    t.plural,
+                    current["metadata"][field].as_str().unwrap_or_default()
+                ),
+            );
+        }
+    }
     let grace = body["gracePeriodSeconds"]
         .as_i64()
         .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok()))

@@ -40,7 +40,7 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
     if !require_runtime("api server pods") {
         return;
     }
-    let (server, node) = Node::start_with_api_server("apisrc", NodeOptions::default()).await;
+    let (server, mut node) = Node::start_with_api_server("apisrc", NodeOptions::default()).await;
     let pods: Api<Pod> = Api::namespaced(server.client(), "default");
 
     // A name that ends in the node's suffix, so the harness can find its containers.
@@ -113,11 +113,23 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
 
     // A static pod on a connected node gets a mirror pod carrying its status, and the
     // mirror goes when the static pod goes.
-    node.write_manifest(
-        "static.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
-    );
+    let static_manifest = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n"
+        )
+    };
+    node.write_manifest("static.yaml", &static_manifest("static"));
+    node.write_manifest("orphan.yaml", &static_manifest("orphan"));
     let mirror_name = node.pod_name("static");
+    let orphan_name = node.pod_name("orphan");
+    eventually("the second static pod's mirror", DEADLINE, || async {
+        pods.get_opt(&orphan_name)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|_| ())
+            .ok_or_else(|| "no mirror yet".to_string())
+    })
+    .await;
     let mirror = eventually(
         "the mirror pod Running in the API server",
         DEADLINE,
@@ -146,6 +158,89 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
         1,
         "the mirror pod itself is never run"
     );
+    // A static pod removed while pod-sync is down: its mirror is deleted once pod-sync is
+    // back and every source has listed (upstream's HandlePodCleanups, "orphaned mirror
+    // pods"), and the other static pod runs on, its mirror kept.
+    let running = node.container_ids(&mirror_name).await;
+    let kept_uid = mirror.metadata.uid.clone();
+    node.signal(Service::PodSync, nix::sys::signal::Signal::SIGKILL)
+        .await;
+    node.remove_manifest("orphan.yaml");
+    node.spawn(Service::PodSync);
+    node.wait_serving(Service::PodSync).await;
+    eventually(
+        "the orphaned mirror pod deleted after pod-sync's restart",
+        DEADLINE,
+        || async {
+            match pods
+                .get_opt(&orphan_name)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => Err("still there".to_string()),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        pods.get(&mirror_name).await.unwrap().metadata.uid,
+        kept_uid,
+        "the running static pod's mirror is kept"
+    );
+    assert_eq!(node.container_ids(&mirror_name).await, running);
+    // `kubectl delete pod` of a mirror pod: the static pod keeps running and its mirror
+    // comes back, a new one (upstream kubelet.go syncPod: a mirror being deleted is
+    // deleted and created anew).
+    let old_uid = mirror.metadata.uid.clone().unwrap();
+    pods.delete(&mirror_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "a new mirror pod, Running, after the mirror's deletion",
+        DEADLINE,
+        || async {
+            let p = pods
+                .get_opt(&mirror_name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no mirror".to_string())?;
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+            if p.metadata.uid.as_deref() != Some(old_uid.as_str())
+                && p.metadata.deletion_timestamp.is_none()
+                && phase.as_deref() == Some("Running")
+            {
+                Ok(())
+            } else {
+                Err(format!("uid {:?}, phase {phase:?}", p.metadata.uid))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        node.container_ids(&mirror_name).await,
+        running,
+        "deleting the mirror restarts nothing"
+    );
+    // A deletion meant for the old mirror (its UID as the precondition, as the node
+    // deletes one) is refused and leaves the new one: the API server's 409.
+    let refused = pods
+        .delete(
+            &mirror_name,
+            &DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(old_uid.clone()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 409),
+        "{refused:?}"
+    );
+    assert!(pods.get_opt(&mirror_name).await.unwrap().is_some());
     node.remove_manifest("static.yaml");
     eventually("the mirror pod deleted", DEADLINE, || async {
         match pods

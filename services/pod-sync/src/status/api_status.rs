@@ -84,24 +84,97 @@ pub(crate) fn plan(
     }
 }
 
+/// Upstream's `HandlePodCleanups`, "orphaned mirror pods": the mirror pods on this node
+/// (of `on_node`) whose static pod is neither desired nor still terminating (of
+/// `statics`, by namespace and name). Asked once every source has listed its pods, since
+/// before that a static pod may only not be known yet.
+pub(crate) fn orphaned_mirrors<'a>(
+    on_node: &'a [Pod],
+    statics: &std::collections::BTreeSet<(String, String)>,
+) -> Vec<&'a Pod> {
+    on_node
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(k8s::labels::CONFIG_MIRROR))
+        })
+        .filter(|p| {
+            let key = (
+                k8s::pod_namespace(p).to_string(),
+                k8s::pod_name(p).to_string(),
+            );
+            !statics.contains(&key)
+        })
+        .collect()
+}
+
+/// Deletes the mirror pods whose static pod went while no one was watching (pod-sync
+/// was down, or the node agent restarted without the manifest): upstream's kubelet
+/// deletes them at its housekeeping. Whether the API server could be asked.
+async fn delete_orphaned_mirrors(sync: &PodSync, client: &kube::Client) -> bool {
+    let statics: std::collections::BTreeSet<(String, String)> = {
+        let st = sync.lock();
+        st.desired
+            .values()
+            .chain(st.terminating.values())
+            .filter(|p| is_static(p))
+            .map(|p| {
+                (
+                    k8s::pod_namespace(p).to_string(),
+                    k8s::pod_name(p).to_string(),
+                )
+            })
+            .collect()
+    };
+    let api: Api<Pod> = Api::all(client.clone());
+    let params =
+        kube::api::ListParams::default().fields(&format!("spec.nodeName={}", sync.node.node_name));
+    let on_node = match api.list(&params).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing this node's pods for orphaned mirror pods failed; will retry");
+            return false;
+        }
+    };
+    for orphan in orphaned_mirrors(&on_node, &statics) {
+        tracing::info!(pod = %k8s::pod_full_name(orphan), "deleting the mirror pod of a static pod that is gone");
+        delete_mirror(
+            client,
+            k8s::pod_namespace(orphan),
+            k8s::pod_name(orphan),
+            orphan.metadata.uid.clone(),
+        )
+        .await;
+    }
+    true
+}
+
 /// Patches changed statuses, and all of them every resync period. Static pods get a
 /// mirror pod (annotation `kubernetes.io/config.mirror`), which carries their status.
 pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
     let mut rx = sync.status_tx.subscribe();
     let mut sent: HashMap<String, k8s_openapi::api::core::v1::PodStatus> = HashMap::new();
-    // static pod uid -> (namespace, name) of its mirror pod.
-    let mut mirrors: HashMap<String, (String, String)> = HashMap::new();
+    // static pod uid -> (namespace, name, uid) of its mirror pod.
+    let mut mirrors: HashMap<String, (String, String, String)> = HashMap::new();
     let mut resync = tokio::time::interval(STATUS_RESYNC);
+    let mut orphans_deleted = false;
     loop {
         let (force, removed) = tokio::select! {
             _ = sync.shutdown.wait() => return,
             _ = resync.tick() => (true, Vec::new()),
             m = rx.recv() => (false, m.map(|u| u.removed_uids).unwrap_or_default()),
         };
+        if force && !orphans_deleted && sync.lock().sources_ready {
+            orphans_deleted = delete_orphaned_mirrors(&sync, &client).await;
+        }
         for uid in removed {
             sent.remove(&uid);
-            if let Some((ns, name)) = mirrors.remove(&uid) {
-                delete_mirror(&client, &ns, &name).await;
+            // Only the mirror of the pod removed: a newer version's, made meanwhile
+            // under the same name, stays.
+            if let Some((ns, name, mirror_uid)) = mirrors.remove(&uid) {
+                delete_mirror(&client, &ns, &name, Some(mirror_uid)).await;
             }
         }
         let pods: Vec<Pod> = sync
@@ -136,6 +209,7 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
                             (
                                 k8s::pod_namespace(&pod).to_string(),
                                 k8s::pod_name(&pod).to_string(),
+                                mirror_uid.clone(),
                             ),
                         );
                         mirror_uid
@@ -186,48 +260,65 @@ pub async fn run(sync: Arc<PodSync>, client: kube::Client) {
     }
 }
 
-/// Makes sure the static pod's mirror pod exists and matches its hash; returns its uid.
-/// Returns the mirror's uid and the status the API server has for it (None when new).
-async fn ensure_mirror(
-    client: &kube::Client,
-    pod: &Pod,
-) -> Result<(String, Option<k8s_openapi::api::core::v1::PodStatus>), String> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
-    let hash = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(k8s::labels::CONFIG_HASH))
-        .cloned()
-        .unwrap_or_default();
-    if let Some(existing) = api
-        .get_opt(k8s::pod_name(pod))
-        .await
-        .map_err(|e| e.to_string())?
-    {
-        let existing_hash = existing
-            .metadata
+/// What the API server's pod of a static pod's name is to the status loop.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Mirror {
+    /// The static pod's mirror: the status goes onto it (its UID, its status there).
+    Current {
+        uid: String,
+        status: Option<Box<PodStatus>>,
+    },
+    /// None yet, or one to replace first (`stale`: the mirror of an older version of the
+    /// static pod, or one being deleted, deleted with its UID as the precondition).
+    Create { stale: Option<String> },
+    /// A regular pod holds the name: not ours to delete or to patch (the error to log).
+    NotOurs(String),
+}
+
+/// Upstream's mirror rules (`syncPod` and `IsMirrorPodOf`): a pod of the same name and
+/// namespace is the static pod's mirror when its `kubernetes.io/config.mirror`
+/// annotation is the static pod's hash; a mirror being deleted or of another hash is
+/// deleted and made anew; a pod with no such annotation is not a mirror at all.
+pub(crate) fn mirror(static_pod: &Pod, existing: Option<&Pod>) -> Mirror {
+    let Some(existing) = existing else {
+        return Mirror::Create { stale: None };
+    };
+    let annotation = |pod: &Pod, key: &str| {
+        pod.metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(k8s::labels::CONFIG_MIRROR));
-        match existing_hash {
-            Some(h) if *h == hash && existing.metadata.deletion_timestamp.is_none() => {
-                return Ok((existing.metadata.uid.unwrap_or_default(), existing.status));
-            }
-            // The mirror of an older version of the static pod: upstream replaces it.
-            Some(_) => delete_mirror(client, k8s::pod_namespace(pod), k8s::pod_name(pod)).await,
-            // A regular pod holds the name; it is not ours to delete (as upstream).
-            None => {
-                return Err(format!(
-                    "pod {} exists and is not a mirror pod",
-                    k8s::pod_full_name(pod)
-                ));
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let uid = existing.metadata.uid.clone().unwrap_or_default();
+    match annotation(existing, k8s::labels::CONFIG_MIRROR) {
+        None => Mirror::NotOurs(format!(
+            "pod {} exists and is not a mirror pod",
+            k8s::pod_full_name(existing)
+        )),
+        Some(hash)
+            if hash == annotation(static_pod, k8s::labels::CONFIG_HASH).unwrap_or_default()
+                && existing.metadata.deletion_timestamp.is_none() =>
+        {
+            Mirror::Current {
+                uid,
+                status: existing.status.clone().map(Box::new),
             }
         }
+        Some(_) => Mirror::Create { stale: Some(uid) },
     }
+}
+
+/// The mirror pod of a static pod: its manifest as the API server gets it (upstream's
+/// `CreateMirrorPod`: the static pod's metadata and spec, the hash as the mirror annotation).
+fn mirror_of(pod: &Pod) -> Pod {
     let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let hash = annotations
+        .get(k8s::labels::CONFIG_HASH)
+        .cloned()
+        .unwrap_or_default();
     annotations.insert(k8s::labels::CONFIG_MIRROR.into(), hash);
-    let mirror = Pod {
+    Pod {
         metadata: kube::api::ObjectMeta {
             name: pod.metadata.name.clone(),
             namespace: pod.metadata.namespace.clone(),
@@ -237,24 +328,57 @@ async fn ensure_mirror(
         },
         spec: pod.spec.clone(),
         status: None,
-    };
+    }
+}
+
+/// Makes sure the static pod's mirror pod exists and matches its hash ([`mirror`]).
+/// Returns the mirror's uid and the status the API server has for it (None when new).
+async fn ensure_mirror(
+    client: &kube::Client,
+    pod: &Pod,
+) -> Result<(String, Option<k8s_openapi::api::core::v1::PodStatus>), String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
+    let existing = api
+        .get_opt(k8s::pod_name(pod))
+        .await
+        .map_err(|e| e.to_string())?;
+    match mirror(pod, existing.as_ref()) {
+        Mirror::Current { uid, status } => return Ok((uid, status.map(|s| *s))),
+        Mirror::NotOurs(e) => return Err(e),
+        Mirror::Create { stale: Some(uid) } => {
+            delete_mirror(
+                client,
+                k8s::pod_namespace(pod),
+                k8s::pod_name(pod),
+                Some(uid),
+            )
+            .await
+        }
+        Mirror::Create { stale: None } => {}
+    }
     let created = api
-        .create(&kube::api::PostParams::default(), &mirror)
+        .create(&kube::api::PostParams::default(), &mirror_of(pod))
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(pod = %k8s::pod_full_name(pod), "mirror pod created");
     Ok((created.metadata.uid.unwrap_or_default(), created.status))
 }
 
-async fn delete_mirror(client: &kube::Client, ns: &str, name: &str) {
+/// Deletes a mirror pod at once; with `uid`, only that one (upstream's `DeleteMirrorPod`
+/// precondition: a mirror made meanwhile by someone else stays).
+async fn delete_mirror(client: &kube::Client, ns: &str, name: &str, uid: Option<String>) {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let params = DeleteParams {
         grace_period_seconds: Some(0),
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
         ..Default::default()
     };
     match api.delete(name, &params).await {
         Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
         Err(e) => {
             tracing::warn!(pod = %name, namespace = %ns, error = %e, "deleting the mirror pod failed")
         }
@@ -310,62 +434,87 @@ impl PodSync {
     }
 }
 
-/// Sends a terminated pod's final status (its terminal phase and stopped containers)
-/// before the pod is deleted, as a two-way patch from the API server's copy. Whether the
-/// API server now has it (sent, nothing to send, or the pod gone there): upstream's
-/// status manager deletes a pod only then (`canBeDeleted`).
-pub async fn patch_terminal_status(
-    client: &kube::Client,
-    pod: &Pod,
-    status: &k8s_openapi::api::core::v1::PodStatus,
-) -> bool {
-    if !from_api(pod) {
-        return true;
-    }
-    // What the kubelet does not own stays the API server's (upstream's mergePodStatus).
-    let mut status = status.clone();
-    status.resource_claim_statuses = pod
-        .status
+/// What completing a pod's removal asks of the API server, once the pod's containers
+/// are gone (upstream's `TerminatePod` then `canBeDeleted`).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Finish {
+    /// The final status (terminal phase, stopped containers) as a two-way patch from the
+    /// API server's copy, sent first; None when the API server has it already.
+    pub patch: Option<serde_json::Value>,
+    /// Whether the pod is then deleted with grace 0, which completes a graceful deletion:
+    /// only a pod from the API server being deleted, never a static or a mirror pod.
+    pub delete: bool,
+}
+
+/// The decision of [`Finish`], for a pod whose containers are gone and whose final status
+/// is `terminal` (None: nothing new to tell).
+pub(crate) fn finish(pod: &Pod, terminal: Option<&PodStatus>) -> Finish {
+    let mirror = pod
+        .metadata
+        .annotations
         .as_ref()
-        .and_then(|s| s.resource_claim_statuses.clone());
-    let diff = nodeagent_config::status_patch::two_way(
-        &serde_json::to_value(&pod.status).unwrap_or_default(),
-        &serde_json::to_value(&status).unwrap_or_default(),
-    );
-    if diff.as_object().is_some_and(|d| d.is_empty()) {
-        return true;
+        .is_some_and(|a| a.contains_key(k8s::labels::CONFIG_MIRROR));
+    if !from_api(pod) || mirror {
+        return Finish {
+            patch: None,
+            delete: false,
+        };
     }
-    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
-    let patch = serde_json::json!({"metadata": {"uid": k8s::pod_uid(pod)}, "status": diff});
-    match api
-        .patch_status(
-            k8s::pod_name(pod),
-            &PatchParams::default(),
-            &Patch::Strategic(&patch),
-        )
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(pod = %k8s::pod_full_name(pod), phase = ?status.phase, "terminal status sent");
-            true
-        }
-        // Gone, or another pod of that name now (the UID precondition): nothing of ours
-        // is left there to tell.
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => true,
-        Err(e) => {
-            tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "sending the terminal status failed");
-            false
-        }
+    let patch = terminal.and_then(|status| {
+        // What the kubelet does not own stays the API server's (upstream's mergePodStatus).
+        let mut status = status.clone();
+        status.resource_claim_statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.clone());
+        let diff = nodeagent_config::status_patch::two_way(
+            &serde_json::to_value(&pod.status).unwrap_or_default(),
+            &serde_json::to_value(&status).unwrap_or_default(),
+        );
+        (!diff.as_object().is_some_and(|d| d.is_empty())).then_some(diff)
+    });
+    Finish {
+        patch,
+        delete: pod.metadata.deletion_timestamp.is_some(),
     }
 }
 
-/// Completes a graceful deletion: the pod's containers are gone, so the API object goes.
-/// Whether it is gone (or was not ours to delete).
-pub async fn finish_deletion(client: &kube::Client, pod: &Pod) -> bool {
-    if !from_api(pod) || pod.metadata.deletion_timestamp.is_none() {
+/// Carries out [`finish`]: the terminal status first (the API server deletes a pod's
+/// record only once it has its terminal phase, so a watcher never sees a pod go that
+/// still said Running), then the deletion. Whether both are done (or were not ours to do).
+pub async fn finish_removal(
+    client: &kube::Client,
+    pod: &Pod,
+    terminal: Option<&PodStatus>,
+) -> bool {
+    let Finish { patch, delete } = finish(pod, terminal);
+    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
+    if let Some(diff) = patch {
+        let patch = serde_json::json!({"metadata": {"uid": k8s::pod_uid(pod)}, "status": diff});
+        match api
+            .patch_status(
+                k8s::pod_name(pod),
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                let phase = terminal.and_then(|s| s.phase.as_deref());
+                tracing::info!(pod = %k8s::pod_full_name(pod), ?phase, "terminal status sent");
+            }
+            // Gone, or another pod of that name now (the UID precondition): nothing of
+            // ours is left there to tell or to delete.
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => return true,
+            Err(e) => {
+                tracing::warn!(pod = %k8s::pod_full_name(pod), error = %e, "sending the terminal status failed");
+                return false;
+            }
+        }
+    }
+    if !delete {
         return true;
     }
-    let api: Api<Pod> = Api::namespaced(client.clone(), k8s::pod_namespace(pod));
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         preconditions: Some(Preconditions {

@@ -145,13 +145,7 @@ impl PodSync {
             // (here and there) and this pass runs again: a watcher never sees a pod go
             // that still said Running.
             let terminal = terminal.or_else(|| self.lock().unsent_terminal.get(uid).cloned());
-            let sent = match &terminal {
-                Some(status) => {
-                    crate::status::api_status::patch_terminal_status(client, pod, status).await
-                }
-                None => true,
-            };
-            if !sent || !crate::status::api_status::finish_deletion(client, pod).await {
+            if !crate::status::api_status::finish_removal(client, pod, terminal.as_ref()).await {
                 tracing::warn!(
                     "the pod stays until the API server has its terminal status and its deletion; trying again"
                 );
