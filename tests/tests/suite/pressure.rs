@@ -414,9 +414,12 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
         ..Default::default()
     };
     let (server, mut node) = Node::start_with_api_server("mempressure", options).await;
-    // The threshold sits 700 MiB below what is available before the node starts: a pod
-    // holding 1400 MiB in a memory-backed emptyDir crosses it, the node itself does not.
-    let threshold_kib = (memory_available() - (700 << 20)) / 1024;
+    // The threshold sits 1200 MiB below what is available before the node starts: a pod
+    // holding 2400 MiB in a memory-backed emptyDir crosses it, the node itself does not.
+    // The margins stand up to the rest of the host's memory moving by 1 GiB meanwhile (the
+    // cgroup v2 guest runs beside: at 700/1400 MiB, a guest growing by 2.5 GB kept the
+    // pressure on after the eviction).
+    let threshold_kib = (memory_available() - (1200 << 20)) / 1024;
     node.append_config(&format!(
         "evictionHard:\n  memory.available: {threshold_kib}Ki\nevictionPressureTransitionPeriod: 10s\n"
     ))
@@ -428,7 +431,7 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let quiet = node.pod_name("quiet");
     let hog = node.pod_name("hog");
-    // The quiet pod asked for more than it uses; the hog asked for 64Mi and takes 1400Mi.
+    // The quiet pod asked for more than it uses; the hog asked for 64Mi and takes 2400Mi.
     pods.create(
         &PostParams::default(),
         &api_pod(
@@ -452,7 +455,7 @@ async fn memory_pressure_evicts_the_pod_using_the_most_over_its_request_and_only
             json!({"spec": {
                 "volumes": [{"name": "mem", "emptyDir": {"medium": "Memory"}}],
                 "containers": [{"name": "c", "image": "busybox:1.36",
-                    "command": ["sh", "-c", "dd if=/dev/zero of=/mem/big bs=1M count=1400; \
+                    "command": ["sh", "-c", "dd if=/dev/zero of=/mem/big bs=1M count=2400; \
                                  trap 'exit 0' TERM; while true; do sleep 0.2; done"],
                     "resources": {"requests": {"memory": "64Mi"}},
                     "volumeMounts": [{"name": "mem", "mountPath": "/mem"}]}]}}),
