@@ -30,6 +30,20 @@ fn pod(name: &str, node: &str, extra: serde_json::Value) -> Pod {
     serde_json::from_value(v).unwrap()
 }
 
+/// Waits until the API server has no pod `name`.
+async fn api_gone(pods: &Api<Pod>, name: &str, what: &str) {
+    eventually(what, DEADLINE, || async {
+        match pods.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!(
+                "still there: deletionTimestamp {:?}",
+                p.metadata.deletion_timestamp
+            )),
+        }
+    })
+    .await;
+}
+
 async fn api_phase(pods: &Api<Pod>, name: &str) -> Result<String, String> {
     let p = pods.get(name).await.map_err(|e| e.to_string())?;
     Ok(p.status.and_then(|s| s.phase).unwrap_or_default())
@@ -168,19 +182,10 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
     node.remove_manifest("orphan.yaml");
     node.spawn(Service::PodSync);
     node.wait_serving(Service::PodSync).await;
-    eventually(
+    api_gone(
+        &pods,
+        &orphan_name,
         "the orphaned mirror pod deleted after pod-sync's restart",
-        DEADLINE,
-        || async {
-            match pods
-                .get_opt(&orphan_name)
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                None => Ok(()),
-                Some(_) => Err("still there".to_string()),
-            }
-        },
     )
     .await;
     assert_eq!(
@@ -242,17 +247,7 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
     );
     assert!(pods.get_opt(&mirror_name).await.unwrap().is_some());
     node.remove_manifest("static.yaml");
-    eventually("the mirror pod deleted", DEADLINE, || async {
-        match pods
-            .get_opt(&mirror_name)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
+    api_gone(&pods, &mirror_name, "the mirror pod deleted").await;
 
     // Graceful deletion: the node stops the containers, then deletes the pod with grace 0.
     pods.delete(
@@ -272,16 +267,7 @@ async fn api_server_pods_run_report_status_and_complete_graceful_deletion() {
             .deletion_timestamp
             .is_some()
     );
-    eventually("the pod gone from the API server", DEADLINE, || async {
-        match pods.get_opt(&name).await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(p) => Err(format!(
-                "still there: deletionTimestamp {:?}",
-                p.metadata.deletion_timestamp
-            )),
-        }
-    })
-    .await;
+    api_gone(&pods, &name, "the pod gone from the API server").await;
     assert!(
         node.container_ids(&name).await.is_empty(),
         "its containers are gone first"
