@@ -33,6 +33,14 @@ pub(crate) fn is_static(pod: &Pod) -> bool {
         .is_some_and(|s| s == "file" || s == "http")
 }
 
+/// A mirror pod: the API server's record of a static pod (`kubernetes.io/config.mirror`).
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(k8s::labels::CONFIG_MIRROR))
+}
+
 /// What the loop does with one pod's status once it was not skipped ([`unchanged`]).
 #[derive(Debug, PartialEq)]
 pub(crate) enum Step {
@@ -94,12 +102,7 @@ pub(crate) fn orphaned_mirrors<'a>(
 ) -> Vec<&'a Pod> {
     on_node
         .iter()
-        .filter(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(k8s::labels::CONFIG_MIRROR))
-        })
+        .filter(|p| is_mirror(p))
         .filter(|p| {
             let key = (
                 k8s::pod_namespace(p).to_string(),
@@ -449,12 +452,7 @@ pub(crate) struct Finish {
 /// The decision of [`Finish`], for a pod whose containers are gone and whose final status
 /// is `terminal` (None: nothing new to tell).
 pub(crate) fn finish(pod: &Pod, terminal: Option<&PodStatus>) -> Finish {
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(k8s::labels::CONFIG_MIRROR));
-    if !from_api(pod) || mirror {
+    if !from_api(pod) || is_mirror(pod) {
         return Finish {
             patch: None,
             delete: false,
