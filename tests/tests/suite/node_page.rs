@@ -565,6 +565,27 @@ async fn the_node_page_in_a_browser_lists_the_pods_draws_history_and_tails_logs(
          l.clientHeight + 50 ? '' : 'log height ' + l.scrollHeight; }",
     )
     .await;
+    // The user scrolls back while a refresh is loading the tail (each tail load now takes
+    // a second longer): where they scrolled to must win over where the refresh found the
+    // box (at the end, so it would follow the end). Before, the refresh put it back at the end.
+    browser
+        .eval(
+            "(() => { const real = window.fetch; window.logsPending = 0; \
+             window.fetch = async (u, o) => { if (!String(u).startsWith('../containerLogs/')) \
+             return real(u, o); window.logsPending++; \
+             await new Promise(r => setTimeout(r, 1000)); \
+             try { return await real(u, o); } finally { window.logsPending--; } }; \
+             return true; })()",
+        )
+        .await
+        .unwrap();
+    wait_page(
+        &mut browser,
+        &hash,
+        "a refresh loading the log tail",
+        "() => window.logsPending > 0 ? '' : 'no tail loading'",
+    )
+    .await;
     let before = browser
         .eval(
             "(() => { const l = document.getElementById('logs'); \

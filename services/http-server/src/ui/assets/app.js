@@ -432,13 +432,14 @@ async function podPage(gen, ns, name) {
   drawGraphs("pod-graphs", series);
   const logs = document.getElementById("logs");
   logs.textContent = oldLog;
-  const place = () => { logs.scrollTop = logsAt ?? logs.scrollHeight; };
-  place();
+  logs.scrollTop = logsAt ?? logs.scrollHeight;
   try {
     const text = await get(`../containerLogs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/${encodeURIComponent(logContainer)}?tailLines=200`, true);
     if (gen !== generation) return false;
+    // Where the user scrolled back to while the tail loaded wins over where it was.
+    const at = logs.scrollTop + logs.clientHeight < logs.scrollHeight - 4 ? logs.scrollTop : logsAt;
     logs.textContent = text || "(no output yet)";
-    place();
+    logs.scrollTop = at ?? logs.scrollHeight;
   } catch (e) {
     logs.textContent = String(e.message);
   }
